@@ -1,0 +1,146 @@
+//! The command line: `qsim run`, and the shared plumbing (output, exit codes).
+
+use crate::config::ConfigError;
+use crate::experiment::{self, ExperimentFile};
+use crate::report;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser, Debug)]
+#[command(name = "qsim", version, about = "Deterministic simulator and capacity planner for shared LLM inference deployments")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Run an experiment file and report its metrics.
+    Run {
+        /// The experiment file (TOML).
+        file: PathBuf,
+        /// Seed of the first run.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Number of seeds (seed, seed+1, …); reports median and 90 % interval.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        seeds: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// Override a scalar in the file: `--set workers=16 --set experiment.1.retry.max_attempts=5`.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+        /// Write the report to this file (atomically) instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// An error the CLI reports: configuration/usage problems exit 2, anything
+/// else 1.
+#[derive(Debug)]
+pub enum CliError {
+    Config(ConfigError),
+    Io(String),
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> Self {
+        CliError::Config(e)
+    }
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Config(_) => 2,
+            CliError::Io(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Config(e) => write!(f, "{e}"),
+            CliError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Write `text` to `out` atomically (temp file + rename), or to stdout.
+pub fn emit(text: &str, out: Option<&Path>) -> Result<(), CliError> {
+    match out {
+        None => {
+            let mut so = std::io::stdout().lock();
+            // a closed pipe is not an error worth a panic
+            let _ = so.write_all(text.as_bytes());
+            Ok(())
+        }
+        Some(p) => {
+            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !dir.is_dir() {
+                return Err(CliError::Config(ConfigError::new(
+                    "--out",
+                    "",
+                    format!("directory {} does not exist", dir.display()),
+                )));
+            }
+            let tmp = dir.join(format!(
+                ".{}.tmp-{}",
+                p.file_name().and_then(|s| s.to_str()).unwrap_or("qsim-out"),
+                std::process::id()
+            ));
+            std::fs::write(&tmp, text)
+                .and_then(|_| std::fs::rename(&tmp, p))
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&tmp);
+                    CliError::Io(format!("--out {}: {e}", p.display()))
+                })
+        }
+    }
+}
+
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.cmd {
+        Cmd::Run {
+            file,
+            seed,
+            seeds,
+            format,
+            sets,
+            out,
+        } => {
+            let ef = experiment::load(&file, &sets)?;
+            let fname = file.display().to_string();
+            let text = match ef {
+                ExperimentFile::Hosted(suite) => {
+                    let runs: Vec<_> = (0..seeds)
+                        .map(|k| experiment::hosted::run_suite(&suite, seed.wrapping_add(k)))
+                        .collect();
+                    let aggs = report::hosted::aggregate(&runs);
+                    match format {
+                        Format::Table => report::hosted::render_table(&suite, &fname, seed, &aggs),
+                        Format::Json => {
+                            let mut s = serde_json::to_string_pretty(&report::hosted::render_json(
+                                &suite, &fname, seed, &aggs,
+                            ))
+                            .expect("json");
+                            s.push('\n');
+                            s
+                        }
+                    }
+                }
+            };
+            emit(&text, out.as_deref())
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Hosted-API experiment files (`kind = "hosted"`): a suite of experiments
+//! against one endpoint profile, run one after another with a cool-down.
+
+use crate::client::managed::AimdParams;
+use crate::client::policy::{RawRetry, RetryPolicy, SdkRetry};
+use crate::config::{from_value, read_toml, resolve_relative, ConfigError};
+use crate::engine::{RawDist, Sampler};
+use crate::hosted::HostedProfile;
+use crate::time::{secs, Nanos};
+use serde::Deserialize;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManaged {
+    initial_concurrency: Option<f64>,
+    min_concurrency: Option<f64>,
+    max_concurrency: Option<f64>,
+    increase: Option<f64>,
+    decrease: Option<f64>,
+    retry_base_s: Option<f64>,
+    retry_cap_s: Option<f64>,
+    max_attempts: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSdk {
+    max_retries: Option<i64>,
+    initial_delay_s: Option<f64>,
+    max_delay_s: Option<f64>,
+    hint_max_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: String,
+    client: String,
+    description: Option<String>,
+    rows: Option<i64>,
+    max_tokens: Option<i64>,
+    workers: Option<i64>,
+    sdk_retries: Option<bool>,
+    retry: Option<RawRetry>,
+    managed: Option<RawManaged>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostedSuite {
+    kind: String,
+    title: Option<String>,
+    description: Option<String>,
+    endpoint: String,
+    rows: i64,
+    max_tokens: i64,
+    workers: i64,
+    #[serde(default = "default_cooldown")]
+    cooldown_s: f64,
+    #[serde(default)]
+    sdk_retries: bool,
+    sdk: Option<RawSdk>,
+    input_tokens: RawDist,
+    output_tokens: RawDist,
+    managed: Option<RawManaged>,
+    experiment: Vec<RawExperiment>,
+}
+
+fn default_cooldown() -> f64 {
+    70.0
+}
+
+/// How the rows are called.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientKind {
+    /// A closed-loop pool of `workers` threads (Python's ThreadPoolExecutor):
+    /// a worker takes the next row when its call (with all retries) ends.
+    Pool {
+        workers: u32,
+        retry: RetryPolicy,
+        sdk: Option<SdkRetry>,
+    },
+    /// A managed batch executor (ai_query) with AIMD concurrency.
+    Managed(AimdParams),
+}
+
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    pub name: String,
+    pub description: String,
+    pub rows: u64,
+    pub max_tokens: u64,
+    pub client: ClientKind,
+}
+
+/// A validated hosted-API suite.
+#[derive(Debug, Clone)]
+pub struct HostedSuite {
+    pub title: String,
+    pub description: String,
+    pub profile: Arc<HostedProfile>,
+    pub profile_path: String,
+    pub cooldown: Nanos,
+    pub input_tokens: Sampler,
+    pub output_tokens: Sampler,
+    pub experiments: Vec<Experiment>,
+}
+
+fn positive_int(file: &str, field: &str, v: i64, max: i64) -> Result<u64, ConfigError> {
+    if v <= 0 {
+        Err(ConfigError::new(file, field, format!("must be > 0, got {v}")))
+    } else if v > max {
+        Err(ConfigError::new(file, field, format!("must be <= {max}, got {v}")))
+    } else {
+        Ok(v as u64)
+    }
+}
+
+fn managed_params(file: &str, at: &str, base: AimdParams, m: Option<&RawManaged>) -> Result<AimdParams, ConfigError> {
+    let Some(m) = m else { return Ok(base) };
+    let f = |name: &str, v: Option<f64>, d: f64, lo: f64, hi: f64| -> Result<f64, ConfigError> {
+        let v = v.unwrap_or(d);
+        if v.is_finite() && v >= lo && v <= hi {
+            Ok(v)
+        } else {
+            Err(ConfigError::new(file, format!("{at}.{name}"), format!("must be in [{lo}, {hi}], got {v}")))
+        }
+    };
+    let p = AimdParams {
+        initial: f("initial_concurrency", m.initial_concurrency, base.initial, 1.0, 1e6)?,
+        min: f("min_concurrency", m.min_concurrency, base.min, 1.0, 1e6)?,
+        max: f("max_concurrency", m.max_concurrency, base.max, 1.0, 1e6)?,
+        increase: f("increase", m.increase, base.increase, 0.0, 1e6)?,
+        decrease: f("decrease", m.decrease, base.decrease, 0.01, 1.0)?,
+        retry_base_s: f("retry_base_s", m.retry_base_s, base.retry_base_s, 0.0, 3600.0)?,
+        retry_cap_s: f("retry_cap_s", m.retry_cap_s, base.retry_cap_s, 0.0, 3600.0)?,
+        max_attempts: f(
+            "max_attempts",
+            m.max_attempts.map(|x| x as f64),
+            base.max_attempts as f64,
+            1.0,
+            1e6,
+        )? as u32,
+    };
+    if p.min > p.max {
+        return Err(ConfigError::new(
+            file,
+            format!("{at}.min_concurrency"),
+            format!("must be <= max_concurrency ({}), got {}", p.max, p.min),
+        ));
+    }
+    Ok(p)
+}
+
+impl HostedSuite {
+    /// Validate a parsed experiment file (`file` is its path, used to
+    /// resolve the endpoint profile and in error messages).
+    pub fn from_value(file: &Path, v: toml::Value) -> Result<Self, ConfigError> {
+        let fname = file.display().to_string();
+        let f = fname.as_str();
+        let raw: RawHostedSuite = from_value(f, v)?;
+        if raw.kind != "hosted" {
+            return Err(ConfigError::new(f, "kind", format!("expected \"hosted\", got {:?}", raw.kind)));
+        }
+        let ppath = resolve_relative(file, &raw.endpoint);
+        if !ppath.is_file() {
+            return Err(ConfigError::new(
+                f,
+                "endpoint",
+                format!("endpoint profile not found: {}", ppath.display()),
+            ));
+        }
+        let pv = read_toml(&ppath)?;
+        let profile = Arc::new(HostedProfile::from_value(&ppath.display().to_string(), pv)?);
+        let rows = positive_int(f, "rows", raw.rows, 100_000_000)?;
+        let max_tokens = positive_int(f, "max_tokens", raw.max_tokens, 10_000_000)?;
+        let workers = positive_int(f, "workers", raw.workers, 1_000_000)?;
+        if !(raw.cooldown_s.is_finite() && raw.cooldown_s >= 0.0) {
+            return Err(ConfigError::new(f, "cooldown_s", format!("must be >= 0, got {}", raw.cooldown_s)));
+        }
+        let sdk = match &raw.sdk {
+            None => SdkRetry::default(),
+            Some(s) => {
+                let d = SdkRetry::default();
+                let nn = |name: &str, v: Option<f64>, dv: f64| -> Result<f64, ConfigError> {
+                    let v = v.unwrap_or(dv);
+                    if v.is_finite() && v >= 0.0 {
+                        Ok(v)
+                    } else {
+                        Err(ConfigError::new(f, format!("sdk.{name}"), format!("must be >= 0, got {v}")))
+                    }
+                };
+                let mr = s.max_retries.unwrap_or(d.max_retries as i64);
+                if !(0..=100).contains(&mr) {
+                    return Err(ConfigError::new(f, "sdk.max_retries", format!("must be in 0..=100, got {mr}")));
+                }
+                SdkRetry {
+                    max_retries: mr as u32,
+                    initial: nn("initial_delay_s", s.initial_delay_s, d.initial)?,
+                    max_delay: nn("max_delay_s", s.max_delay_s, d.max_delay)?,
+                    hint_max: nn("hint_max_s", s.hint_max_s, d.hint_max)?,
+                    retry_on: d.retry_on,
+                }
+            }
+        };
+        let managed_base = managed_params(f, "managed", AimdParams::default(), raw.managed.as_ref())?;
+        if raw.experiment.is_empty() {
+            return Err(ConfigError::new(f, "experiment", "at least one [[experiment]] is needed"));
+        }
+        let mut experiments = Vec::new();
+        for (i, e) in raw.experiment.iter().enumerate() {
+            let at = format!("experiment[{i}]");
+            let rows = positive_int(f, &format!("{at}.rows"), e.rows.unwrap_or(rows as i64), 100_000_000)?;
+            let max_tokens = positive_int(
+                f,
+                &format!("{at}.max_tokens"),
+                e.max_tokens.unwrap_or(max_tokens as i64),
+                10_000_000,
+            )?;
+            let client = match e.client.as_str() {
+                "pool" => {
+                    let workers = positive_int(
+                        f,
+                        &format!("{at}.workers"),
+                        e.workers.unwrap_or(workers as i64),
+                        1_000_000,
+                    )? as u32;
+                    let retry = match &e.retry {
+                        Some(r) => r.validate(f, &format!("{at}.retry"))?,
+                        None => RetryPolicy::none(),
+                    };
+                    let sdk_on = e.sdk_retries.unwrap_or(raw.sdk_retries);
+                    ClientKind::Pool {
+                        workers,
+                        retry,
+                        sdk: sdk_on.then(|| sdk.clone()),
+                    }
+                }
+                "managed" => {
+                    if e.retry.is_some() {
+                        return Err(ConfigError::new(
+                            f,
+                            format!("{at}.retry"),
+                            "a managed executor does its own retries; remove `retry`",
+                        ));
+                    }
+                    ClientKind::Managed(managed_params(
+                        f,
+                        &format!("{at}.managed"),
+                        managed_base.clone(),
+                        e.managed.as_ref(),
+                    )?)
+                }
+                other => {
+                    return Err(ConfigError::new(
+                        f,
+                        format!("{at}.client"),
+                        format!("unknown client {other:?}; expected \"pool\" or \"managed\""),
+                    ))
+                }
+            };
+            experiments.push(Experiment {
+                name: e.name.clone(),
+                description: e.description.clone().unwrap_or_default(),
+                rows,
+                max_tokens,
+                client,
+            });
+        }
+        let dist = |field: &str, d: &RawDist| d.validate().map_err(|r| ConfigError::new(f, field, r));
+        Ok(HostedSuite {
+            title: raw.title.unwrap_or_default(),
+            description: raw.description.unwrap_or_default(),
+            profile,
+            profile_path: ppath.display().to_string(),
+            cooldown: secs(raw.cooldown_s),
+            input_tokens: dist("input_tokens", &raw.input_tokens)?,
+            output_tokens: dist("output_tokens", &raw.output_tokens)?,
+            experiments,
+        })
+    }
+}

@@ -1,0 +1,35 @@
+//! Experiment files: loading (with `--set` overrides), validation and the
+//! simulation drivers that run them.
+
+pub mod config;
+pub mod hosted;
+
+pub use config::HostedSuite;
+
+use crate::config::{apply_set, read_toml, ConfigError};
+use std::path::Path;
+
+/// A loaded experiment file.
+#[derive(Debug, Clone)]
+pub enum ExperimentFile {
+    Hosted(HostedSuite),
+}
+
+/// Load an experiment file, applying `--set PATH=VALUE` overrides first.
+pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
+    let mut v = read_toml(path)?;
+    for s in sets {
+        apply_set(&mut v, s)?;
+    }
+    let src = path.display().to_string();
+    let kind = v
+        .get("kind")
+        .ok_or_else(|| ConfigError::new(&src, "kind", "missing; expected \"hosted\""))?
+        .as_str()
+        .ok_or_else(|| ConfigError::new(&src, "kind", "must be a string"))?
+        .to_string();
+    match kind.as_str() {
+        "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
+        other => Err(ConfigError::new(&src, "kind", format!("unknown experiment kind {other:?}; expected \"hosted\""))),
+    }
+}

@@ -1,0 +1,141 @@
+//! Hosted-API profiles (`models/*.toml` with `kind = "hosted"`).
+
+use crate::config::{from_value, ConfigError};
+use crate::engine::{RawDist, Sampler};
+use crate::limiter::rates::{Counts, LimitSpec, OutputAccounting};
+use crate::time::secs;
+use serde::Deserialize;
+
+/// The shape of the retry hint a 429 carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintShape {
+    /// No hint at all (Databricks FMAPI as measured in the article).
+    None,
+    /// `{"retry_after": seconds}` in the body (Databricks docs' other shape).
+    BodyRetryAfter,
+    /// `Retry-After: seconds` header (Anthropic, OpenAI).
+    RetryAfterHeader,
+    /// `retry-after-ms` header (Azure OpenAI).
+    RetryAfterMs,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    name: String,
+    counts: Counts,
+    limit: i64,
+    window_s: f64,
+    #[serde(default)]
+    accounting: OutputAccounting,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRejection {
+    hint: HintShape,
+    latency: RawDist,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLatency {
+    ttft: RawDist,
+    tpot: RawDist,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostedProfile {
+    kind: String,
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    limits: Vec<RawLimit>,
+    rejection: RawRejection,
+    latency: RawLatency,
+    #[serde(default)]
+    server_error_rate: f64,
+}
+
+/// A validated hosted-API profile.
+#[derive(Debug, Clone)]
+pub struct HostedProfile {
+    pub name: String,
+    pub description: String,
+    pub limits: Vec<LimitSpec>,
+    pub hint: HintShape,
+    pub reject_latency: Sampler,
+    pub reject_body: Option<String>,
+    pub ttft: Sampler,
+    pub tpot: Sampler,
+    pub server_error_rate: f64,
+}
+
+fn dist(file: &str, field: &str, d: &RawDist) -> Result<Sampler, ConfigError> {
+    d.validate().map_err(|r| ConfigError::new(file, field, r))
+}
+
+impl HostedProfile {
+    /// Parse and validate a profile; `file` names it in errors.
+    pub fn from_value(file: &str, v: toml::Value) -> Result<Self, ConfigError> {
+        let raw: RawHostedProfile = from_value(file, v)?;
+        if raw.kind != "hosted" {
+            return Err(ConfigError::new(
+                file,
+                "kind",
+                format!("expected \"hosted\" for a hosted-API profile, got {:?}", raw.kind),
+            ));
+        }
+        let mut limits = Vec::new();
+        for (i, l) in raw.limits.iter().enumerate() {
+            let f = |x: &str| format!("limits[{i}].{x}");
+            if l.limit <= 0 {
+                return Err(ConfigError::new(file, f("limit"), format!("must be > 0, got {}", l.limit)));
+            }
+            if !(l.window_s.is_finite() && l.window_s > 0.0) {
+                return Err(ConfigError::new(file, f("window_s"), format!("must be > 0, got {}", l.window_s)));
+            }
+            if l.name.trim().is_empty() {
+                return Err(ConfigError::new(file, f("name"), "must not be empty"));
+            }
+            limits.push(LimitSpec {
+                name: l.name.clone(),
+                counts: l.counts,
+                limit: l.limit as u64,
+                window: secs(l.window_s),
+                accounting: l.accounting,
+            });
+        }
+        if !(0.0..=1.0).contains(&raw.server_error_rate) {
+            return Err(ConfigError::new(
+                file,
+                "server_error_rate",
+                format!("must be in [0, 1], got {}", raw.server_error_rate),
+            ));
+        }
+        let _ = raw.source;
+        Ok(HostedProfile {
+            name: raw.name,
+            description: raw.description.unwrap_or_default(),
+            limits,
+            hint: raw.rejection.hint,
+            reject_latency: dist(file, "rejection.latency", &raw.rejection.latency)?,
+            reject_body: raw.rejection.body,
+            ttft: dist(file, "latency.ttft", &raw.latency.ttft)?,
+            tpot: dist(file, "latency.tpot", &raw.latency.tpot)?,
+            server_error_rate: raw.server_error_rate,
+        })
+    }
+
+    /// The limit that would reject a request whose `max_tokens` alone
+    /// exceeds it (it could never be admitted).
+    pub fn limit_name(&self, i: usize) -> &str {
+        &self.limits[i].name
+    }
+}

@@ -1,0 +1,21 @@
+//! qsim: a deterministic discrete-event simulator and capacity planner for
+//! shared LLM inference deployments.
+//!
+//! Layout (see docs/ARCHITECTURE.md):
+//! - [`engine`]: virtual time, the event queue, random streams, statistics;
+//! - [`limiter`]: token buckets and rate limits (sans-IO);
+//! - [`hosted`]: a hosted API endpoint with provider rate limits (sans-IO);
+//! - [`client`]: client retry policies, the SDK retry layer, worker pools and
+//!   the managed batch executor;
+//! - [`experiment`]: experiment files, validation and the simulation drivers;
+//! - [`report`]: tables and JSON.
+
+pub mod cli;
+pub mod client;
+pub mod config;
+pub mod engine;
+pub mod experiment;
+pub mod hosted;
+pub mod limiter;
+pub mod report;
+pub mod time;

@@ -1,0 +1,216 @@
+//! A set of provider-style rate limits (RPM, QPH, ITPM, OTPM, TPM …), each a
+//! continuously refilling token bucket, decided all-or-nothing.
+//!
+//! This is the one rate-limit mechanism in qsim: the hosted-API model uses it
+//! for provider limits and the admission limiter uses it for per-consumer and
+//! deployment limits.
+
+use super::bucket::TokenBucket;
+use crate::time::{Nanos, NEVER};
+use serde::{Deserialize, Serialize};
+
+/// What a limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Counts {
+    Requests,
+    InputTokens,
+    OutputTokens,
+    /// Input plus output tokens.
+    Tokens,
+}
+
+/// How output tokens are charged against a limit that counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputAccounting {
+    /// Databricks FMAPI: `max_tokens` is reserved before admission; the unused
+    /// part is refunded when the response completes.
+    #[default]
+    ReserveRefund,
+    /// Azure OpenAI's estimate: `max_tokens` is charged at admission and
+    /// nothing is refunded.
+    ReserveNoRefund,
+    /// Anthropic: `max_tokens` does not count; admission needs a non-empty
+    /// bucket and the actual output is charged when the response completes.
+    OnCompletion,
+}
+
+/// One limit: `limit` units per `window`, refilled continuously.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LimitSpec {
+    pub name: String,
+    pub counts: Counts,
+    pub limit: u64,
+    pub window: Nanos,
+    pub accounting: OutputAccounting,
+}
+
+/// What one request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cost {
+    pub input_tokens: u64,
+    pub max_tokens: u64,
+}
+
+/// A refusal: which limit, and the earliest time the same request could pass
+/// every limit if nothing else happened (`NEVER` if it can never fit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Denial {
+    pub limit: usize,
+    pub retry_at: Nanos,
+}
+
+/// A set of limits and their buckets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateLimits {
+    specs: Vec<LimitSpec>,
+    buckets: Vec<TokenBucket>,
+}
+
+impl LimitSpec {
+    /// Units charged at admission, and the minimum level needed to admit.
+    #[inline]
+    fn admit_charge(&self, c: Cost) -> (u64, u64) {
+        let out = match self.accounting {
+            OutputAccounting::OnCompletion => 0,
+            _ => c.max_tokens,
+        };
+        let charge = match self.counts {
+            Counts::Requests => 1,
+            Counts::InputTokens => c.input_tokens,
+            Counts::OutputTokens => out,
+            Counts::Tokens => c.input_tokens + out,
+        };
+        let counts_output = matches!(self.counts, Counts::OutputTokens | Counts::Tokens);
+        let need = if counts_output && self.accounting == OutputAccounting::OnCompletion {
+            charge.max(1)
+        } else {
+            charge
+        };
+        (charge, need)
+    }
+
+    /// Adjustment at completion: (refund, extra charge).
+    #[inline]
+    fn settle(&self, c: Cost, actual_output: u64) -> (u64, u64) {
+        if !matches!(self.counts, Counts::OutputTokens | Counts::Tokens) {
+            return (0, 0);
+        }
+        match self.accounting {
+            OutputAccounting::ReserveRefund => (c.max_tokens.saturating_sub(actual_output), 0),
+            OutputAccounting::ReserveNoRefund => (0, 0),
+            OutputAccounting::OnCompletion => (0, actual_output),
+        }
+    }
+}
+
+impl RateLimits {
+    /// All buckets full at `now`.
+    pub fn new(specs: Vec<LimitSpec>, now: Nanos) -> Self {
+        let buckets = specs
+            .iter()
+            .map(|s| TokenBucket::full(s.limit, s.window, now))
+            .collect();
+        RateLimits { specs, buckets }
+    }
+
+    pub fn specs(&self) -> &[LimitSpec] {
+        &self.specs
+    }
+    pub fn buckets(&self) -> &[TokenBucket] {
+        &self.buckets
+    }
+
+    /// Check every limit; admit (charging all) only if all pass.
+    pub fn admit(&mut self, now: Nanos, cost: Cost) -> Result<(), Denial> {
+        let mut denied: Option<usize> = None;
+        let mut retry_at = now;
+        for (i, (s, b)) in self.specs.iter().zip(&self.buckets).enumerate() {
+            let (_, need) = s.admit_charge(cost);
+            let t = b.earliest(now, need);
+            if t > now && denied.is_none() {
+                denied = Some(i);
+            }
+            retry_at = retry_at.max(t);
+        }
+        if let Some(limit) = denied {
+            return Err(Denial {
+                limit,
+                retry_at: if retry_at == NEVER { NEVER } else { retry_at },
+            });
+        }
+        for (s, b) in self.specs.iter().zip(self.buckets.iter_mut()) {
+            let (charge, _) = s.admit_charge(cost);
+            if charge > 0 {
+                b.force_take(now, charge);
+            }
+        }
+        Ok(())
+    }
+
+    /// Settle an admitted request at completion: refund unused reservations
+    /// or charge output counted on completion.
+    pub fn settle(&mut self, now: Nanos, cost: Cost, actual_output: u64) {
+        for (s, b) in self.specs.iter().zip(self.buckets.iter_mut()) {
+            let (refund, extra) = s.settle(cost, actual_output);
+            if refund > 0 {
+                b.refund(now, refund);
+            }
+            if extra > 0 {
+                b.force_take(now, extra);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::NS_PER_SEC;
+
+    fn otpm(acc: OutputAccounting) -> RateLimits {
+        RateLimits::new(
+            vec![LimitSpec {
+                name: "OTPM".into(),
+                counts: Counts::OutputTokens,
+                limit: 1000,
+                window: 60 * NS_PER_SEC,
+                accounting: acc,
+            }],
+            0,
+        )
+    }
+
+    #[test]
+    fn reserve_refund_depends_on_declared_max_tokens() {
+        let mut l = otpm(OutputAccounting::ReserveRefund);
+        let c = Cost { input_tokens: 10, max_tokens: 400 };
+        assert!(l.admit(0, c).is_ok());
+        assert!(l.admit(0, c).is_ok());
+        let d = l.admit(0, c).unwrap_err();
+        assert_eq!(d.limit, 0);
+        assert!(d.retry_at > 0);
+        // one completes having produced only 100 tokens: 300 come back at once
+        l.settle(0, c, 100);
+        assert!(l.admit(0, c).is_ok());
+    }
+
+    #[test]
+    fn on_completion_ignores_max_tokens() {
+        let mut l = otpm(OutputAccounting::OnCompletion);
+        let c = Cost { input_tokens: 10, max_tokens: 4000 };
+        for _ in 0..10 {
+            assert!(l.admit(0, c).is_ok());
+        }
+        l.settle(0, c, 1500);
+        assert!(l.admit(0, c).is_err(), "in debt after the actual output");
+    }
+
+    #[test]
+    fn impossible_request_is_never() {
+        let mut l = otpm(OutputAccounting::ReserveRefund);
+        let d = l.admit(0, Cost { input_tokens: 0, max_tokens: 5000 }).unwrap_err();
+        assert_eq!(d.retry_at, NEVER);
+    }
+}

@@ -1,0 +1,186 @@
+//! Reports for hosted-API suites: the article's `show()` block per
+//! experiment, the experiments side by side, and JSON.
+
+use super::table::Table;
+use super::{round, spread, Spread};
+use crate::experiment::hosted::HostedResult;
+use crate::experiment::HostedSuite;
+use serde_json::{json, Map, Value};
+
+/// (JSON name, label, decimals) for every reported metric, in report order.
+pub const METRICS: &[(&str, &str, i32)] = &[
+    ("elapsed_s", "elapsed (s)", 1),
+    ("ok", "succeeded", 0),
+    ("total", "total", 0),
+    ("rejected_429", "429 surfaced", 0),
+    ("failed_other", "other errors", 0),
+    ("latency_p50_s", "latency p50 (s)", 2),
+    ("latency_p95_s", "latency p95 (s)", 2),
+    ("own_wait_s", "total own sleep (s)", 1),
+    ("output_tokens", "output tokens", 0),
+    ("throughput_rows_per_s", "throughput (ok rows/s)", 2),
+    ("retried", "rows retried by caller", 0),
+    ("max_attempts", "max attempts of a row", 0),
+    ("max_wait_s", "max own wait of a row (s)", 1),
+    ("sleeping_workers", "workers asleep on average", 1),
+    ("http_requests", "HTTP requests", 0),
+    ("http_429", "HTTP 429s (incl. hidden)", 0),
+    ("sdk_retries", "SDK hidden retries", 0),
+];
+
+fn values(r: &HostedResult) -> Vec<f64> {
+    let el = r.elapsed as f64 / 1e9;
+    vec![
+        el,
+        r.ok as f64,
+        r.total as f64,
+        r.rejected_429 as f64,
+        r.failed_other as f64,
+        r.latency.quantile_s(0.50),
+        r.latency.quantile_s(0.95),
+        r.own_wait as f64 / 1e9,
+        r.output_tokens as f64,
+        r.throughput(),
+        r.retried as f64,
+        r.max_attempts as f64,
+        r.max_wait as f64 / 1e9,
+        if el > 0.0 { r.own_wait as f64 / 1e9 / el } else { 0.0 },
+        r.http_requests as f64,
+        r.http_429 as f64,
+        r.sdk_retries as f64,
+    ]
+}
+
+/// One experiment aggregated over seeds.
+pub struct Aggregate {
+    pub name: String,
+    pub client: &'static str,
+    pub spreads: Vec<Spread>,
+    pub limit_hits: Vec<(String, Spread)>,
+    pub runs: usize,
+}
+
+/// Aggregate `runs[seed][experiment]` into one entry per experiment.
+pub fn aggregate(runs: &[Vec<HostedResult>]) -> Vec<Aggregate> {
+    let n_exp = runs[0].len();
+    (0..n_exp)
+        .map(|i| {
+            let per_seed: Vec<Vec<f64>> = runs.iter().map(|r| values(&r[i])).collect();
+            let spreads = (0..METRICS.len())
+                .map(|m| spread(&per_seed.iter().map(|v| v[m]).collect::<Vec<_>>()))
+                .collect();
+            let limit_hits = runs[0][i]
+                .limit_hits
+                .iter()
+                .enumerate()
+                .map(|(k, (name, _))| {
+                    let v: Vec<f64> = runs.iter().map(|r| r[i].limit_hits[k].1 as f64).collect();
+                    (name.clone(), spread(&v))
+                })
+                .collect();
+            Aggregate {
+                name: runs[0][i].name.clone(),
+                client: runs[0][i].client,
+                spreads,
+                limit_hits,
+                runs: runs.len(),
+            }
+        })
+        .collect()
+}
+
+fn fmt(s: &Spread, d: i32, runs: usize) -> String {
+    let f = |x: f64| {
+        if d == 0 {
+            format!("{}", x.round() as i64)
+        } else {
+            format!("{:.*}", d as usize, x)
+        }
+    };
+    if runs > 1 {
+        format!("{} [{}–{}]", f(s.median), f(s.lo), f(s.hi))
+    } else {
+        f(s.median)
+    }
+}
+
+/// The text report.
+pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregate]) -> String {
+    let runs = aggs.first().map_or(1, |a| a.runs);
+    let mut out = String::new();
+    if !suite.title.is_empty() {
+        out.push_str(&format!("{}\n", suite.title));
+    }
+    out.push_str(&format!(
+        "file {file}, endpoint {} ({}), ",
+        suite.profile.name, suite.profile_path
+    ));
+    if runs > 1 {
+        out.push_str(&format!(
+            "{runs} seeds from {seed}: median [90% interval]\n\n"
+        ));
+    } else {
+        out.push_str(&format!("seed {seed}\n\n"));
+    }
+    let mut t = Table::new(std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())));
+    t.row(std::iter::once("client".to_string()).chain(aggs.iter().map(|a| a.client.to_string())));
+    for (m, (_, label, d)) in METRICS.iter().enumerate() {
+        t.row(std::iter::once(label.to_string()).chain(aggs.iter().map(|a| fmt(&a.spreads[m], *d, runs))));
+    }
+    if let Some(first) = aggs.first() {
+        for (k, (name, _)) in first.limit_hits.iter().enumerate() {
+            t.row(
+                std::iter::once(format!("HTTP 429s from {name}"))
+                    .chain(aggs.iter().map(|a| fmt(&a.limit_hits[k].1, 0, runs))),
+            );
+        }
+    }
+    out.push_str(&t.render());
+    out
+}
+
+/// The JSON report: a top-level `experiments` array; with several seeds each
+/// field is the median and `interval90` holds [5th, 95th] percentiles.
+pub fn render_json(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregate]) -> Value {
+    let runs = aggs.first().map_or(1, |a| a.runs);
+    let exps: Vec<Value> = aggs
+        .iter()
+        .map(|a| {
+            let mut o = Map::new();
+            o.insert("name".into(), json!(a.name));
+            o.insert("client".into(), json!(a.client));
+            let mut iv = Map::new();
+            for (m, (key, _, d)) in METRICS.iter().enumerate() {
+                let s = a.spreads[m];
+                o.insert((*key).into(), num(s.median, *d));
+                iv.insert((*key).into(), json!([num(s.lo, *d), num(s.hi, *d)]));
+            }
+            let hits: Map<String, Value> = a
+                .limit_hits
+                .iter()
+                .map(|(n, s)| (n.clone(), num(s.median, 0)))
+                .collect();
+            o.insert("http_429_by_limit".into(), Value::Object(hits));
+            if runs > 1 {
+                o.insert("interval90".into(), Value::Object(iv));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    json!({
+        "file": file,
+        "title": suite.title,
+        "endpoint": suite.profile.name,
+        "seed": seed,
+        "seeds": runs,
+        "experiments": exps,
+    })
+}
+
+fn num(x: f64, d: i32) -> Value {
+    if d == 0 {
+        json!(x.round() as i64)
+    } else {
+        json!(round(x, d.max(3)))
+    }
+}
