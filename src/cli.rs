@@ -8,7 +8,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
-#[command(name = "qsim", version, about = "Deterministic simulator and capacity planner for shared LLM inference deployments")]
+#[command(
+    name = "qsim",
+    version,
+    about = "Deterministic simulator and capacity planner for shared LLM inference deployments"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -24,7 +28,8 @@ pub enum Format {
 pub enum Cmd {
     /// Run an experiment file and report its metrics.
     Run {
-        /// The experiment file (TOML).
+        /// The experiment file (TOML); `builtin:NAME` for an embedded one.
+        #[arg(default_value = "builtin:experiments/fmapi-pacing.toml")]
         file: PathBuf,
         /// Seed of the first run.
         #[arg(long, default_value_t = 1)]
@@ -39,6 +44,25 @@ pub enum Cmd {
         #[arg(long = "set", value_name = "PATH=VALUE")]
         sets: Vec<String>,
         /// Write the report to this file (atomically) instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Run an experiment file over a grid of overrides (e.g. workers × max_tokens).
+    Sweep {
+        /// The experiment file (TOML).
+        file: PathBuf,
+        /// A dimension of the grid: `--vary workers=8,16,32,64,128`. Repeat for a product.
+        #[arg(long = "vary", value_name = "PATH=V1,V2,..", required = true)]
+        vary: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        seeds: u64,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// Fixed overrides applied before the grid's.
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -86,7 +110,10 @@ pub fn emit(text: &str, out: Option<&Path>) -> Result<(), CliError> {
             Ok(())
         }
         Some(p) => {
-            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let dir = p
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             if !dir.is_dir() {
                 return Err(CliError::Config(ConfigError::new(
                     "--out",
@@ -123,10 +150,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let fname = file.display().to_string();
             let text = match ef {
                 ExperimentFile::Hosted(suite) => {
-                    let runs: Vec<_> = (0..seeds)
-                        .map(|k| experiment::hosted::run_suite(&suite, seed.wrapping_add(k)))
-                        .collect();
-                    let aggs = report::hosted::aggregate(&runs);
+                    let aggs = run_hosted(&suite, seed, seeds);
                     match format {
                         Format::Table => report::hosted::render_table(&suite, &fname, seed, &aggs),
                         Format::Json => {
@@ -142,5 +166,87 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref())
         }
+        Cmd::Sweep {
+            file,
+            vary,
+            seed,
+            seeds,
+            format,
+            sets,
+            out,
+        } => {
+            let dims = parse_vary(&vary)?;
+            let fname = file.display().to_string();
+            let mut points = Vec::new();
+            for combo in grid(&dims) {
+                let mut all = sets.clone();
+                all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
+                let aggs = match experiment::load(&file, &all)? {
+                    ExperimentFile::Hosted(suite) => run_hosted(&suite, seed, seeds),
+                };
+                points.push((combo, aggs));
+            }
+            let text = match format {
+                Format::Table => report::hosted::render_sweep_table(&fname, seed, seeds, &points),
+                Format::Json => {
+                    let mut s = serde_json::to_string_pretty(&report::hosted::render_sweep_json(
+                        &fname, seed, seeds, &points,
+                    ))
+                    .expect("json");
+                    s.push('\n');
+                    s
+                }
+            };
+            emit(&text, out.as_deref())
+        }
     }
+}
+
+/// Run a hosted suite over `seeds` seeds from `seed` and aggregate.
+pub fn run_hosted(
+    suite: &experiment::HostedSuite,
+    seed: u64,
+    seeds: u64,
+) -> Vec<report::hosted::Aggregate> {
+    let runs: Vec<_> = (0..seeds)
+        .map(|k| experiment::hosted::run_suite(suite, seed.wrapping_add(k)))
+        .collect();
+    report::hosted::aggregate(&runs)
+}
+
+/// `--vary path=v1,v2` → (path, [v1, v2]).
+fn parse_vary(vary: &[String]) -> Result<Vec<(String, Vec<String>)>, CliError> {
+    vary.iter()
+        .map(|v| {
+            let bad = |r: &str| {
+                CliError::Config(ConfigError::new(format!("--vary {v}"), "", r.to_string()))
+            };
+            let (k, vals) = v
+                .split_once('=')
+                .ok_or_else(|| bad("expected PATH=V1,V2,.."))?;
+            let vals: Vec<String> = vals.split(',').map(|x| x.trim().to_string()).collect();
+            if k.trim().is_empty() || vals.iter().any(|x| x.is_empty()) {
+                return Err(bad("empty path or value"));
+            }
+            Ok((k.trim().to_string(), vals))
+        })
+        .collect()
+}
+
+/// The Cartesian product of the dimensions, first dimension outermost.
+fn grid(dims: &[(String, Vec<String>)]) -> Vec<Vec<(String, String)>> {
+    let mut out: Vec<Vec<(String, String)>> = vec![vec![]];
+    for (k, vals) in dims {
+        out = out
+            .into_iter()
+            .flat_map(|p| {
+                vals.iter().map(move |v| {
+                    let mut q = p.clone();
+                    q.push((k.clone(), v.clone()));
+                    q
+                })
+            })
+            .collect();
+    }
+    out
 }

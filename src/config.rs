@@ -17,7 +17,11 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(source: impl Into<String>, field: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn new(
+        source: impl Into<String>,
+        field: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
         ConfigError {
             source: source.into(),
             field: field.into(),
@@ -43,19 +47,37 @@ impl fmt::Display for ConfigError {
         if self.field.is_empty() {
             write!(f, "{}: {}", self.source, self.reason)
         } else {
-            write!(f, "{}: field `{}`: {}", self.source, self.field, self.reason)
+            write!(
+                f,
+                "{}: field `{}`: {}",
+                self.source, self.field, self.reason
+            )
         }
     }
 }
 
 impl std::error::Error for ConfigError {}
 
-/// Read and parse a TOML file.
+/// Read and parse a TOML file, or an embedded one (`builtin:NAME`).
 pub fn read_toml(path: &Path) -> Result<toml::Value, ConfigError> {
     let src = path.display().to_string();
+    if let Some(name) = src.strip_prefix(crate::embedded::PREFIX) {
+        let text = crate::embedded::get(name)
+            .ok_or_else(|| ConfigError::new(&src, "", "no such embedded file"))?;
+        return parse_toml(&src, text);
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new(&src, "", format!("cannot read file: {e}")))?;
     parse_toml(&src, &text)
+}
+
+/// Does a file (or embedded file) exist?
+pub fn source_exists(path: &Path) -> bool {
+    let s = path.display().to_string();
+    match s.strip_prefix(crate::embedded::PREFIX) {
+        Some(name) => crate::embedded::get(name).is_some(),
+        None => path.is_file(),
+    }
 }
 
 /// Parse TOML text; `source` names it in errors.
@@ -121,7 +143,11 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                 if last {
                     if let Some(old) = t.get(*seg) {
                         if old.is_table() || old.is_array() {
-                            return Err(ConfigError::new(&flag, &here, "is a table or array, not a scalar"));
+                            return Err(ConfigError::new(
+                                &flag,
+                                &here,
+                                "is a table or array, not a scalar",
+                            ));
                         }
                     }
                     t.insert(seg.to_string(), parse_scalar(raw.trim()));
@@ -136,11 +162,19 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                     .map_err(|_| ConfigError::new(&flag, &here, "expected an array index"))?;
                 let len = a.len();
                 let slot = a.get_mut(idx).ok_or_else(|| {
-                    ConfigError::new(&flag, &here, format!("index out of range (array has {len} elements)"))
+                    ConfigError::new(
+                        &flag,
+                        &here,
+                        format!("index out of range (array has {len} elements)"),
+                    )
                 })?;
                 if last {
                     if slot.is_table() || slot.is_array() {
-                        return Err(ConfigError::new(&flag, &here, "is a table or array, not a scalar"));
+                        return Err(ConfigError::new(
+                            &flag,
+                            &here,
+                            "is a table or array, not a scalar",
+                        ));
                     }
                     *slot = parse_scalar(raw.trim());
                     return Ok(());
@@ -161,6 +195,16 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
 
 /// Resolve a path written in a file relative to that file's directory.
 pub fn resolve_relative(base_file: &Path, p: &str) -> PathBuf {
+    let base = base_file.display().to_string();
+    if let Some(name) = base.strip_prefix(crate::embedded::PREFIX) {
+        if !p.starts_with(crate::embedded::PREFIX) && !Path::new(p).is_absolute() {
+            return PathBuf::from(format!(
+                "{}{}",
+                crate::embedded::PREFIX,
+                crate::embedded::join(name, p)
+            ));
+        }
+    }
     let p = Path::new(p);
     if p.is_absolute() {
         p.to_path_buf()
@@ -175,7 +219,11 @@ mod tests {
 
     #[test]
     fn set_paths() {
-        let mut v = parse_toml("t", "workers = 64\n[[experiment]]\nname = \"a\"\n[x]\ny = 1\n").unwrap();
+        let mut v = parse_toml(
+            "t",
+            "workers = 64\n[[experiment]]\nname = \"a\"\n[x]\ny = 1\n",
+        )
+        .unwrap();
         apply_set(&mut v, "workers=16").unwrap();
         apply_set(&mut v, "experiment.0.workers=8").unwrap();
         apply_set(&mut v, "x.y=0.5").unwrap();

@@ -13,6 +13,7 @@
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod embedded;
 pub mod engine;
 pub mod experiment;
 pub mod hosted;

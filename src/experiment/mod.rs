@@ -15,6 +15,17 @@ pub enum ExperimentFile {
     Hosted(HostedSuite),
 }
 
+impl ExperimentFile {
+    /// The hosted-API suite, if this file is one.
+    #[allow(unreachable_patterns)]
+    pub fn into_hosted(self) -> Option<HostedSuite> {
+        match self {
+            ExperimentFile::Hosted(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
 /// Load an experiment file, applying `--set PATH=VALUE` overrides first.
 pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
     let mut v = read_toml(path)?;
@@ -30,6 +41,10 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
         .to_string();
     match kind.as_str() {
         "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
-        other => Err(ConfigError::new(&src, "kind", format!("unknown experiment kind {other:?}; expected \"hosted\""))),
+        other => Err(ConfigError::new(
+            &src,
+            "kind",
+            format!("unknown experiment kind {other:?}; expected \"hosted\""),
+        )),
     }
 }

@@ -18,6 +18,7 @@ pub const METRICS: &[(&str, &str, i32)] = &[
     ("latency_p95_s", "latency p95 (s)", 2),
     ("own_wait_s", "total own sleep (s)", 1),
     ("output_tokens", "output tokens", 0),
+    ("truncated", "rows cut by max_tokens", 0),
     ("throughput_rows_per_s", "throughput (ok rows/s)", 2),
     ("retried", "rows retried by caller", 0),
     ("max_attempts", "max attempts of a row", 0),
@@ -40,11 +41,16 @@ fn values(r: &HostedResult) -> Vec<f64> {
         r.latency.quantile_s(0.95),
         r.own_wait as f64 / 1e9,
         r.output_tokens as f64,
+        r.truncated as f64,
         r.throughput(),
         r.retried as f64,
         r.max_attempts as f64,
         r.max_wait as f64 / 1e9,
-        if el > 0.0 { r.own_wait as f64 / 1e9 / el } else { 0.0 },
+        if el > 0.0 {
+            r.own_wait as f64 / 1e9 / el
+        } else {
+            0.0
+        },
         r.http_requests as f64,
         r.http_429 as f64,
         r.sdk_retries as f64,
@@ -122,10 +128,15 @@ pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregat
     } else {
         out.push_str(&format!("seed {seed}\n\n"));
     }
-    let mut t = Table::new(std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())));
+    let mut t = Table::new(
+        std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())),
+    );
     t.row(std::iter::once("client".to_string()).chain(aggs.iter().map(|a| a.client.to_string())));
     for (m, (_, label, d)) in METRICS.iter().enumerate() {
-        t.row(std::iter::once(label.to_string()).chain(aggs.iter().map(|a| fmt(&a.spreads[m], *d, runs))));
+        t.row(
+            std::iter::once(label.to_string())
+                .chain(aggs.iter().map(|a| fmt(&a.spreads[m], *d, runs))),
+        );
     }
     if let Some(first) = aggs.first() {
         for (k, (name, _)) in first.limit_hits.iter().enumerate() {
@@ -183,4 +194,79 @@ fn num(x: f64, d: i32) -> Value {
     } else {
         json!(round(x, d.max(3)))
     }
+}
+
+/// The metrics shown per grid point in a sweep table.
+const SWEEP_COLS: &[&str] = &[
+    "ok",
+    "rejected_429",
+    "elapsed_s",
+    "latency_p50_s",
+    "latency_p95_s",
+    "own_wait_s",
+    "http_429",
+    "truncated",
+    "throughput_rows_per_s",
+];
+
+fn metric_index(key: &str) -> usize {
+    METRICS
+        .iter()
+        .position(|m| m.0 == key)
+        .expect("known metric")
+}
+
+/// A sweep point: the overrides applied and the aggregated experiments.
+pub type SweepPoint = (Vec<(String, String)>, Vec<Aggregate>);
+
+pub fn render_sweep_table(file: &str, seed: u64, seeds: u64, points: &[SweepPoint]) -> String {
+    let mut out = format!("sweep of {file}, ");
+    if seeds > 1 {
+        out.push_str(&format!("{seeds} seeds from {seed}: medians\n\n"));
+    } else {
+        out.push_str(&format!("seed {seed}\n\n"));
+    }
+    let Some((first, _)) = points.first() else {
+        return out;
+    };
+    let mut header: Vec<String> = first.iter().map(|(k, _)| k.clone()).collect();
+    header.push("experiment".into());
+    header.extend(SWEEP_COLS.iter().map(|k| k.to_string()));
+    let mut t = Table::new(header);
+    for (combo, aggs) in points {
+        for a in aggs {
+            let mut row: Vec<String> = combo.iter().map(|(_, v)| v.clone()).collect();
+            row.push(a.name.clone());
+            for k in SWEEP_COLS {
+                let (_, _, d) = METRICS[metric_index(k)];
+                row.push(fmt(&a.spreads[metric_index(k)], d, 1));
+            }
+            t.row(row);
+        }
+    }
+    out.push_str(&t.render());
+    out
+}
+
+pub fn render_sweep_json(file: &str, seed: u64, seeds: u64, points: &[SweepPoint]) -> Value {
+    let pts: Vec<Value> = points
+        .iter()
+        .map(|(combo, aggs)| {
+            let set: Map<String, Value> =
+                combo.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+            let exps: Vec<Value> = aggs
+                .iter()
+                .map(|a| {
+                    let mut o = Map::new();
+                    o.insert("name".into(), json!(a.name));
+                    for (m, (key, _, d)) in METRICS.iter().enumerate() {
+                        o.insert((*key).into(), num(a.spreads[m].median, *d));
+                    }
+                    Value::Object(o)
+                })
+                .collect();
+            json!({ "set": set, "experiments": exps })
+        })
+        .collect();
+    json!({ "file": file, "seed": seed, "seeds": seeds, "points": pts })
 }

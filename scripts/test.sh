@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The whole test suite: what CI runs (.ci/run calls this script).
+# Builds go to a cache outside the clone so fresh clones reuse them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
+export CARGO_TERM_COLOR=never
+cargo fmt --check
+cargo test --release --locked
+# benches must keep compiling (they are run by hand: cargo bench)
+cargo bench --locked --no-run
