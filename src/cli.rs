@@ -43,6 +43,9 @@ pub enum Cmd {
         /// Override a scalar in the file: `--set workers=16 --set experiment.1.retry.max_attempts=5`.
         #[arg(long = "set", value_name = "PATH=VALUE")]
         sets: Vec<String>,
+        /// Run only these experiments of the file (comma-separated names).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         /// Write the report to this file (atomically) instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -63,6 +66,9 @@ pub enum Cmd {
         /// Fixed overrides applied before the grid's.
         #[arg(long = "set", value_name = "PATH=VALUE")]
         sets: Vec<String>,
+        /// Run only these experiments of the file (comma-separated names).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -144,12 +150,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             seeds,
             format,
             sets,
+            only,
             out,
         } => {
             let ef = experiment::load(&file, &sets)?;
             let fname = file.display().to_string();
             let text = match ef {
-                ExperimentFile::Hosted(suite) => {
+                ExperimentFile::Hosted(mut suite) => {
+                    suite.retain_only(&only)?;
                     let aggs = run_hosted(&suite, seed, seeds);
                     match format {
                         Format::Table => report::hosted::render_table(&suite, &fname, seed, &aggs),
@@ -173,6 +181,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             seeds,
             format,
             sets,
+            only,
             out,
         } => {
             let dims = parse_vary(&vary)?;
@@ -182,7 +191,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 let mut all = sets.clone();
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
                 let aggs = match experiment::load(&file, &all)? {
-                    ExperimentFile::Hosted(suite) => run_hosted(&suite, seed, seeds),
+                    ExperimentFile::Hosted(mut suite) => {
+                        suite.retain_only(&only)?;
+                        run_hosted(&suite, seed, seeds)
+                    }
                 };
                 points.push((combo, aggs));
             }

@@ -326,3 +326,37 @@ fn out_file_is_written_whole_or_not_at_all() {
         "no temp files left"
     );
 }
+
+#[test]
+fn only_runs_a_subset_with_the_same_draws() {
+    let all = run_json(&[
+        "run",
+        EXP,
+        "--seed",
+        "3",
+        "--format",
+        "json",
+        "--set",
+        "cooldown_s=600",
+    ]);
+    let one = run_json(&[
+        "run",
+        EXP,
+        "--seed",
+        "3",
+        "--format",
+        "json",
+        "--only",
+        "exp2-backoff",
+        "--set",
+        "cooldown_s=600",
+    ]);
+    assert_eq!(one["experiments"].as_array().unwrap().len(), 1);
+    assert_eq!(one["experiments"][0], all["experiments"][1]);
+    let out = qsim()
+        .args(["run", EXP, "--only", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--only"));
+}

@@ -88,6 +88,9 @@ pub enum ClientKind {
 
 #[derive(Debug, Clone)]
 pub struct Experiment {
+    /// Position in the file: it scopes the experiment's random streams, so
+    /// running a subset (`--only`) does not change any experiment's draws.
+    pub index: u64,
     pub name: String,
     pub description: String,
     pub rows: u64,
@@ -184,6 +187,28 @@ fn managed_params(
 }
 
 impl HostedSuite {
+    /// Keep only the named experiments (`--only`); empty keeps all.
+    pub fn retain_only(&mut self, names: &[String]) -> Result<(), ConfigError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        for n in names {
+            if !self.experiments.iter().any(|e| &e.name == n) {
+                let known: Vec<&str> = self.experiments.iter().map(|e| e.name.as_str()).collect();
+                return Err(ConfigError::new(
+                    "--only",
+                    "",
+                    format!(
+                        "no experiment named {n:?}; the file has {}",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+        self.experiments.retain(|e| names.contains(&e.name));
+        Ok(())
+    }
+
     /// Validate a parsed experiment file (`file` is its path, used to
     /// resolve the endpoint profile and in error messages).
     pub fn from_value(file: &Path, v: toml::Value) -> Result<Self, ConfigError> {
@@ -316,7 +341,15 @@ impl HostedSuite {
                     ))
                 }
             };
+            if raw.experiment[..i].iter().any(|o| o.name == e.name) {
+                return Err(ConfigError::new(
+                    f,
+                    format!("{at}.name"),
+                    format!("duplicate experiment name {:?}", e.name),
+                ));
+            }
             experiments.push(Experiment {
+                index: i as u64,
                 name: e.name.clone(),
                 description: e.description.clone().unwrap_or_default(),
                 rows,

@@ -133,8 +133,9 @@ pub fn run_suite(suite: &HostedSuite, seed: u64) -> Vec<HostedResult> {
     );
     let mut t0: Nanos = 0;
     let mut out = Vec::with_capacity(suite.experiments.len());
-    for (i, e) in suite.experiments.iter().enumerate() {
-        let client_rng = stream(seed, 1 + i as u64, component::CLIENT);
+    for e in &suite.experiments {
+        let client_rng = stream(seed, 1 + e.index, component::CLIENT);
+        endpoint.reseed(stream(seed, 1 + e.index, component::ENDPOINT));
         let r = run_one(suite, e, &mut endpoint, t0, seed, client_rng);
         t0 = t0 + r.elapsed + suite.cooldown;
         out.push(r);

@@ -56,6 +56,12 @@ impl HostedEndpoint {
         }
     }
 
+    /// Replace the random stream (each experiment of a suite draws from its
+    /// own stream while the buckets carry over).
+    pub fn reseed(&mut self, rng: Rng) {
+        self.rng = rng;
+    }
+
     pub fn profile(&self) -> &HostedProfile {
         &self.profile
     }
