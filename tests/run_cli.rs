@@ -360,3 +360,28 @@ fn only_runs_a_subset_with_the_same_draws() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--only"));
 }
+
+/// Every shipped experiment file loads and runs (one seed).
+#[test]
+fn all_shipped_experiments_run() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(root().join("experiments")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.extension().and_then(|e| e.to_str()) != Some("toml") {
+            continue;
+        }
+        let out = qsim()
+            .args(["run", p.to_str().unwrap(), "--format", "json", "--set", "rows=40"])
+            .output()
+            .unwrap();
+        // files without a top-level `rows` reject the override; run them as they are
+        let out = if out.status.code() == Some(2) && String::from_utf8_lossy(&out.stderr).contains("rows") {
+            qsim().args(["run", p.to_str().unwrap(), "--format", "json"]).output().unwrap()
+        } else {
+            out
+        };
+        assert!(out.status.success(), "{}: {}", p.display(), String::from_utf8_lossy(&out.stderr));
+        n += 1;
+    }
+    assert!(n >= 2);
+}
