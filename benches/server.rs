@@ -18,7 +18,11 @@ use std::sync::Arc;
 
 fn cpu_seconds() -> f64 {
     if let Ok(s) = std::fs::read_to_string("/proc/thread-self/schedstat") {
-        if let Some(ns) = s.split_whitespace().next().and_then(|x| x.parse::<u64>().ok()) {
+        if let Some(ns) = s
+            .split_whitespace()
+            .next()
+            .and_then(|x| x.parse::<u64>().ok())
+        {
             return ns as f64 / 1e9;
         }
     }
@@ -34,7 +38,12 @@ fn peak_rss_mb() -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     for l in s.lines() {
         if let Some(v) = l.strip_prefix("VmHWM:") {
-            let kb: f64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0.0);
+            let kb: f64 = v
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0.0);
             return kb / 1024.0;
         }
     }
@@ -60,7 +69,14 @@ fn saturation() -> f64 {
     let mut c = Cluster::new(prof, 1, RouterKind::RoundRobin, 1);
     let mut id = 0u64;
     for _ in 0..1024 {
-        c.submit(0, Request { id, input_tokens: 512, output_tokens: 512 });
+        c.submit(
+            0,
+            Request {
+                id,
+                input_tokens: 512,
+                output_tokens: 512,
+            },
+        );
         id += 1;
     }
     let (warm, end): (Nanos, Nanos) = (60_000_000_000, 360_000_000_000);
@@ -74,7 +90,14 @@ fn saturation() -> f64 {
             if x.finished >= warm {
                 done += 1;
             }
-            c.submit(x.finished, Request { id, input_tokens: 512, output_tokens: 512 });
+            c.submit(
+                x.finished,
+                Request {
+                    id,
+                    input_tokens: 512,
+                    output_tokens: 512,
+                },
+            );
             id += 1;
         }
     }
@@ -101,7 +124,14 @@ fn open_loop(n: u64, rate: f64) -> String {
             last = tc;
         } else {
             let (t, i, o) = src.pop().expect("peeked");
-            c.submit(t, Request { id, input_tokens: i, output_tokens: o });
+            c.submit(
+                t,
+                Request {
+                    id,
+                    input_tokens: i,
+                    output_tokens: o,
+                },
+            );
             id += 1;
         }
         while c.poll_completion().is_some() {
@@ -144,7 +174,11 @@ fn run_child(name: &str, arg: Option<f64>) -> String {
         cmd.arg("--arg").arg(format!("{a}"));
     }
     let out = cmd.output().expect("child runs");
-    assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 

@@ -25,7 +25,11 @@ fn json_has_the_server_fields() {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let sc = &v["scenarios"][0];
     for k in [
@@ -52,7 +56,12 @@ fn bad(file_text: &str, field: &str) {
     let p = dir.path().join("x.toml");
     let model = root().join("models/gpt-oss-20b-h100-nim.toml");
     std::fs::write(&p, file_text.replace("MODEL", &model.display().to_string())).unwrap();
-    let out = Command::cargo_bin("qsim").unwrap().arg("run").arg(&p).output().unwrap();
+    let out = Command::cargo_bin("qsim")
+        .unwrap()
+        .arg("run")
+        .arg(&p)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{file_text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("x.toml") && err.contains(field), "{err}");
@@ -68,12 +77,36 @@ output_tokens = { dist = "const", value = 100 }
 
 #[test]
 fn bad_files_exit_2_naming_the_field() {
-    bad(&format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = 10\nclients = 3\n"), "scenario[0]");
-    bad(&format!("{BASE}[[scenario]]\nname = \"a\"\n"), "scenario[0]");
-    bad(&format!("{BASE}router = \"random\"\n[[scenario]]\nname = \"a\"\nrpm = 10\n"), "router");
-    bad(&format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = -5\n"), "scenario[0].rpm");
-    bad(&format!("{BASE}snapshots_s = [5, 2]\n[[scenario]]\nname = \"a\"\nrpm = 5\n"), "snapshots_s[1]");
+    bad(
+        &format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = 10\nclients = 3\n"),
+        "scenario[0]",
+    );
+    bad(
+        &format!("{BASE}[[scenario]]\nname = \"a\"\n"),
+        "scenario[0]",
+    );
+    bad(
+        &format!("{BASE}router = \"random\"\n[[scenario]]\nname = \"a\"\nrpm = 10\n"),
+        "router",
+    );
+    bad(
+        &format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = -5\n"),
+        "scenario[0].rpm",
+    );
+    bad(
+        &format!("{BASE}snapshots_s = [5, 2]\n[[scenario]]\nname = \"a\"\nrpm = 5\n"),
+        "snapshots_s[1]",
+    );
     bad(&format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = 5\narrivals = {{ process = \"gamma\", cv = 0 }}\n"), "scenario[0].arrivals");
-    bad(&format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = 5\nbogus = 1\n"), "scenario[0]");
-    bad(&format!("{}[[scenario]]\nname = \"a\"\nrpm = 5\n", BASE.replace("MODEL", "/nonexistent.toml")), "server");
+    bad(
+        &format!("{BASE}[[scenario]]\nname = \"a\"\nrpm = 5\nbogus = 1\n"),
+        "scenario[0]",
+    );
+    bad(
+        &format!(
+            "{}[[scenario]]\nname = \"a\"\nrpm = 5\n",
+            BASE.replace("MODEL", "/nonexistent.toml")
+        ),
+        "server",
+    );
 }

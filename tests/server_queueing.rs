@@ -72,7 +72,10 @@ fn md1_mean_wait_matches_pollaczek_khinchine() {
     let w = mean_wait(RawDist::Const { value: 10_000.0 }, lambda, 150.0, 16);
     let expect = rho * s / (2.0 * (1.0 - rho));
     let err = (w - expect).abs() / expect;
-    println!("M/D/1: simulated {w:.6e} s, P-K {expect:.6e} s, error {:.3} %", err * 100.0);
+    println!(
+        "M/D/1: simulated {w:.6e} s, P-K {expect:.6e} s, error {:.3} %",
+        err * 100.0
+    );
     assert!(err < 0.02, "M/D/1 mean wait {w} vs {expect} (error {err})");
 }
 
@@ -81,9 +84,20 @@ fn mm1_mean_wait_matches_pollaczek_khinchine() {
     // S ~ Exp(mean 10,000 tokens) × 100 ns = 1 ms mean, ρ = 0.5
     let (s, rho) = (1e-3, 0.5);
     let lambda = rho / s;
-    let w = mean_wait(RawDist::Exp { mean: 10_000.0, max: None }, lambda, 150.0, 16);
+    let w = mean_wait(
+        RawDist::Exp {
+            mean: 10_000.0,
+            max: None,
+        },
+        lambda,
+        150.0,
+        16,
+    );
     let expect = rho * s / (1.0 - rho); // λE[S²]/(2(1−ρ)) with E[S²] = 2s²
     let err = (w - expect).abs() / expect;
-    println!("M/M/1: simulated {w:.6e} s, P-K {expect:.6e} s, error {:.3} %", err * 100.0);
+    println!(
+        "M/M/1: simulated {w:.6e} s, P-K {expect:.6e} s, error {:.3} %",
+        err * 100.0
+    );
     assert!(err < 0.02, "M/M/1 mean wait {w} vs {expect} (error {err})");
 }

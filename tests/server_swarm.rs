@@ -44,7 +44,11 @@ ingress_ms = {}
         unit(rng) < 0.5,
         unit(rng) * 2.0,
         unit(rng),
-        if unit(rng) < 0.5 { 0.0 } else { unit(rng) * 3.0 },
+        if unit(rng) < 0.5 {
+            0.0
+        } else {
+            unit(rng) * 3.0
+        },
     );
     let v = qsim::config::parse_toml("swarm", &text).unwrap();
     ServerProfile::from_value("swarm", v).unwrap()
@@ -59,7 +63,11 @@ fn run_one(seed: u64) -> Outcome {
     let mut rng = stream(seed, 99, 1);
     let profile = Arc::new(random_profile(&mut rng));
     let replicas = pick(&mut rng, 1, 4) as u32;
-    let router = [RouterKind::RoundRobin, RouterKind::LeastOutstanding, RouterKind::LeastKv][pick(&mut rng, 0, 2) as usize];
+    let router = [
+        RouterKind::RoundRobin,
+        RouterKind::LeastOutstanding,
+        RouterKind::LeastKv,
+    ][pick(&mut rng, 0, 2) as usize];
     let mut c = Cluster::new(profile.clone(), replicas, router, seed);
     let n = pick(&mut rng, 1, 400);
     let mean_gap = unit(&mut rng) * 20e6; // up to 20 ms between arrivals
@@ -71,19 +79,31 @@ fn run_one(seed: u64) -> Outcome {
     let total_blocks = profile.total_blocks;
     let gap = |rng: &mut Rng| (-(1.0 - unit(rng)).ln() * mean_gap) as Nanos;
     let mut ta = gap(&mut rng);
-    let drain = |c: &mut Cluster, reqs: &mut BTreeMap<u64, (u32, bool)>, gen: &mut u64, rejected: &mut (u64, u64)| {
+    let drain = |c: &mut Cluster,
+                 reqs: &mut BTreeMap<u64, (u32, bool)>,
+                 gen: &mut u64,
+                 rejected: &mut (u64, u64)| {
         while let Some(d) = c.poll_completion() {
-            let e = reqs.get_mut(&d.id).unwrap_or_else(|| panic!("seed {seed}: unknown id {}", d.id));
+            let e = reqs
+                .get_mut(&d.id)
+                .unwrap_or_else(|| panic!("seed {seed}: unknown id {}", d.id));
             assert!(!e.1, "seed {seed}: request {} ended twice", d.id);
             e.1 = true;
             assert!(d.replica < c.replica_count(), "seed {seed}: bad replica");
-            assert!(d.arrival <= d.first_token && d.first_token <= d.finished, "seed {seed}: time order {d:?}");
+            assert!(
+                d.arrival <= d.first_token && d.first_token <= d.finished,
+                "seed {seed}: time order {d:?}"
+            );
             if d.rejected {
                 assert_eq!(d.output_tokens, 0, "seed {seed}");
                 rejected.0 += 1;
                 rejected.1 += e.0 as u64;
             } else {
-                assert_eq!(d.output_tokens, e.0, "seed {seed}: request {} got {} of {} tokens", d.id, d.output_tokens, e.0);
+                assert_eq!(
+                    d.output_tokens, e.0,
+                    "seed {seed}: request {} got {} of {} tokens",
+                    d.id, d.output_tokens, e.0
+                );
                 *gen += d.output_tokens as u64;
             }
         }
@@ -95,7 +115,10 @@ fn run_one(seed: u64) -> Outcome {
                 t = tc;
                 c.handle_timeout(tc);
             }
-            None if next >= n => panic!("seed {seed}: {} requests stuck with no deadline", c.outstanding()),
+            None if next >= n => panic!(
+                "seed {seed}: {} requests stuck with no deadline",
+                c.outstanding()
+            ),
             _ => {
                 t = arrival;
                 // mostly valid requests, some empty or too long (rejected)
@@ -118,7 +141,10 @@ fn run_one(seed: u64) -> Outcome {
         }
         for i in 0..c.replica_count() {
             let used = c.kv_blocks_in_use(i);
-            assert!(used <= total_blocks, "seed {seed}: replica {i} uses {used} > {total_blocks} KV blocks");
+            assert!(
+                used <= total_blocks,
+                "seed {seed}: replica {i} uses {used} > {total_blocks} KV blocks"
+            );
         }
         {
             let mut r = (rejected, rejected_tokens);
@@ -132,19 +158,37 @@ fn run_one(seed: u64) -> Outcome {
         );
     }
     {
-            let mut r = (rejected, rejected_tokens);
-            drain(&mut c, &mut reqs, &mut gen, &mut r);
-            (rejected, rejected_tokens) = r;
-        }
-    assert!(reqs.values().all(|e| e.1), "seed {seed}: a request never ended");
+        let mut r = (rejected, rejected_tokens);
+        drain(&mut c, &mut reqs, &mut gen, &mut r);
+        (rejected, rejected_tokens) = r;
+    }
+    assert!(
+        reqs.values().all(|e| e.1),
+        "seed {seed}: a request never ended"
+    );
     let m = c.metrics().total(t);
     // tokens generated = tokens requested by the requests that were not rejected
-    assert_eq!(gen, requested - rejected_tokens, "seed {seed}: tokens generated != tokens requested minus rejected");
-    assert_eq!(m.output_tokens, gen, "seed {seed}: tokens generated {} != tokens delivered {gen}", m.output_tokens);
-    assert_eq!(m.completed + m.rejected, n, "seed {seed}: completed + rejected != submitted");
+    assert_eq!(
+        gen,
+        requested - rejected_tokens,
+        "seed {seed}: tokens generated != tokens requested minus rejected"
+    );
+    assert_eq!(
+        m.output_tokens, gen,
+        "seed {seed}: tokens generated {} != tokens delivered {gen}",
+        m.output_tokens
+    );
+    assert_eq!(
+        m.completed + m.rejected,
+        n,
+        "seed {seed}: completed + rejected != submitted"
+    );
     assert_eq!(m.rejected, rejected, "seed {seed}");
     for r in &c.metrics().replicas {
-        assert!(r.kv_blocks.max <= total_blocks as u64, "seed {seed}: peak KV blocks over capacity");
+        assert!(
+            r.kv_blocks.max <= total_blocks as u64,
+            "seed {seed}: peak KV blocks over capacity"
+        );
     }
     Outcome {
         preemptions: m.preemptions,

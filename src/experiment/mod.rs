@@ -27,13 +27,19 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
     let src = path.display().to_string();
     let kind = v
         .get("kind")
-        .ok_or_else(|| ConfigError::new(&src, "kind", "missing; expected \"hosted\" or \"server\""))?
+        .ok_or_else(|| {
+            ConfigError::new(&src, "kind", "missing; expected \"hosted\" or \"server\"")
+        })?
         .as_str()
         .ok_or_else(|| ConfigError::new(&src, "kind", "must be a string"))?
         .to_string();
     match kind.as_str() {
         "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
         "server" => Ok(ExperimentFile::Server(ServerSuite::from_value(path, v)?)),
-        other => Err(ConfigError::new(&src, "kind", format!("unknown experiment kind {other:?}; expected \"hosted\" or \"server\""))),
+        other => Err(ConfigError::new(
+            &src,
+            "kind",
+            format!("unknown experiment kind {other:?}; expected \"hosted\" or \"server\""),
+        )),
     }
 }

@@ -96,7 +96,11 @@ fn pos_f(file: &str, field: &str, v: f64, max: f64) -> Result<f64, ConfigError> 
     if v.is_finite() && v > 0.0 && v <= max {
         Ok(v)
     } else {
-        Err(ConfigError::new(file, field, format!("must be in (0, {max}], got {v}")))
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in (0, {max}], got {v}"),
+        ))
     }
 }
 
@@ -104,7 +108,11 @@ fn pos_i(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> 
     if v > 0 && v <= max {
         Ok(v as u32)
     } else {
-        Err(ConfigError::new(file, field, format!("must be in 1..={max}, got {v}")))
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in 1..={max}, got {v}"),
+        ))
     }
 }
 
@@ -114,7 +122,11 @@ fn snapshots(file: &str, field: &str, v: &[f64]) -> Result<Vec<Nanos>, ConfigErr
         let s = pos_f(file, &format!("{field}[{i}]"), s, 1e7)?;
         let t = secs(s);
         if out.last().is_some_and(|&p| p >= t) {
-            return Err(ConfigError::new(file, format!("{field}[{i}]"), "snapshot times must increase"));
+            return Err(ConfigError::new(
+                file,
+                format!("{field}[{i}]"),
+                "snapshot times must increase",
+            ));
         }
         out.push(t);
     }
@@ -128,11 +140,19 @@ impl ServerSuite {
         let f = fname.as_str();
         let raw: RawServerSuite = from_value(f, v)?;
         if raw.kind != "server" {
-            return Err(ConfigError::new(f, "kind", format!("expected \"server\", got {:?}", raw.kind)));
+            return Err(ConfigError::new(
+                f,
+                "kind",
+                format!("expected \"server\", got {:?}", raw.kind),
+            ));
         }
         let ppath = resolve_relative(file, &raw.server);
         if !ppath.is_file() {
-            return Err(ConfigError::new(f, "server", format!("server profile not found: {}", ppath.display())));
+            return Err(ConfigError::new(
+                f,
+                "server",
+                format!("server profile not found: {}", ppath.display()),
+            ));
         }
         let profile = Arc::new(load_profile(&ppath)?);
         let replicas = pos_i(f, "replicas", raw.replicas, 4096)?;
@@ -140,13 +160,20 @@ impl ServerSuite {
             ConfigError::new(
                 f,
                 "router",
-                format!("unknown router {:?}; expected round_robin, least_outstanding or least_kv", raw.router),
+                format!(
+                    "unknown router {:?}; expected round_robin, least_outstanding or least_kv",
+                    raw.router
+                ),
             )
         })?;
         let duration = pos_f(f, "duration_s", raw.duration_s, 1e7)?;
         let snaps = snapshots(f, "snapshots_s", &raw.snapshots_s)?;
         if raw.scenario.is_empty() {
-            return Err(ConfigError::new(f, "scenario", "at least one [[scenario]] is needed"));
+            return Err(ConfigError::new(
+                f,
+                "scenario",
+                "at least one [[scenario]] is needed",
+            ));
         }
         let mut scenarios = Vec::new();
         for (i, s) in raw.scenario.iter().enumerate() {
@@ -157,40 +184,74 @@ impl ServerSuite {
             }
             let lengths = Lengths {
                 input: match &s.input_tokens {
-                    Some(d) => d.validate().map_err(|r| ConfigError::new(f, fld("input_tokens"), r))?,
-                    None => raw.input_tokens.validate().map_err(|r| ConfigError::new(f, "input_tokens", r))?,
+                    Some(d) => d
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, fld("input_tokens"), r))?,
+                    None => raw
+                        .input_tokens
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, "input_tokens", r))?,
                 },
                 output: match &s.output_tokens {
-                    Some(d) => d.validate().map_err(|r| ConfigError::new(f, fld("output_tokens"), r))?,
-                    None => raw.output_tokens.validate().map_err(|r| ConfigError::new(f, "output_tokens", r))?,
+                    Some(d) => d
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, fld("output_tokens"), r))?,
+                    None => raw
+                        .output_tokens
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, "output_tokens", r))?,
                 },
             };
             let load = match (s.rpm, s.clients) {
                 (Some(rpm), None) => {
                     let rpm = pos_f(f, &fld("rpm"), rpm, 1e9)?;
-                    let arr = s.arrivals.as_ref().or(raw.arrivals.as_ref()).cloned().unwrap_or(RawArrivals::Poisson);
-                    let process = ArrivalProcess::new(&arr, rpm / 60.0).map_err(|r| ConfigError::new(f, fld("arrivals"), r))?;
+                    let arr = s
+                        .arrivals
+                        .as_ref()
+                        .or(raw.arrivals.as_ref())
+                        .cloned()
+                        .unwrap_or(RawArrivals::Poisson);
+                    let process = ArrivalProcess::new(&arr, rpm / 60.0)
+                        .map_err(|r| ConfigError::new(f, fld("arrivals"), r))?;
                     if s.think_s.is_some() {
-                        return Err(ConfigError::new(f, fld("think_s"), "only closed-loop scenarios (`clients`) think"));
+                        return Err(ConfigError::new(
+                            f,
+                            fld("think_s"),
+                            "only closed-loop scenarios (`clients`) think",
+                        ));
                     }
                     Load::Open { rpm, process }
                 }
                 (None, Some(c)) => {
                     let clients = pos_i(f, &fld("clients"), c, 10_000_000)?;
                     if s.arrivals.is_some() {
-                        return Err(ConfigError::new(f, fld("arrivals"), "closed-loop scenarios have no arrival process"));
+                        return Err(ConfigError::new(
+                            f,
+                            fld("arrivals"),
+                            "closed-loop scenarios have no arrival process",
+                        ));
                     }
                     let think = match s.think_s.as_ref().or(raw.think_s.as_ref()) {
-                        Some(d) => d.validate().map_err(|r| ConfigError::new(f, fld("think_s"), r))?,
+                        Some(d) => d
+                            .validate()
+                            .map_err(|r| ConfigError::new(f, fld("think_s"), r))?,
                         None => Sampler::constant(0.0),
                     };
                     Load::Closed { clients, think }
                 }
                 (Some(_), Some(_)) => {
-                    return Err(ConfigError::new(f, &at, "give either `rpm` (open loop) or `clients` (closed loop), not both"))
+                    return Err(ConfigError::new(
+                        f,
+                        &at,
+                        "give either `rpm` (open loop) or `clients` (closed loop), not both",
+                    ))
                 }
                 (None, None) => {
-                    return Err(ConfigError::new(f, &at, "needs `rpm` (open loop) or `clients` (closed loop)"))
+                    return Err(ConfigError::new(
+                        f,
+                        &at,
+                        "needs `rpm` (open loop) or `clients` (closed loop)",
+                    ))
                 }
             };
             let router = match &s.router {
@@ -277,8 +338,18 @@ pub fn run_suite(suite: &ServerSuite, seed: u64) -> Vec<ServerResult> {
 }
 
 /// Run one scenario with `seed`; `scope` separates scenarios' random streams.
-pub fn run_scenario(profile: Arc<ServerProfile>, s: &Scenario, seed: u64, scope: u64) -> ServerResult {
-    let mut cluster = Cluster::new(profile, s.replicas, s.router, seed.wrapping_add(scope << 32));
+pub fn run_scenario(
+    profile: Arc<ServerProfile>,
+    s: &Scenario,
+    seed: u64,
+    scope: u64,
+) -> ServerResult {
+    let mut cluster = Cluster::new(
+        profile,
+        s.replicas,
+        s.router,
+        seed.wrapping_add(scope << 32),
+    );
     let mut q: EventQueue<Ev> = EventQueue::new();
     let end = s.duration;
     let mut open = None;
@@ -286,7 +357,15 @@ pub fn run_scenario(profile: Arc<ServerProfile>, s: &Scenario, seed: u64, scope:
     let mut next_id = 0u64;
     match &s.load {
         Load::Open { process, .. } => {
-            let src = OpenLoop::new(process.clone(), s.lengths.clone(), seed, scope, 0, end, u64::MAX);
+            let src = OpenLoop::new(
+                process.clone(),
+                s.lengths.clone(),
+                seed,
+                scope,
+                0,
+                end,
+                u64::MAX,
+            );
             if let Some(t) = src.peek() {
                 q.schedule(t, Ev::Arrival);
             }
@@ -296,7 +375,14 @@ pub fn run_scenario(profile: Arc<ServerProfile>, s: &Scenario, seed: u64, scope:
             for c in 0..*clients {
                 q.schedule(0, Ev::Send(c));
             }
-            closed = Some(ClosedLoop::new(*clients, think.clone(), s.lengths.clone(), seed, scope, end));
+            closed = Some(ClosedLoop::new(
+                *clients,
+                think.clone(),
+                s.lengths.clone(),
+                seed,
+                scope,
+                end,
+            ));
         }
     }
     for &t in &s.snapshots {

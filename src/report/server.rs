@@ -193,33 +193,63 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
     if !suite.title.is_empty() {
         out.push_str(&format!("{}\n", suite.title));
     }
-    out.push_str(&format!("file {file}, server {} ({}), ", suite.profile.name, suite.profile_path));
+    out.push_str(&format!(
+        "file {file}, server {} ({}), ",
+        suite.profile.name, suite.profile_path
+    ));
     if runs > 1 {
-        out.push_str(&format!("{runs} seeds from {seed}: median [90% interval]\n\n"));
+        out.push_str(&format!(
+            "{runs} seeds from {seed}: median [90% interval]\n\n"
+        ));
     } else {
         out.push_str(&format!("seed {seed}\n\n"));
     }
-    let mut t = Table::new(std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())));
+    let mut t = Table::new(
+        std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())),
+    );
     t.row(std::iter::once("load".to_string()).chain(aggs.iter().map(|a| a.load.clone())));
-    t.row(std::iter::once("replicas".to_string()).chain(aggs.iter().map(|a| a.replicas.to_string())));
+    t.row(
+        std::iter::once("replicas".to_string()).chain(aggs.iter().map(|a| a.replicas.to_string())),
+    );
     for (m, (_, label, d)) in METRICS.iter().enumerate() {
-        t.row(std::iter::once(label.to_string()).chain(aggs.iter().map(|a| fmt(&a.total[m], *d, runs))));
+        t.row(
+            std::iter::once(label.to_string())
+                .chain(aggs.iter().map(|a| fmt(&a.total[m], *d, runs))),
+        );
     }
-    t.row(std::iter::once("unfinished at end".to_string()).chain(aggs.iter().map(|a| fmt(&a.unfinished, 0, runs))));
+    t.row(
+        std::iter::once("unfinished at end".to_string())
+            .chain(aggs.iter().map(|a| fmt(&a.unfinished, 0, runs))),
+    );
     out.push_str(&t.render());
     for a in aggs.iter().filter(|a| a.replicas > 1) {
         out.push_str(&format!("\n{}: per replica\n", a.name));
-        let mut t = Table::new(std::iter::once("metric".to_string()).chain((0..a.replicas).map(|k| format!("replica {k}"))));
+        let mut t = Table::new(
+            std::iter::once("metric".to_string())
+                .chain((0..a.replicas).map(|k| format!("replica {k}"))),
+        );
         for (m, (_, label, d)) in METRICS.iter().enumerate() {
-            t.row(std::iter::once(label.to_string()).chain(a.per_replica.iter().map(|r| fmt(&r[m], *d, runs))));
+            t.row(
+                std::iter::once(label.to_string())
+                    .chain(a.per_replica.iter().map(|r| fmt(&r[m], *d, runs))),
+            );
         }
         out.push_str(&t.render());
     }
     for a in aggs.iter().filter(|a| !a.snapshots.is_empty()) {
-        out.push_str(&format!("\n{}: snapshots (E2E of requests finished since the previous snapshot)\n", a.name));
-        let mut t = Table::new(std::iter::once("time (s)".to_string()).chain(SNAPSHOT.iter().map(|(k, _)| k.to_string())));
+        out.push_str(&format!(
+            "\n{}: snapshots (E2E of requests finished since the previous snapshot)\n",
+            a.name
+        ));
+        let mut t = Table::new(
+            std::iter::once("time (s)".to_string())
+                .chain(SNAPSHOT.iter().map(|(k, _)| k.to_string())),
+        );
         for (ts, v) in &a.snapshots {
-            t.row(std::iter::once(format!("{ts}")).chain(SNAPSHOT.iter().zip(v).map(|((_, d), s)| fmt(s, *d, runs))));
+            t.row(
+                std::iter::once(format!("{ts}"))
+                    .chain(SNAPSHOT.iter().zip(v).map(|((_, d), s)| fmt(s, *d, runs))),
+            );
         }
         out.push_str(&t.render());
     }
@@ -284,4 +314,26 @@ pub fn render_json(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate
         "seeds": runs,
         "scenarios": sc,
     })
+}
+
+/// Run a suite over `seeds` seeds from `seed` and render it (JSON or table).
+pub fn run_and_render(
+    suite: &ServerSuite,
+    file: &str,
+    seed: u64,
+    seeds: u64,
+    json: bool,
+) -> String {
+    let runs: Vec<_> = (0..seeds)
+        .map(|k| crate::experiment::server::run_suite(suite, seed.wrapping_add(k)))
+        .collect();
+    let aggs = aggregate(suite, &runs);
+    if json {
+        let mut s =
+            serde_json::to_string_pretty(&render_json(suite, file, seed, &aggs)).expect("json");
+        s.push('\n');
+        s
+    } else {
+        render_table(suite, file, seed, &aggs)
+    }
 }

@@ -98,7 +98,9 @@ impl Cluster {
             rng: stream(seed, 0, component::ROUTER),
             done: VecDeque::new(),
             metrics: ClusterMetrics {
-                replicas: (0..n).map(|_| ReplicaMetrics::new(profile.total_blocks)).collect(),
+                replicas: (0..n)
+                    .map(|_| ReplicaMetrics::new(profile.total_blocks))
+                    .collect(),
             },
             now: 0,
             profile,
@@ -158,14 +160,23 @@ impl Cluster {
 
     /// The next internal deadline (the earliest iteration end or API ingress).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        let t = self.replicas.iter().map(Replica::deadline).min().unwrap_or(NEVER);
+        let t = self
+            .replicas
+            .iter()
+            .map(Replica::deadline)
+            .min()
+            .unwrap_or(NEVER);
         (t != NEVER).then_some(t)
     }
 
     /// Advance every replica to `now`: finish iterations, start the next ones.
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.now = self.now.max(now);
-        for (r, m) in self.replicas.iter_mut().zip(self.metrics.replicas.iter_mut()) {
+        for (r, m) in self
+            .replicas
+            .iter_mut()
+            .zip(self.metrics.replicas.iter_mut())
+        {
             if r.deadline() <= now {
                 r.advance(now, &mut self.done, m);
             }

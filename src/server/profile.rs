@@ -110,7 +110,13 @@ pub struct IterationModel {
 impl IterationModel {
     /// (total duration, GPU-busy part) of one iteration, in ns.
     #[inline]
-    pub fn duration(&self, prefill_tokens: u64, decode_seqs: u64, kv_tokens: u64, seqs: u64) -> (Nanos, Nanos) {
+    pub fn duration(
+        &self,
+        prefill_tokens: u64,
+        decode_seqs: u64,
+        kv_tokens: u64,
+        seqs: u64,
+    ) -> (Nanos, Nanos) {
         let gpu = self.gpu_base_ns
             + self.gpu_per_kv_token_ns * kv_tokens as f64
             + self.gpu_per_token_ns * (prefill_tokens + decode_seqs) as f64;
@@ -141,19 +147,34 @@ pub struct ServerProfile {
 
 fn pos_int(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
     if v <= 0 || v > max {
-        Err(ConfigError::new(file, field, format!("must be in 1..={max}, got {v}")))
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in 1..={max}, got {v}"),
+        ))
     } else {
         Ok(v as u32)
     }
 }
 
-fn num(file: &str, field: &str, v: f64, lo: f64, hi: f64, lo_open: bool) -> Result<f64, ConfigError> {
+fn num(
+    file: &str,
+    field: &str,
+    v: f64,
+    lo: f64,
+    hi: f64,
+    lo_open: bool,
+) -> Result<f64, ConfigError> {
     let ok = v.is_finite() && v <= hi && if lo_open { v > lo } else { v >= lo };
     if ok {
         Ok(v)
     } else {
         let l = if lo_open { "(" } else { "[" };
-        Err(ConfigError::new(file, field, format!("must be in {l}{lo}, {hi}], got {v}")))
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in {l}{lo}, {hi}], got {v}"),
+        ))
     }
 }
 
@@ -167,12 +188,20 @@ impl ServerProfile {
             return Err(ConfigError::new(
                 file,
                 "kind",
-                format!("expected \"server\" for a server profile, got {:?}", raw.kind),
+                format!(
+                    "expected \"server\" for a server profile, got {:?}",
+                    raw.kind
+                ),
             ));
         }
         let s = &raw.scheduler;
         let max_num_seqs = pos_int(file, "scheduler.max_num_seqs", s.max_num_seqs, 1 << 20)?;
-        let max_batched_tokens = pos_int(file, "scheduler.max_batched_tokens", s.max_batched_tokens, 1 << 30)?;
+        let max_batched_tokens = pos_int(
+            file,
+            "scheduler.max_batched_tokens",
+            s.max_batched_tokens,
+            1 << 30,
+        )?;
         if max_batched_tokens < max_num_seqs {
             return Err(ConfigError::new(
                 file,
@@ -183,9 +212,23 @@ impl ServerProfile {
         let max_model_len = pos_int(file, "scheduler.max_model_len", s.max_model_len, 1 << 30)?;
         let k = &raw.kv_cache;
         let block_size = pos_int(file, "kv_cache.block_size", k.block_size, 1 << 16)?;
-        let kv_bytes = num(file, "kv_cache.kv_bytes_per_token", k.kv_bytes_per_token, 0.0, 1e12, false)?;
+        let kv_bytes = num(
+            file,
+            "kv_cache.kv_bytes_per_token",
+            k.kv_bytes_per_token,
+            0.0,
+            1e12,
+            false,
+        )?;
         let it = &raw.iteration;
-        let weights_gib = num(file, "iteration.weights_gib", it.weights_gib, 0.0, 1e6, false)?;
+        let weights_gib = num(
+            file,
+            "iteration.weights_gib",
+            it.weights_gib,
+            0.0,
+            1e6,
+            false,
+        )?;
         let total_blocks = match k.total_blocks {
             Some(b) => pos_int(file, "kv_cache.total_blocks", b, u32::MAX as i64 / 2)?,
             None => {
@@ -197,8 +240,22 @@ impl ServerProfile {
                     )
                 })?;
                 let mem = num(file, "kv_cache.gpu_memory_gib", mem, 0.0, 1e6, true)?;
-                let util = num(file, "kv_cache.gpu_memory_utilization", k.gpu_memory_utilization, 0.0, 1.0, true)?;
-                let res = num(file, "kv_cache.reserved_gib", k.reserved_gib, 0.0, 1e6, false)?;
+                let util = num(
+                    file,
+                    "kv_cache.gpu_memory_utilization",
+                    k.gpu_memory_utilization,
+                    0.0,
+                    1.0,
+                    true,
+                )?;
+                let res = num(
+                    file,
+                    "kv_cache.reserved_gib",
+                    k.reserved_gib,
+                    0.0,
+                    1e6,
+                    false,
+                )?;
                 if kv_bytes <= 0.0 {
                     return Err(ConfigError::new(
                         file,
@@ -229,15 +286,50 @@ impl ServerProfile {
                 ),
             ));
         }
-        let bw = num(file, "iteration.hbm_bandwidth_tb_s", it.hbm_bandwidth_tb_s, 0.0, 1e6, true)? * 1e12;
-        let peak = num(file, "iteration.peak_tflops", it.peak_tflops, 0.0, 1e9, true)? * 1e12;
+        let bw = num(
+            file,
+            "iteration.hbm_bandwidth_tb_s",
+            it.hbm_bandwidth_tb_s,
+            0.0,
+            1e6,
+            true,
+        )? * 1e12;
+        let peak = num(
+            file,
+            "iteration.peak_tflops",
+            it.peak_tflops,
+            0.0,
+            1e9,
+            true,
+        )? * 1e12;
         let wread = match it.weights_read_gib {
             Some(w) => num(file, "iteration.weights_read_gib", w, 0.0, 1e6, false)?,
             None => weights_gib,
         } * GIB;
-        let active = num(file, "iteration.active_params_b", it.active_params_b, 0.0, 1e6, false)? * 1e9;
-        let be = num(file, "iteration.bandwidth_efficiency", it.bandwidth_efficiency, 0.0, 1.0, true)?;
-        let ce = num(file, "iteration.compute_efficiency", it.compute_efficiency, 0.0, 1.0, true)?;
+        let active = num(
+            file,
+            "iteration.active_params_b",
+            it.active_params_b,
+            0.0,
+            1e6,
+            false,
+        )? * 1e9;
+        let be = num(
+            file,
+            "iteration.bandwidth_efficiency",
+            it.bandwidth_efficiency,
+            0.0,
+            1.0,
+            true,
+        )?;
+        let ce = num(
+            file,
+            "iteration.compute_efficiency",
+            it.compute_efficiency,
+            0.0,
+            1.0,
+            true,
+        )?;
         let ms = |name: &str, v: f64| num(file, &format!("iteration.{name}"), v, 0.0, 1e7, false);
         let gpu_fixed = ms("gpu_fixed_ms", it.gpu_fixed_ms)? * 1e6;
         let cpu = ms("cpu_overhead_ms", it.cpu_overhead_ms)? * 1e6;
@@ -252,7 +344,11 @@ impl ServerProfile {
             cpu_per_seq_ns: cpu_seq,
         };
         if iteration.duration(0, 1, 1, 1).0 == 0 {
-            return Err(ConfigError::new(file, "iteration", "iteration time is zero"));
+            return Err(ConfigError::new(
+                file,
+                "iteration",
+                "iteration time is zero",
+            ));
         }
         Ok(ServerProfile {
             name: raw.name,

@@ -108,7 +108,13 @@ impl Replica {
     }
 
     /// A request arrives at `now` (the caller has advanced the replica to `now`).
-    pub fn submit(&mut self, now: Nanos, r: Request, out: &mut VecDeque<Completion>, m: &mut ReplicaMetrics) {
+    pub fn submit(
+        &mut self,
+        now: Nanos,
+        r: Request,
+        out: &mut VecDeque<Completion>,
+        m: &mut ReplicaMetrics,
+    ) {
         m.submitted += 1;
         if self.reject_reason(&r).is_some() {
             m.rejected += 1;
@@ -268,8 +274,10 @@ impl Replica {
             }
         }
         m.running.set(t, self.running.len() as u64);
-        m.waiting.set(t, (self.ingress.len() + self.waiting.len()) as u64);
-        m.kv_blocks.set(t, (self.profile.total_blocks - self.free_blocks) as u64);
+        m.waiting
+            .set(t, (self.ingress.len() + self.waiting.len()) as u64);
+        m.kv_blocks
+            .set(t, (self.profile.total_blocks - self.free_blocks) as u64);
         if n == 0 {
             self.iter_end = NEVER;
             return;
@@ -281,7 +289,12 @@ impl Replica {
         self.iter_gpu = gpu;
     }
 
-    fn finish_iteration(&mut self, t: Nanos, out: &mut VecDeque<Completion>, m: &mut ReplicaMetrics) {
+    fn finish_iteration(
+        &mut self,
+        t: Nanos,
+        out: &mut VecDeque<Completion>,
+        m: &mut ReplicaMetrics,
+    ) {
         let start = self.iter_start;
         m.iterations += 1;
         m.gpu_busy_ns += self.iter_gpu as u128;

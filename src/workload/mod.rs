@@ -37,7 +37,14 @@ impl ArrivalProcess {
         let (kind, d) = match raw {
             RawArrivals::Poisson => ("poisson", RawDist::Exp { mean, max: None }),
             RawArrivals::Constant => ("constant", RawDist::Const { value: mean }),
-            RawArrivals::Gamma { cv } => ("gamma", RawDist::Gamma { mean, cv: *cv, max: None }),
+            RawArrivals::Gamma { cv } => (
+                "gamma",
+                RawDist::Gamma {
+                    mean,
+                    cv: *cv,
+                    max: None,
+                },
+            ),
         };
         Ok(ArrivalProcess {
             kind,
@@ -60,7 +67,12 @@ pub struct Lengths {
 }
 
 impl Lengths {
-    pub fn from_raw(file: &str, at: &str, input: &RawDist, output: &RawDist) -> Result<Self, ConfigError> {
+    pub fn from_raw(
+        file: &str,
+        at: &str,
+        input: &RawDist,
+        output: &RawDist,
+    ) -> Result<Self, ConfigError> {
         let f = |name: &str, d: &RawDist| {
             d.validate()
                 .map_err(|r| ConfigError::new(file, format!("{at}{name}"), r))
@@ -74,8 +86,16 @@ impl Lengths {
     /// (input, output) tokens, each at least 1.
     #[inline]
     pub fn sample(&self, rng: &mut Rng) -> (u32, u32) {
-        let i = self.input.sample(rng).round().clamp(1.0, u32::MAX as f64 / 4.0) as u32;
-        let o = self.output.sample(rng).round().clamp(1.0, u32::MAX as f64 / 4.0) as u32;
+        let i = self
+            .input
+            .sample(rng)
+            .round()
+            .clamp(1.0, u32::MAX as f64 / 4.0) as u32;
+        let o = self
+            .output
+            .sample(rng)
+            .round()
+            .clamp(1.0, u32::MAX as f64 / 4.0) as u32;
         (i, o)
     }
 }
@@ -93,7 +113,15 @@ pub struct OpenLoop {
 
 impl OpenLoop {
     /// `scope` separates several sources of one run.
-    pub fn new(process: ArrivalProcess, lengths: Lengths, seed: u64, scope: u64, start: Nanos, end: Nanos, limit: u64) -> Self {
+    pub fn new(
+        process: ArrivalProcess,
+        lengths: Lengths,
+        seed: u64,
+        scope: u64,
+        start: Nanos,
+        end: Nanos,
+        limit: u64,
+    ) -> Self {
         let mut rng = stream(seed, scope, component::ARRIVALS);
         // the first arrival comes after one gap (a random phase for constant rates)
         let first = match process.kind {
@@ -137,7 +165,14 @@ pub struct ClosedLoop {
 }
 
 impl ClosedLoop {
-    pub fn new(clients: u32, think: Sampler, lengths: Lengths, seed: u64, scope: u64, end: Nanos) -> Self {
+    pub fn new(
+        clients: u32,
+        think: Sampler,
+        lengths: Lengths,
+        seed: u64,
+        scope: u64,
+        end: Nanos,
+    ) -> Self {
         ClosedLoop {
             lengths,
             think,
