@@ -476,3 +476,81 @@ pub fn run_scenario(
         unfinished: cluster.outstanding() as u64,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Arc<ServerProfile> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/llama-3.1-8b-h100-vllm.toml");
+        Arc::new(load_profile(&p).unwrap())
+    }
+
+    fn scenario(load: Load, replicas: u32, router: RouterKind) -> Scenario {
+        Scenario {
+            name: "t".into(),
+            description: String::new(),
+            load,
+            lengths: Lengths {
+                input: Sampler::constant(200.0),
+                output: Sampler::constant(100.0),
+            },
+            duration: secs(120.0),
+            replicas,
+            router,
+            drain: false,
+            snapshots: vec![secs(60.0)],
+        }
+    }
+
+    #[test]
+    fn one_closed_loop_client_runs_requests_back_to_back() {
+        let s = scenario(
+            Load::Closed {
+                clients: 1,
+                think: Sampler::constant(0.0),
+            },
+            1,
+            RouterKind::RoundRobin,
+        );
+        let r = run_scenario(profile(), &s, 1, 0);
+        let m = &r.metrics.replicas[0];
+        // never more than one request in the server; no queueing beyond the API ingress
+        assert_eq!(m.running.max, 1);
+        assert!((m.queue_delay.max_s() - 0.002).abs() < 1e-9);
+        // completions × E2E fill the run (minus the request in flight)
+        let busy = m.e2e.sum_s();
+        assert!(
+            busy <= 120.0 && busy > 120.0 - 2.0 * m.e2e.max_s(),
+            "{busy}"
+        );
+        assert_eq!(r.snapshots.len(), 1);
+        assert_eq!(r.snapshots[0].outstanding, 1);
+    }
+
+    #[test]
+    fn least_outstanding_spreads_load_over_replicas() {
+        let process = ArrivalProcess::new(&RawArrivals::Poisson, 20.0).unwrap();
+        for router in [
+            RouterKind::RoundRobin,
+            RouterKind::LeastOutstanding,
+            RouterKind::LeastKv,
+        ] {
+            let s = scenario(
+                Load::Open {
+                    rpm: 1200.0,
+                    process: process.clone(),
+                },
+                3,
+                router,
+            );
+            let r = run_scenario(profile(), &s, 1, 0);
+            let sub: Vec<u64> = r.metrics.replicas.iter().map(|m| m.submitted).collect();
+            let total: u64 = sub.iter().sum();
+            for x in &sub {
+                let share = *x as f64 / total as f64;
+                assert!((share - 1.0 / 3.0).abs() < 0.05, "{router:?}: {sub:?}");
+            }
+        }
+    }
+}
