@@ -27,6 +27,7 @@ struct RawScenario {
     router: Option<String>,
     drain: Option<bool>,
     snapshots_s: Option<Vec<f64>>,
+    snapshot_every_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +46,7 @@ struct RawServerSuite {
     drain: bool,
     #[serde(default)]
     snapshots_s: Vec<f64>,
+    snapshot_every_s: Option<f64>,
     arrivals: Option<RawArrivals>,
     think_s: Option<RawDist>,
     input_tokens: RawDist,
@@ -279,9 +281,34 @@ impl ServerSuite {
                 },
                 router,
                 drain: s.drain.unwrap_or(raw.drain),
-                snapshots: match &s.snapshots_s {
-                    Some(v) => snapshots(f, &fld("snapshots_s"), v)?,
-                    None => snaps.clone(),
+                snapshots: {
+                    let mut v = match &s.snapshots_s {
+                        Some(v) => snapshots(f, &fld("snapshots_s"), v)?,
+                        None => snaps.clone(),
+                    };
+                    let (every, at) = match s.snapshot_every_s {
+                        Some(e) => (Some(e), fld("snapshot_every_s")),
+                        None => (raw.snapshot_every_s, "snapshot_every_s".to_string()),
+                    };
+                    if let Some(e) = every {
+                        let e = pos_f(f, &at, e, 1e7)?;
+                        let d = s.duration_s.unwrap_or(duration);
+                        if d / e > 100_000.0 {
+                            return Err(ConfigError::new(
+                                f,
+                                at,
+                                format!("more than 100,000 snapshots in {d} s"),
+                            ));
+                        }
+                        let mut k = 1.0;
+                        while k * e <= d + 1e-9 {
+                            v.push(secs(k * e));
+                            k += 1.0;
+                        }
+                        v.sort_unstable();
+                        v.dedup();
+                    }
+                    v
                 },
             });
         }
@@ -306,6 +333,12 @@ pub struct Snapshot {
     /// E2E of the requests that finished since the previous snapshot.
     pub e2e_p50_s: f64,
     pub e2e_max_s: f64,
+    /// GPU utilization since the previous snapshot (mean over replicas).
+    pub gpu_util: f64,
+    /// KV blocks in use now / all blocks (all replicas).
+    pub kv_util: f64,
+    /// Preemptions so far.
+    pub preemptions: u64,
 }
 
 /// What one scenario measured.
@@ -394,6 +427,7 @@ pub fn run_scenario(
     let mut completed = 0u64;
     let mut snaps = Vec::with_capacity(s.snapshots.len());
     let mut last = 0;
+    let (mut prev_t, mut prev_busy): (Nanos, u128) = (0, 0);
     loop {
         let tq = q.peek_time().unwrap_or(NEVER);
         let tc = cluster.poll_timeout().unwrap_or(NEVER);
@@ -437,8 +471,18 @@ pub fn run_scenario(
                     next_id += 1;
                 }
                 Ev::Snapshot => {
-                    cluster.handle_timeout(now);
+                    // the cluster went first at equal times: it is at `now`
+                    // and its completions are drained
+                    let m = cluster.metrics();
+                    let busy: u128 = m.replicas.iter().map(|r| r.gpu_busy_ns).sum();
+                    let reps = cluster.replica_count();
+                    let dt = (now - prev_t).max(1) as f64 * reps as f64;
+                    let used: u64 = (0..reps).map(|i| cluster.kv_blocks_in_use(i) as u64).sum();
+                    let total_blocks = cluster.profile().total_blocks as u64 * reps as u64;
                     snaps.push(Snapshot {
+                        gpu_util: ((busy - prev_busy) as f64 / dt).min(1.0),
+                        kv_util: used as f64 / total_blocks as f64,
+                        preemptions: m.replicas.iter().map(|r| r.preemptions).sum(),
                         t: now,
                         waiting: cluster.waiting() as u64,
                         running: cluster.running() as u64,
@@ -448,6 +492,8 @@ pub fn run_scenario(
                         e2e_max_s: window.max_s(),
                     });
                     window = DurationHist::new();
+                    prev_t = now;
+                    prev_busy = busy;
                 }
             }
         }
