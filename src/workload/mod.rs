@@ -67,6 +67,9 @@ pub struct Lengths {
 }
 
 impl Lengths {
+    /// Validate `input_tokens` / `output_tokens` distributions; errors name
+    /// the field as `{at}input_tokens` (pass `at = "scenario[2]."` for a
+    /// nested table, `""` at top level).
     pub fn from_raw(
         file: &str,
         at: &str,
