@@ -43,7 +43,12 @@ fn gpt_oss_20b_at_1000_rpm_matches_the_seed() {
         .position(|x| x.name == "capacity")
         .expect("capacity scenario");
     for seed in [1, 2, 3] {
-        let r = run_scenario(s.profile.clone(), &s.scenarios[i], seed, i as u64);
+        let r = run_scenario(
+            s.profile.clone(),
+            &s.scenarios[i],
+            seed,
+            s.scenarios[i].index,
+        );
         let v = values(&r.metrics.total(r.until), r.until, 1);
         within("E2E p50 (s)", metric(&v, "e2e_p50_s"), 1.25, 0.10, seed);
         within("TTFT p50 (s)", metric(&v, "ttft_p50_s"), 0.035, 0.10, seed);
@@ -88,7 +93,7 @@ fn twenty_thousand_rpm_without_limiter_grows_without_bound() {
         .iter()
         .position(|x| x.name == "peak-20x")
         .expect("peak-20x scenario");
-    let r = run_scenario(s.profile.clone(), &s.scenarios[i], 1, i as u64);
+    let r = run_scenario(s.profile.clone(), &s.scenarios[i], 1, s.scenarios[i].index);
     let sn = &r.snapshots;
     assert_eq!(sn.len(), 3, "snapshots at 1, 5, 10 min");
     for x in sn {
@@ -119,4 +124,18 @@ fn runs_are_deterministic() {
     assert_eq!(va, vb);
     let c = run_scenario(s.profile.clone(), &s.scenarios[0], 8, 0);
     assert_ne!(va, values(&c.metrics.total(c.until), c.until, 1));
+}
+
+#[test]
+fn a_scenario_gives_the_same_result_alone() {
+    let all = suite();
+    let full = qsim::experiment::server::run_suite(&all, 3);
+    let mut one = suite();
+    one.retain_only(&["mild".to_string()]).unwrap();
+    let alone = qsim::experiment::server::run_suite(&one, 3);
+    let i = all.scenarios.iter().position(|x| x.name == "mild").unwrap();
+    let v =
+        |r: &qsim::experiment::server::ServerResult| values(&r.metrics.total(r.until), r.until, 1);
+    assert_eq!(v(&full[i]), v(&alone[0]));
+    assert!(one.retain_only(&["nope".to_string()]).is_err());
 }

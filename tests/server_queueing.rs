@@ -38,6 +38,7 @@ active_params_b = 0.05
 fn mean_wait(input: RawDist, rate: f64, duration_s: f64, seeds: u64) -> f64 {
     let profile = mg1_profile();
     let sc = Scenario {
+        index: 0,
         name: "mg1".into(),
         description: String::new(),
         load: Load::Open {

@@ -73,6 +73,9 @@ pub enum Load {
 /// One validated scenario.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// Position in the file: selects the scenario's random streams, so a
+    /// scenario gives the same results whichever others run with it.
+    pub index: u64,
     pub name: String,
     pub description: String,
     pub load: Load,
@@ -266,7 +269,15 @@ impl ServerSuite {
                     )
                 })?,
             };
+            if raw.scenario[..i].iter().any(|p| p.name == s.name) {
+                return Err(ConfigError::new(
+                    f,
+                    fld("name"),
+                    format!("duplicate scenario name {:?}", s.name),
+                ));
+            }
             scenarios.push(Scenario {
+                index: i as u64,
                 name: s.name.clone(),
                 description: s.description.clone().unwrap_or_default(),
                 load,
@@ -322,6 +333,28 @@ impl ServerSuite {
     }
 }
 
+impl ServerSuite {
+    /// Keep only the scenarios named in `names` (all if empty), e.g. for
+    /// `--only`; an unknown name is an error listing the file's scenarios.
+    pub fn retain_only(&mut self, names: &[String]) -> Result<(), ConfigError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        for n in names {
+            if !self.scenarios.iter().any(|s| &s.name == n) {
+                let known: Vec<&str> = self.scenarios.iter().map(|s| s.name.as_str()).collect();
+                return Err(ConfigError::new(
+                    "--only",
+                    "",
+                    format!("no scenario named {n:?}; the file has {}", known.join(", ")),
+                ));
+            }
+        }
+        self.scenarios.retain(|s| names.contains(&s.name));
+        Ok(())
+    }
+}
+
 /// The server's state at a chosen time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
@@ -365,8 +398,7 @@ pub fn run_suite(suite: &ServerSuite, seed: u64) -> Vec<ServerResult> {
     suite
         .scenarios
         .iter()
-        .enumerate()
-        .map(|(i, s)| run_scenario(suite.profile.clone(), s, seed, i as u64))
+        .map(|s| run_scenario(suite.profile.clone(), s, seed, s.index))
         .collect()
 }
 
@@ -534,6 +566,7 @@ mod tests {
 
     fn scenario(load: Load, replicas: u32, router: RouterKind) -> Scenario {
         Scenario {
+            index: 0,
             name: "t".into(),
             description: String::new(),
             load,
