@@ -171,6 +171,16 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         }
                     }
                 }
+                ExperimentFile::Server(mut suite) => {
+                    suite.retain_only(&only)?;
+                    report::server::run_and_render(
+                        &suite,
+                        &fname,
+                        seed,
+                        seeds,
+                        format == Format::Json,
+                    )
+                }
             };
             emit(&text, out.as_deref())
         }
@@ -194,6 +204,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     ExperimentFile::Hosted(mut suite) => {
                         suite.retain_only(&only)?;
                         run_hosted(&suite, seed, seeds)
+                    }
+                    ExperimentFile::Server(_) => {
+                        return Err(CliError::Config(ConfigError::new(
+                            &fname,
+                            "kind",
+                            "qsim sweep supports hosted experiments only; vary a server file with qsim run --set",
+                        )))
                     }
                 };
                 points.push((combo, aggs));

@@ -8,6 +8,8 @@
 //! - [`client`]: client retry policies, the SDK retry layer, worker pools and
 //!   the managed batch executor;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
+//! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
+//! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
 
 pub mod cli;
@@ -19,4 +21,6 @@ pub mod experiment;
 pub mod hosted;
 pub mod limiter;
 pub mod report;
+pub mod server;
 pub mod time;
+pub mod workload;

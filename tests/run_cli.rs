@@ -371,16 +371,33 @@ fn all_shipped_experiments_run() {
             continue;
         }
         let out = qsim()
-            .args(["run", p.to_str().unwrap(), "--format", "json", "--set", "rows=40"])
+            .args([
+                "run",
+                p.to_str().unwrap(),
+                "--format",
+                "json",
+                "--set",
+                "rows=40",
+            ])
             .output()
             .unwrap();
         // files without a top-level `rows` reject the override; run them as they are
-        let out = if out.status.code() == Some(2) && String::from_utf8_lossy(&out.stderr).contains("rows") {
-            qsim().args(["run", p.to_str().unwrap(), "--format", "json"]).output().unwrap()
+        let out = if out.status.code() == Some(2)
+            && String::from_utf8_lossy(&out.stderr).contains("rows")
+        {
+            qsim()
+                .args(["run", p.to_str().unwrap(), "--format", "json"])
+                .output()
+                .unwrap()
         } else {
             out
         };
-        assert!(out.status.success(), "{}: {}", p.display(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            p.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         n += 1;
     }
     assert!(n >= 2);
