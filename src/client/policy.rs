@@ -129,16 +129,21 @@ impl RetryPolicy {
     }
 }
 
-/// The SDK's built-in retry layer (OpenAI Python SDK defaults): up to
-/// `max_retries` retries of 408/409/429/5xx, delay
-/// `min(initial·2^n, max) × (1 − 0.25·U)`; a retry-after hint with
-/// `0 < v ≤ hint_max` is obeyed exactly.
+/// The SDK's built-in retry layer (OpenAI Python SDK defaults, checked
+/// against openai 3.57 `_base_client.py` / `_constants.py`): up to
+/// `max_retries` (2) retries of 408/409/429/5xx, delay
+/// `min(0.5·2^n, 8) × (1 − 0.25·U)`; a retry-after hint with
+/// `0 < v ≤ hint_max` (120 s) is obeyed exactly. A hint above `hint_max`
+/// stops the SDK from retrying (current SDKs); older 1.x SDKs had a 60 s
+/// ceiling and fell back to the exponential delay instead
+/// (`hint_over_max_backoff = true`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SdkRetry {
     pub max_retries: u32,
     pub initial: f64,
     pub max_delay: f64,
     pub hint_max: f64,
+    pub hint_over_max_backoff: bool,
     pub retry_on: StatusSet,
 }
 
@@ -148,13 +153,22 @@ impl Default for SdkRetry {
             max_retries: 2,
             initial: 0.5,
             max_delay: 8.0,
-            hint_max: 60.0,
+            hint_max: 120.0,
+            hint_over_max_backoff: false,
             retry_on: StatusSet::openai_sdk(),
         }
     }
 }
 
 impl SdkRetry {
+    /// Does the SDK retry a failure with `status` and `hint`, having used `used` retries?
+    #[inline]
+    pub fn should_retry(&self, used: u32, status: u16, hint: Option<Nanos>) -> bool {
+        used < self.max_retries
+            && self.retry_on.contains(status)
+            && (self.hint_over_max_backoff || hint.is_none_or(|h| h <= secs(self.hint_max)))
+    }
+
     /// Delay before SDK retry number `n` (0-based).
     pub fn delay(&self, n: u32, hint: Option<Nanos>, rng: &mut Rng) -> Nanos {
         if let Some(h) = hint {
@@ -321,8 +335,18 @@ mod tests {
             assert!((6.0..=8.0).contains(&d9));
         }
         assert_eq!(s.delay(0, Some(2 * NS_PER_SEC), &mut r), 2 * NS_PER_SEC);
-        // a hint above the SDK's ceiling is ignored
-        assert!(s.delay(0, Some(90 * NS_PER_SEC), &mut r) <= NS_PER_SEC / 2);
+        assert_eq!(s.delay(0, Some(90 * NS_PER_SEC), &mut r), 90 * NS_PER_SEC);
+        // a hint above the SDK's ceiling: current SDKs give up, old ones back off
+        assert!(s.should_retry(0, 429, Some(120 * NS_PER_SEC)));
+        assert!(!s.should_retry(0, 429, Some(121 * NS_PER_SEC)));
+        assert!(!s.should_retry(2, 429, None));
+        let old = SdkRetry {
+            hint_max: 60.0,
+            hint_over_max_backoff: true,
+            ..SdkRetry::default()
+        };
+        assert!(old.should_retry(0, 429, Some(90 * NS_PER_SEC)));
+        assert!(old.delay(0, Some(90 * NS_PER_SEC), &mut r) <= NS_PER_SEC / 2);
         assert!(s.retry_on.contains(429) && s.retry_on.contains(502) && !s.retry_on.contains(400));
     }
 }

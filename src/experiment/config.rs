@@ -31,6 +31,7 @@ struct RawSdk {
     initial_delay_s: Option<f64>,
     max_delay_s: Option<f64>,
     hint_max_s: Option<f64>,
+    hint_over_max: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,6 +272,18 @@ impl HostedSuite {
                     initial: nn("initial_delay_s", s.initial_delay_s, d.initial)?,
                     max_delay: nn("max_delay_s", s.max_delay_s, d.max_delay)?,
                     hint_max: nn("hint_max_s", s.hint_max_s, d.hint_max)?,
+                    hint_over_max_backoff: match s.hint_over_max.as_deref() {
+                        None => d.hint_over_max_backoff,
+                        Some("no_retry") => false,
+                        Some("backoff") => true,
+                        Some(o) => {
+                            return Err(ConfigError::new(
+                                f,
+                                "sdk.hint_over_max",
+                                format!("expected \"no_retry\" (current SDKs) or \"backoff\" (1.x SDKs), got {o:?}"),
+                            ))
+                        }
+                    },
                     retry_on: d.retry_on,
                 }
             }

@@ -333,7 +333,7 @@ fn run_pool(
                 let a = slots[slot as usize].as_mut().expect("active row");
                 // 1) the SDK's hidden layer
                 if let Some(s) = sdk {
-                    if a.sdk_n < s.max_retries && s.retry_on.contains(status) {
+                    if s.should_retry(a.sdk_n, status, hint) {
                         let d = s.delay(a.sdk_n, hint, &mut rng);
                         a.sdk_n += 1;
                         res.sdk_retries += 1;
