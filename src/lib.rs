@@ -8,6 +8,7 @@
 //! - [`client`]: client retry policies, the SDK retry layer, worker pools and
 //!   the managed batch executor;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
+//! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`report`]: tables and JSON.
 
 pub mod cli;
@@ -17,5 +18,6 @@ pub mod engine;
 pub mod experiment;
 pub mod hosted;
 pub mod limiter;
+pub mod plan;
 pub mod report;
 pub mod time;

@@ -30,6 +30,10 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
         .to_string();
     match kind.as_str() {
         "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
-        other => Err(ConfigError::new(&src, "kind", format!("unknown experiment kind {other:?}; expected \"hosted\""))),
+        other => Err(ConfigError::new(
+            &src,
+            "kind",
+            format!("unknown experiment kind {other:?}; expected \"hosted\""),
+        )),
     }
 }

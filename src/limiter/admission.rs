@@ -90,7 +90,11 @@ pub enum Semantics {
 }
 
 impl Semantics {
-    pub const ALL: [Semantics; 3] = [Semantics::RateLimitOnly, Semantics::StrictFloors, Semantics::LitellmPriority];
+    pub const ALL: [Semantics; 3] = [
+        Semantics::RateLimitOnly,
+        Semantics::StrictFloors,
+        Semantics::LitellmPriority,
+    ];
     pub const NAMES: &'static str = "rate-limit-only, strict-floors, litellm-priority";
 
     pub fn name(self) -> &'static str {
@@ -167,8 +171,9 @@ pub struct LimiterConfig {
 
 impl LimiterConfig {
     pub fn burst_units(&self) -> u64 {
-        self.burst
-            .unwrap_or_else(|| ((1.0 - self.threshold).max(0.0) * self.capacity as f64).round() as u64)
+        self.burst.unwrap_or_else(|| {
+            ((1.0 - self.threshold).max(0.0) * self.capacity as f64).round() as u64
+        })
     }
     pub fn reserved_bp_total(&self) -> u32 {
         self.consumers.iter().map(|c| c.reserved_bp).sum()
@@ -179,14 +184,20 @@ impl LimiterConfig {
             return Err("capacity must be > 0".into());
         }
         if !(self.threshold > 0.0 && self.threshold <= 1.0) {
-            return Err(format!("threshold must be in (0, 1], got {}", self.threshold));
+            return Err(format!(
+                "threshold must be in (0, 1], got {}",
+                self.threshold
+            ));
         }
         if self.consumers.is_empty() {
             return Err("at least one consumer is needed".into());
         }
         let total = self.reserved_bp_total();
         if total > BP_FULL {
-            return Err(format!("reservations add up to {:.2} %, more than 100 %", total as f64 / 100.0));
+            return Err(format!(
+                "reservations add up to {:.2} %, more than 100 %",
+                total as f64 / 100.0
+            ));
         }
         Ok(())
     }
@@ -204,7 +215,13 @@ pub enum Limit {
 }
 
 impl Limit {
-    pub const ALL: [Limit; 5] = [Limit::MaxInputTokens, Limit::Concurrent, Limit::Rpm, Limit::TokensPerHour, Limit::Capacity];
+    pub const ALL: [Limit; 5] = [
+        Limit::MaxInputTokens,
+        Limit::Concurrent,
+        Limit::Rpm,
+        Limit::TokensPerHour,
+        Limit::Capacity,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Limit::MaxInputTokens => "max_input_tokens",
@@ -263,7 +280,10 @@ pub enum Decision {
     Admit(Grant),
     /// Denied by `limit`; the same request would pass at `retry_at`
     /// (`NEVER`: not by the passage of time alone).
-    Deny { limit: Limit, retry_at: Nanos },
+    Deny {
+        limit: Limit,
+        retry_at: Nanos,
+    },
 }
 
 impl Decision {
@@ -323,15 +343,25 @@ impl AdmissionLimiter {
         for cs in &cfg.consumers {
             if partitioned && cs.reserved_bp > 0 {
                 let d = depth(cs.reserved_bp);
-                floors.push(Some(sub_bucket(d, c * share(cs.reserved_bp), BP_FULL as u128, now)));
+                floors.push(Some(sub_bucket(
+                    d,
+                    c * share(cs.reserved_bp),
+                    BP_FULL as u128,
+                    now,
+                )));
                 protect.push(d / 2);
             } else {
                 floors.push(None);
                 protect.push(0);
             }
         }
-        let pool_bp = if partitioned { BP_FULL - cfg.reserved_bp_total() } else { BP_FULL };
-        let pool = (pool_bp > 0).then(|| sub_bucket(depth(pool_bp), c * pool_bp as u128, BP_FULL as u128, now));
+        let pool_bp = if partitioned {
+            BP_FULL - cfg.reserved_bp_total()
+        } else {
+            BP_FULL
+        };
+        let pool = (pool_bp > 0)
+            .then(|| sub_bucket(depth(pool_bp), c * pool_bp as u128, BP_FULL as u128, now));
         let deploy = LimitSpec {
             name: "capacity".into(),
             counts: match cfg.unit {
@@ -409,7 +439,9 @@ impl AdmissionLimiter {
     }
     /// Units of burst headroom left at `now` (sum of capacity bucket levels, ≥ 0 each).
     pub fn headroom(&self, now: Nanos) -> u64 {
-        self.capacity_buckets().map(|b| b.available(now).max(0) as u64).sum()
+        self.capacity_buckets()
+            .map(|b| b.available(now).max(0) as u64)
+            .sum()
     }
     /// Floor bucket depth of a consumer (0 without one).
     pub fn floor_depth(&self, consumer: usize) -> u64 {
@@ -520,7 +552,10 @@ impl AdmissionLimiter {
                     b.force_take(now, charge);
                 }
                 self.in_flight[c] += 1;
-                if self.window_start.is_none_or(|s| now >= s.saturating_add(MINUTE)) {
+                if self
+                    .window_start
+                    .is_none_or(|s| now >= s.saturating_add(MINUTE))
+                {
                     self.window_start = Some(now);
                     self.window_units = 0;
                 }
@@ -573,7 +608,11 @@ impl AdmissionLimiter {
 }
 
 /// The pure form: `(state, request, now) → (state, decision)`.
-pub fn decide_pure(state: &AdmissionLimiter, now: Nanos, req: &Request) -> (AdmissionLimiter, Decision) {
+pub fn decide_pure(
+    state: &AdmissionLimiter,
+    now: Nanos,
+    req: &Request,
+) -> (AdmissionLimiter, Decision) {
     let mut s = state.clone();
     let d = s.decide(now, req);
     (s, d)

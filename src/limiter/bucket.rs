@@ -22,7 +22,10 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A full bucket at time `now`. `capacity` and `window` must be > 0.
     pub fn full(capacity: u64, window: Nanos, now: Nanos) -> Self {
-        assert!(capacity > 0 && window > 0, "bucket needs capacity and window");
+        assert!(
+            capacity > 0 && window > 0,
+            "bucket needs capacity and window"
+        );
         TokenBucket {
             capacity,
             window,

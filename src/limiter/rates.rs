@@ -196,7 +196,10 @@ mod tests {
     #[test]
     fn reserve_refund_depends_on_declared_max_tokens() {
         let mut l = otpm(OutputAccounting::ReserveRefund);
-        let c = Cost { input_tokens: 10, max_tokens: 400 };
+        let c = Cost {
+            input_tokens: 10,
+            max_tokens: 400,
+        };
         assert!(l.admit(0, c).is_ok());
         assert!(l.admit(0, c).is_ok());
         let d = l.admit(0, c).unwrap_err();
@@ -210,7 +213,10 @@ mod tests {
     #[test]
     fn on_completion_ignores_max_tokens() {
         let mut l = otpm(OutputAccounting::OnCompletion);
-        let c = Cost { input_tokens: 10, max_tokens: 4000 };
+        let c = Cost {
+            input_tokens: 10,
+            max_tokens: 4000,
+        };
         for _ in 0..10 {
             assert!(l.admit(0, c).is_ok());
         }
@@ -221,7 +227,15 @@ mod tests {
     #[test]
     fn impossible_request_is_never() {
         let mut l = otpm(OutputAccounting::ReserveRefund);
-        let d = l.admit(0, Cost { input_tokens: 0, max_tokens: 5000 }).unwrap_err();
+        let d = l
+            .admit(
+                0,
+                Cost {
+                    input_tokens: 0,
+                    max_tokens: 5000,
+                },
+            )
+            .unwrap_err();
         assert_eq!(d.retry_at, crate::time::NEVER);
     }
 }
