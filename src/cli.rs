@@ -228,6 +228,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         }
                     }
                 }
+                ExperimentFile::Server(suite) => {
+                    let runs: Vec<_> = (0..seeds)
+                        .map(|k| experiment::server::run_suite(&suite, seed.wrapping_add(k)))
+                        .collect();
+                    let aggs = report::server::aggregate(&suite, &runs);
+                    match format {
+                        Format::Table => report::server::render_table(&suite, &fname, seed, &aggs),
+                        Format::Json => {
+                            let mut s = serde_json::to_string_pretty(&report::server::render_json(
+                                &suite, &fname, seed, &aggs,
+                            ))
+                            .expect("json");
+                            s.push('\n');
+                            s
+                        }
+                    }
+                }
             };
             emit(&text, out.as_deref())
         }

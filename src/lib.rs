@@ -9,6 +9,8 @@
 //!   the managed batch executor;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
+//! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
+//! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
 
 pub mod cli;
@@ -20,4 +22,6 @@ pub mod hosted;
 pub mod limiter;
 pub mod plan;
 pub mod report;
+pub mod server;
 pub mod time;
+pub mod workload;

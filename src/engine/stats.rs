@@ -42,6 +42,18 @@ impl DurationHist {
         self.max_ns = self.max_ns.max(d);
     }
 
+    /// Record `n` samples of the same duration `d`.
+    #[inline]
+    pub fn record_n(&mut self, d: Nanos, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let us = (d / 1_000).clamp(1, 1_000_000_000_000);
+        self.h.saturating_record_n(us, n);
+        self.sum_ns += d as u128 * n as u128;
+        self.max_ns = self.max_ns.max(d);
+    }
+
     pub fn count(&self) -> u64 {
         self.h.len()
     }

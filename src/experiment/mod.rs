@@ -3,8 +3,10 @@
 
 pub mod config;
 pub mod hosted;
+pub mod server;
 
 pub use config::HostedSuite;
+pub use server::ServerSuite;
 
 use crate::config::{apply_set, read_toml, ConfigError};
 use std::path::Path;
@@ -13,6 +15,7 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub enum ExperimentFile {
     Hosted(HostedSuite),
+    Server(ServerSuite),
 }
 
 /// Load an experiment file, applying `--set PATH=VALUE` overrides first.
@@ -24,16 +27,19 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
     let src = path.display().to_string();
     let kind = v
         .get("kind")
-        .ok_or_else(|| ConfigError::new(&src, "kind", "missing; expected \"hosted\""))?
+        .ok_or_else(|| {
+            ConfigError::new(&src, "kind", "missing; expected \"hosted\" or \"server\"")
+        })?
         .as_str()
         .ok_or_else(|| ConfigError::new(&src, "kind", "must be a string"))?
         .to_string();
     match kind.as_str() {
         "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
+        "server" => Ok(ExperimentFile::Server(ServerSuite::from_value(path, v)?)),
         other => Err(ConfigError::new(
             &src,
             "kind",
-            format!("unknown experiment kind {other:?}; expected \"hosted\""),
+            format!("unknown experiment kind {other:?}; expected \"hosted\" or \"server\""),
         )),
     }
 }

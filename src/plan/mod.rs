@@ -11,9 +11,11 @@ pub mod sim;
 
 use crate::config::{read_toml, ConfigError};
 use crate::limiter::admission::{Semantics, Unit, BP_FULL};
+use crate::server::{load_profile, Cluster, RouterKind, ServerProfile};
 use config::{parse_semantics, pct_to_bp, SharedFile};
 use sim::{Backend, IdealBackend, ScenarioOutcome};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// The plan's inputs (CLI flags; `None` = from the scenario file).
 #[derive(Debug, Clone, Default)]
@@ -33,23 +35,48 @@ pub struct PlanArgs {
     pub seed: u64,
 }
 
+/// The default server profile, embedded in the binary.
+pub const EMBEDDED_PROFILE: &str = include_str!("../../models/gpt-oss-20b-h100-nim.toml");
+pub const EMBEDDED_PROFILE_NAME: &str = "models/gpt-oss-20b-h100-nim.toml (embedded)";
+
 /// The server model a plan runs against.
 #[derive(Clone)]
 pub enum Model {
     /// No queueing: TTFT 35 ms, ITL 18 ms (the seed's unloaded figures).
     Ideal,
+    /// The GPU server model (issue 3) with this profile.
+    Server {
+        name: String,
+        profile: Arc<ServerProfile>,
+    },
 }
 
 impl Model {
     pub fn name(&self) -> String {
         match self {
             Model::Ideal => "ideal (no queueing: TTFT 35 ms, ITL 18 ms)".into(),
+            Model::Server { name, .. } => name.clone(),
         }
     }
-    pub fn backend(&self, _replicas: u32, _seed: u64) -> Box<dyn Backend> {
+    pub fn backend(&self, replicas: u32, seed: u64) -> Box<dyn Backend> {
         match self {
             Model::Ideal => Box::new(IdealBackend::seed_nim()),
+            Model::Server { profile, .. } => Box::new(Cluster::new(
+                profile.clone(),
+                replicas,
+                RouterKind::LeastOutstanding,
+                seed,
+            )),
         }
+    }
+    /// The embedded default profile (gpt-oss-20b on H100 with NIM).
+    pub fn embedded() -> Result<Model, ConfigError> {
+        let v = crate::config::parse_toml(EMBEDDED_PROFILE_NAME, EMBEDDED_PROFILE)?;
+        let p = ServerProfile::from_value(EMBEDDED_PROFILE_NAME, v)?;
+        Ok(Model::Server {
+            name: EMBEDDED_PROFILE_NAME.into(),
+            profile: Arc::new(p),
+        })
     }
 }
 
@@ -275,14 +302,30 @@ pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
         }
         f.replicas = r;
     }
-    let model = match args.model.as_deref().or(f.model.as_deref()) {
-        None | Some("ideal") => Model::Ideal,
-        Some(p) => {
-            return Err(flag_err(
-                "--model",
-                format!("server profile {p:?}: the GPU server model is not available in this build; use \"ideal\""),
-            ))
+    let model = match (&args.model, &f.model) {
+        (Some(m), _) if m == "ideal" => Model::Ideal,
+        (Some(p), _) => {
+            let path = std::path::Path::new(p);
+            if !path.is_file() {
+                return Err(flag_err(
+                    "--model",
+                    format!("server profile not found: {p}"),
+                ));
+            }
+            Model::Server {
+                name: p.clone(),
+                profile: Arc::new(load_profile(path)?),
+            }
         }
+        (None, Some(m)) if m == "ideal" => Model::Ideal,
+        (None, Some(p)) => {
+            let path = crate::config::resolve_relative(std::path::Path::new(&f.source), p);
+            Model::Server {
+                name: path.display().to_string(),
+                profile: Arc::new(load_profile(&path)?),
+            }
+        }
+        (None, None) => Model::embedded()?,
     };
     Ok((f, model))
 }

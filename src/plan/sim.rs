@@ -93,6 +93,44 @@ impl Backend for IdealBackend {
     }
 }
 
+impl Backend for crate::server::Cluster {
+    fn submit(&mut self, now: Nanos, id: u64, input_tokens: u32, output_tokens: u32) {
+        crate::server::Cluster::submit(
+            self,
+            now,
+            crate::server::Request {
+                id,
+                input_tokens,
+                output_tokens,
+            },
+        );
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        crate::server::Cluster::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        crate::server::Cluster::handle_timeout(self, now);
+    }
+    fn poll_completion(&mut self) -> Option<Done> {
+        crate::server::Cluster::poll_completion(self).map(|c| Done {
+            id: c.id,
+            arrival: c.arrival,
+            first_token: c.first_token,
+            finished: c.finished,
+            output_tokens: c.output_tokens,
+        })
+    }
+    fn utilization(&self, now: Nanos) -> (Option<f64>, Option<f64>) {
+        let m = self.metrics();
+        let n = m.replicas.len().max(1) as f64;
+        let kv = m.replicas.iter().map(|r| r.kv_util(now)).sum::<f64>() / n;
+        (Some(m.gpu_util(now)), Some(kv))
+    }
+    fn outstanding(&self) -> usize {
+        crate::server::Cluster::outstanding(self)
+    }
+}
+
 /// Per-consumer outcome of one scenario.
 #[derive(Debug, Clone)]
 pub struct ConsumerOutcome {

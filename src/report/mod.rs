@@ -1,6 +1,7 @@
 //! Reports: plain-text tables and JSON, and aggregation over seeds.
 
 pub mod hosted;
+pub mod server;
 pub mod table;
 
 /// Median and 90 % interval (5th and 95th percentiles, nearest rank) of a sample.

@@ -1,0 +1,478 @@
+//! Server experiment files (`kind = "server"`): scenarios of open-loop or
+//! closed-loop load against a cluster of server replicas, and the driver that
+//! runs them on one event queue.
+
+use crate::config::{from_value, resolve_relative, ConfigError};
+use crate::engine::{DurationHist, EventQueue, RawDist, Sampler};
+use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, ServerProfile};
+use crate::time::{secs, Nanos, NEVER};
+use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
+use serde::Deserialize;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: String,
+    description: Option<String>,
+    rpm: Option<f64>,
+    arrivals: Option<RawArrivals>,
+    clients: Option<i64>,
+    think_s: Option<RawDist>,
+    input_tokens: Option<RawDist>,
+    output_tokens: Option<RawDist>,
+    duration_s: Option<f64>,
+    replicas: Option<i64>,
+    router: Option<String>,
+    drain: Option<bool>,
+    snapshots_s: Option<Vec<f64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServerSuite {
+    kind: String,
+    title: Option<String>,
+    description: Option<String>,
+    server: String,
+    #[serde(default = "one")]
+    replicas: i64,
+    #[serde(default = "default_router")]
+    router: String,
+    duration_s: f64,
+    #[serde(default)]
+    drain: bool,
+    #[serde(default)]
+    snapshots_s: Vec<f64>,
+    arrivals: Option<RawArrivals>,
+    think_s: Option<RawDist>,
+    input_tokens: RawDist,
+    output_tokens: RawDist,
+    scenario: Vec<RawScenario>,
+}
+
+fn one() -> i64 {
+    1
+}
+fn default_router() -> String {
+    "least_outstanding".into()
+}
+
+/// Where the load comes from.
+#[derive(Debug, Clone)]
+pub enum Load {
+    /// Open loop at `rpm` requests per minute.
+    Open { rpm: f64, process: ArrivalProcess },
+    /// `clients` closed-loop clients with think time.
+    Closed { clients: u32, think: Sampler },
+}
+
+/// One validated scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub load: Load,
+    pub lengths: Lengths,
+    pub duration: Nanos,
+    pub replicas: u32,
+    pub router: RouterKind,
+    pub drain: bool,
+    pub snapshots: Vec<Nanos>,
+}
+
+/// A validated server suite.
+#[derive(Debug, Clone)]
+pub struct ServerSuite {
+    pub title: String,
+    pub description: String,
+    pub profile: Arc<ServerProfile>,
+    pub profile_path: String,
+    pub scenarios: Vec<Scenario>,
+}
+
+fn pos_f(file: &str, field: &str, v: f64, max: f64) -> Result<f64, ConfigError> {
+    if v.is_finite() && v > 0.0 && v <= max {
+        Ok(v)
+    } else {
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in (0, {max}], got {v}"),
+        ))
+    }
+}
+
+fn pos_i(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
+    if v > 0 && v <= max {
+        Ok(v as u32)
+    } else {
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in 1..={max}, got {v}"),
+        ))
+    }
+}
+
+fn snapshots(file: &str, field: &str, v: &[f64]) -> Result<Vec<Nanos>, ConfigError> {
+    let mut out = Vec::with_capacity(v.len());
+    for (i, &s) in v.iter().enumerate() {
+        let s = pos_f(file, &format!("{field}[{i}]"), s, 1e7)?;
+        let t = secs(s);
+        if out.last().is_some_and(|&p| p >= t) {
+            return Err(ConfigError::new(
+                file,
+                format!("{field}[{i}]"),
+                "snapshot times must increase",
+            ));
+        }
+        out.push(t);
+    }
+    Ok(out)
+}
+
+impl ServerSuite {
+    /// Validate a parsed experiment file.
+    pub fn from_value(file: &Path, v: toml::Value) -> Result<Self, ConfigError> {
+        let fname = file.display().to_string();
+        let f = fname.as_str();
+        let raw: RawServerSuite = from_value(f, v)?;
+        if raw.kind != "server" {
+            return Err(ConfigError::new(
+                f,
+                "kind",
+                format!("expected \"server\", got {:?}", raw.kind),
+            ));
+        }
+        let ppath = resolve_relative(file, &raw.server);
+        if !ppath.is_file() {
+            return Err(ConfigError::new(
+                f,
+                "server",
+                format!("server profile not found: {}", ppath.display()),
+            ));
+        }
+        let profile = Arc::new(load_profile(&ppath)?);
+        let replicas = pos_i(f, "replicas", raw.replicas, 4096)?;
+        let router = RouterKind::parse(&raw.router).ok_or_else(|| {
+            ConfigError::new(
+                f,
+                "router",
+                format!(
+                    "unknown router {:?}; expected round_robin, least_outstanding or least_kv",
+                    raw.router
+                ),
+            )
+        })?;
+        let duration = pos_f(f, "duration_s", raw.duration_s, 1e7)?;
+        let snaps = snapshots(f, "snapshots_s", &raw.snapshots_s)?;
+        if raw.scenario.is_empty() {
+            return Err(ConfigError::new(
+                f,
+                "scenario",
+                "at least one [[scenario]] is needed",
+            ));
+        }
+        let mut scenarios = Vec::new();
+        for (i, s) in raw.scenario.iter().enumerate() {
+            let at = format!("scenario[{i}]");
+            let fld = |x: &str| format!("{at}.{x}");
+            if s.name.trim().is_empty() {
+                return Err(ConfigError::new(f, fld("name"), "must not be empty"));
+            }
+            let lengths = Lengths {
+                input: match &s.input_tokens {
+                    Some(d) => d
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, fld("input_tokens"), r))?,
+                    None => raw
+                        .input_tokens
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, "input_tokens", r))?,
+                },
+                output: match &s.output_tokens {
+                    Some(d) => d
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, fld("output_tokens"), r))?,
+                    None => raw
+                        .output_tokens
+                        .validate()
+                        .map_err(|r| ConfigError::new(f, "output_tokens", r))?,
+                },
+            };
+            let load = match (s.rpm, s.clients) {
+                (Some(rpm), None) => {
+                    let rpm = pos_f(f, &fld("rpm"), rpm, 1e9)?;
+                    let arr = s
+                        .arrivals
+                        .as_ref()
+                        .or(raw.arrivals.as_ref())
+                        .cloned()
+                        .unwrap_or(RawArrivals::Poisson);
+                    let process = ArrivalProcess::new(&arr, rpm / 60.0)
+                        .map_err(|r| ConfigError::new(f, fld("arrivals"), r))?;
+                    if s.think_s.is_some() {
+                        return Err(ConfigError::new(
+                            f,
+                            fld("think_s"),
+                            "only closed-loop scenarios (`clients`) think",
+                        ));
+                    }
+                    Load::Open { rpm, process }
+                }
+                (None, Some(c)) => {
+                    let clients = pos_i(f, &fld("clients"), c, 10_000_000)?;
+                    if s.arrivals.is_some() {
+                        return Err(ConfigError::new(
+                            f,
+                            fld("arrivals"),
+                            "closed-loop scenarios have no arrival process",
+                        ));
+                    }
+                    let think = match s.think_s.as_ref().or(raw.think_s.as_ref()) {
+                        Some(d) => d
+                            .validate()
+                            .map_err(|r| ConfigError::new(f, fld("think_s"), r))?,
+                        None => Sampler::constant(0.0),
+                    };
+                    Load::Closed { clients, think }
+                }
+                (Some(_), Some(_)) => {
+                    return Err(ConfigError::new(
+                        f,
+                        &at,
+                        "give either `rpm` (open loop) or `clients` (closed loop), not both",
+                    ))
+                }
+                (None, None) => {
+                    return Err(ConfigError::new(
+                        f,
+                        &at,
+                        "needs `rpm` (open loop) or `clients` (closed loop)",
+                    ))
+                }
+            };
+            let router = match &s.router {
+                None => router,
+                Some(r) => RouterKind::parse(r).ok_or_else(|| {
+                    ConfigError::new(
+                        f,
+                        fld("router"),
+                        format!("unknown router {r:?}; expected round_robin, least_outstanding or least_kv"),
+                    )
+                })?,
+            };
+            scenarios.push(Scenario {
+                name: s.name.clone(),
+                description: s.description.clone().unwrap_or_default(),
+                load,
+                lengths,
+                duration: secs(match s.duration_s {
+                    Some(d) => pos_f(f, &fld("duration_s"), d, 1e7)?,
+                    None => duration,
+                }),
+                replicas: match s.replicas {
+                    Some(r) => pos_i(f, &fld("replicas"), r, 4096)?,
+                    None => replicas,
+                },
+                router,
+                drain: s.drain.unwrap_or(raw.drain),
+                snapshots: match &s.snapshots_s {
+                    Some(v) => snapshots(f, &fld("snapshots_s"), v)?,
+                    None => snaps.clone(),
+                },
+            });
+        }
+        Ok(ServerSuite {
+            title: raw.title.unwrap_or_default(),
+            description: raw.description.unwrap_or_default(),
+            profile,
+            profile_path: ppath.display().to_string(),
+            scenarios,
+        })
+    }
+}
+
+/// The server's state at a chosen time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub t: Nanos,
+    pub waiting: u64,
+    pub running: u64,
+    pub outstanding: u64,
+    pub completed: u64,
+    /// E2E of the requests that finished since the previous snapshot.
+    pub e2e_p50_s: f64,
+    pub e2e_max_s: f64,
+}
+
+/// What one scenario measured.
+#[derive(Debug, Clone)]
+pub struct ServerResult {
+    pub name: String,
+    /// End of the measurement window (the scenario's duration, or later if drained).
+    pub until: Nanos,
+    pub metrics: ClusterMetrics,
+    pub snapshots: Vec<Snapshot>,
+    /// Requests still in the server at `until`.
+    pub unfinished: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Arrival,
+    Send(u32),
+    Snapshot,
+}
+
+/// Run every scenario (each on a fresh cluster).
+pub fn run_suite(suite: &ServerSuite, seed: u64) -> Vec<ServerResult> {
+    suite
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, s)| run_scenario(suite.profile.clone(), s, seed, i as u64))
+        .collect()
+}
+
+/// Run one scenario with `seed`; `scope` separates scenarios' random streams.
+pub fn run_scenario(
+    profile: Arc<ServerProfile>,
+    s: &Scenario,
+    seed: u64,
+    scope: u64,
+) -> ServerResult {
+    let mut cluster = Cluster::new(
+        profile,
+        s.replicas,
+        s.router,
+        seed.wrapping_add(scope << 32),
+    );
+    let mut q: EventQueue<Ev> = EventQueue::new();
+    let end = s.duration;
+    let mut open = None;
+    let mut closed = None;
+    let mut next_id = 0u64;
+    match &s.load {
+        Load::Open { process, .. } => {
+            let src = OpenLoop::new(
+                process.clone(),
+                s.lengths.clone(),
+                seed,
+                scope,
+                0,
+                end,
+                u64::MAX,
+            );
+            if let Some(t) = src.peek() {
+                q.schedule(t, Ev::Arrival);
+            }
+            open = Some(src);
+        }
+        Load::Closed { clients, think } => {
+            for c in 0..*clients {
+                q.schedule(0, Ev::Send(c));
+            }
+            closed = Some(ClosedLoop::new(
+                *clients,
+                think.clone(),
+                s.lengths.clone(),
+                seed,
+                scope,
+                end,
+            ));
+        }
+    }
+    for &t in &s.snapshots {
+        q.schedule(t, Ev::Snapshot);
+    }
+    // closed loop: request id → client, only while in flight
+    let mut owner: std::collections::BTreeMap<u64, u32> = std::collections::BTreeMap::new();
+    let mut window = DurationHist::new();
+    let mut completed = 0u64;
+    let mut snaps = Vec::with_capacity(s.snapshots.len());
+    let mut last = 0;
+    loop {
+        let tq = q.peek_time().unwrap_or(NEVER);
+        let tc = cluster.poll_timeout().unwrap_or(NEVER);
+        let t = tq.min(tc);
+        if t == NEVER || (t > end && !(s.drain && cluster.outstanding() > 0)) {
+            break;
+        }
+        if tc <= tq {
+            cluster.handle_timeout(tc);
+        } else {
+            let (now, ev) = q.pop().expect("peeked");
+            match ev {
+                Ev::Arrival => {
+                    let src = open.as_mut().expect("open loop");
+                    let (at, i, o) = src.pop().expect("peeked arrival");
+                    cluster.submit(
+                        at,
+                        Request {
+                            id: next_id,
+                            input_tokens: i,
+                            output_tokens: o,
+                        },
+                    );
+                    next_id += 1;
+                    if let Some(nt) = src.peek() {
+                        q.schedule(nt, Ev::Arrival);
+                    }
+                }
+                Ev::Send(c) => {
+                    let cl = closed.as_mut().expect("closed loop");
+                    let (i, o) = cl.lengths();
+                    owner.insert(next_id, c);
+                    cluster.submit(
+                        now,
+                        Request {
+                            id: next_id,
+                            input_tokens: i,
+                            output_tokens: o,
+                        },
+                    );
+                    next_id += 1;
+                }
+                Ev::Snapshot => {
+                    cluster.handle_timeout(now);
+                    snaps.push(Snapshot {
+                        t: now,
+                        waiting: cluster.waiting() as u64,
+                        running: cluster.running() as u64,
+                        outstanding: cluster.outstanding() as u64,
+                        completed,
+                        e2e_p50_s: window.quantile_s(0.5),
+                        e2e_max_s: window.max_s(),
+                    });
+                    window = DurationHist::new();
+                }
+            }
+        }
+        last = t;
+        while let Some(c) = cluster.poll_completion() {
+            if !c.rejected {
+                completed += 1;
+                window.record(c.finished - c.arrival);
+            }
+            if let Some(cl) = closed.as_mut() {
+                if let Some(client) = owner.remove(&c.id) {
+                    let nt = cl.next_send(c.finished);
+                    if nt != NEVER {
+                        q.schedule(nt, Ev::Send(client));
+                    }
+                }
+            }
+        }
+    }
+    let until = if s.drain { last.max(end) } else { end };
+    ServerResult {
+        name: s.name.clone(),
+        until,
+        metrics: cluster.metrics().clone(),
+        snapshots: snaps,
+        unfinished: cluster.outstanding() as u64,
+    }
+}

@@ -1,0 +1,317 @@
+//! Reports for server suites: per scenario, the aggregate over replicas and
+//! each replica, plus snapshots of the queue at chosen times; table and JSON.
+
+use super::table::Table;
+use super::{round, spread, Spread};
+use crate::experiment::server::{Load, ServerResult, ServerSuite};
+use crate::server::ReplicaMetrics;
+use crate::time::{to_secs, Nanos};
+use serde_json::{json, Map, Value};
+
+/// (JSON name, label, decimals) of every reported metric, in report order.
+pub const METRICS: &[(&str, &str, i32)] = &[
+    ("ttft_p50_s", "TTFT p50 (s)", 4),
+    ("ttft_p99_s", "TTFT p99 (s)", 4),
+    ("ttft_mean_s", "TTFT mean (s)", 4),
+    ("itl_p50_s", "ITL p50 (s)", 4),
+    ("itl_p99_s", "ITL p99 (s)", 4),
+    ("itl_mean_s", "ITL mean (s)", 4),
+    ("tpot_p50_s", "TPOT p50 (s)", 4),
+    ("e2e_p50_s", "E2E p50 (s)", 3),
+    ("e2e_p99_s", "E2E p99 (s)", 3),
+    ("e2e_mean_s", "E2E mean (s)", 3),
+    ("queue_p50_s", "queue delay p50 (s)", 4),
+    ("queue_p99_s", "queue delay p99 (s)", 4),
+    ("gpu_util", "GPU utilization", 3),
+    ("engine_util", "engine busy fraction", 3),
+    ("kv_util", "KV cache utilization (mean)", 4),
+    ("kv_util_max", "KV cache utilization (max)", 4),
+    ("concurrency_mean", "concurrency (mean)", 2),
+    ("running_mean", "running batch (mean)", 2),
+    ("waiting_mean", "waiting (mean)", 2),
+    ("throughput_rps", "throughput (req/s)", 3),
+    ("throughput_rpm", "throughput (req/min)", 1),
+    ("submitted", "submitted", 0),
+    ("completed", "completed", 0),
+    ("rejected", "rejected", 0),
+    ("preemptions", "preemptions", 0),
+    ("input_tokens_per_min", "input tokens/min", 0),
+    ("output_tokens_per_min", "output tokens/min", 0),
+    ("iterations", "iterations", 0),
+];
+
+/// The values of [`METRICS`] for one replica (or the sum of all; `n` is the
+/// number of replicas summed, for averaging utilisations).
+pub fn values(m: &ReplicaMetrics, until: Nanos, n: usize) -> Vec<f64> {
+    let el = to_secs(until).max(1e-12);
+    let n = n.max(1) as f64;
+    vec![
+        m.ttft.quantile_s(0.5),
+        m.ttft.quantile_s(0.99),
+        m.ttft.mean_s(),
+        m.itl.quantile_s(0.5),
+        m.itl.quantile_s(0.99),
+        m.itl.mean_s(),
+        m.tpot.quantile_s(0.5),
+        m.e2e.quantile_s(0.5),
+        m.e2e.quantile_s(0.99),
+        m.e2e.mean_s(),
+        m.queue_delay.quantile_s(0.5),
+        m.queue_delay.quantile_s(0.99),
+        m.gpu_util(until) / n,
+        m.engine_util(until) / n,
+        m.kv_util(until),
+        m.kv_util_max(),
+        m.concurrency_mean(until),
+        m.running.mean(until),
+        m.waiting.mean(until),
+        m.completed as f64 / el,
+        m.completed as f64 / el * 60.0,
+        m.submitted as f64,
+        m.completed as f64,
+        m.rejected as f64,
+        m.preemptions as f64,
+        m.input_tokens as f64 / el * 60.0,
+        m.output_tokens as f64 / el * 60.0,
+        m.iterations as f64,
+    ]
+}
+
+/// Snapshot fields, in order.
+pub const SNAPSHOT: &[(&str, i32)] = &[
+    ("waiting", 0),
+    ("running", 0),
+    ("outstanding", 0),
+    ("completed", 0),
+    ("e2e_p50_s", 3),
+    ("e2e_max_s", 3),
+];
+
+/// One scenario aggregated over seeds.
+pub struct Aggregate {
+    pub name: String,
+    pub load: String,
+    pub replicas: usize,
+    pub runs: usize,
+    /// Aggregate over replicas: one spread per metric.
+    pub total: Vec<Spread>,
+    /// Per replica: one spread per metric.
+    pub per_replica: Vec<Vec<Spread>>,
+    pub unfinished: Spread,
+    /// Per snapshot: time and one spread per snapshot field.
+    pub snapshots: Vec<(f64, Vec<Spread>)>,
+}
+
+fn spreads(per_seed: &[Vec<f64>]) -> Vec<Spread> {
+    (0..per_seed[0].len())
+        .map(|k| spread(&per_seed.iter().map(|v| v[k]).collect::<Vec<_>>()))
+        .collect()
+}
+
+fn load_label(l: &Load) -> String {
+    match l {
+        Load::Open { rpm, process } => format!("{rpm} RPM {}", process.kind),
+        Load::Closed { clients, .. } => format!("{clients} closed-loop clients"),
+    }
+}
+
+/// Aggregate `runs[seed][scenario]`.
+pub fn aggregate(suite: &ServerSuite, runs: &[Vec<ServerResult>]) -> Vec<Aggregate> {
+    suite
+        .scenarios
+        .iter()
+        .enumerate()
+        .map(|(i, sc)| {
+            let res: Vec<&ServerResult> = runs.iter().map(|r| &r[i]).collect();
+            let nrep = res[0].metrics.replicas.len();
+            let total: Vec<Vec<f64>> = res
+                .iter()
+                .map(|r| values(&r.metrics.total(r.until), r.until, nrep))
+                .collect();
+            let per_replica = (0..nrep)
+                .map(|k| {
+                    let v: Vec<Vec<f64>> = res
+                        .iter()
+                        .map(|r| values(&r.metrics.replicas[k], r.until, 1))
+                        .collect();
+                    spreads(&v)
+                })
+                .collect();
+            let snapshots = (0..res[0].snapshots.len())
+                .map(|k| {
+                    let v: Vec<Vec<f64>> = res
+                        .iter()
+                        .map(|r| {
+                            let s = &r.snapshots[k];
+                            vec![
+                                s.waiting as f64,
+                                s.running as f64,
+                                s.outstanding as f64,
+                                s.completed as f64,
+                                s.e2e_p50_s,
+                                s.e2e_max_s,
+                            ]
+                        })
+                        .collect();
+                    (to_secs(res[0].snapshots[k].t), spreads(&v))
+                })
+                .collect();
+            Aggregate {
+                name: sc.name.clone(),
+                load: load_label(&sc.load),
+                replicas: nrep,
+                runs: res.len(),
+                total: spreads(&total),
+                per_replica,
+                unfinished: spread(&res.iter().map(|r| r.unfinished as f64).collect::<Vec<_>>()),
+                snapshots,
+            }
+        })
+        .collect()
+}
+
+fn fmt(s: &Spread, d: i32, runs: usize) -> String {
+    let f = |x: f64| {
+        if d == 0 {
+            format!("{}", x.round() as i64)
+        } else {
+            format!("{:.*}", d as usize, x)
+        }
+    };
+    if runs > 1 {
+        format!("{} [{}–{}]", f(s.median), f(s.lo), f(s.hi))
+    } else {
+        f(s.median)
+    }
+}
+
+/// The text report: one column per scenario (aggregate over replicas), then
+/// per-replica tables when there are several replicas, then snapshots.
+pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate]) -> String {
+    let runs = aggs.first().map_or(1, |a| a.runs);
+    let mut out = String::new();
+    if !suite.title.is_empty() {
+        out.push_str(&format!("{}\n", suite.title));
+    }
+    out.push_str(&format!(
+        "file {file}, server {} ({}), ",
+        suite.profile.name, suite.profile_path
+    ));
+    if runs > 1 {
+        out.push_str(&format!(
+            "{runs} seeds from {seed}: median [90% interval]\n\n"
+        ));
+    } else {
+        out.push_str(&format!("seed {seed}\n\n"));
+    }
+    let mut t = Table::new(
+        std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())),
+    );
+    t.row(std::iter::once("load".to_string()).chain(aggs.iter().map(|a| a.load.clone())));
+    t.row(
+        std::iter::once("replicas".to_string()).chain(aggs.iter().map(|a| a.replicas.to_string())),
+    );
+    for (m, (_, label, d)) in METRICS.iter().enumerate() {
+        t.row(
+            std::iter::once(label.to_string())
+                .chain(aggs.iter().map(|a| fmt(&a.total[m], *d, runs))),
+        );
+    }
+    t.row(
+        std::iter::once("unfinished at end".to_string())
+            .chain(aggs.iter().map(|a| fmt(&a.unfinished, 0, runs))),
+    );
+    out.push_str(&t.render());
+    for a in aggs.iter().filter(|a| a.replicas > 1) {
+        out.push_str(&format!("\n{}: per replica\n", a.name));
+        let mut t = Table::new(
+            std::iter::once("metric".to_string())
+                .chain((0..a.replicas).map(|k| format!("replica {k}"))),
+        );
+        for (m, (_, label, d)) in METRICS.iter().enumerate() {
+            t.row(
+                std::iter::once(label.to_string())
+                    .chain(a.per_replica.iter().map(|r| fmt(&r[m], *d, runs))),
+            );
+        }
+        out.push_str(&t.render());
+    }
+    for a in aggs.iter().filter(|a| !a.snapshots.is_empty()) {
+        out.push_str(&format!(
+            "\n{}: snapshots (E2E of requests finished since the previous snapshot)\n",
+            a.name
+        ));
+        let mut t = Table::new(
+            std::iter::once("time (s)".to_string())
+                .chain(SNAPSHOT.iter().map(|(k, _)| k.to_string())),
+        );
+        for (ts, v) in &a.snapshots {
+            t.row(
+                std::iter::once(format!("{ts}"))
+                    .chain(SNAPSHOT.iter().zip(v).map(|((_, d), s)| fmt(s, *d, runs))),
+            );
+        }
+        out.push_str(&t.render());
+    }
+    out
+}
+
+fn num(x: f64, d: i32) -> Value {
+    if d == 0 {
+        json!(x.round() as i64)
+    } else {
+        json!(round(x, d.max(4)))
+    }
+}
+
+fn obj(keys: impl Iterator<Item = (&'static str, i32)>, v: &[Spread], runs: usize) -> Value {
+    let mut o = Map::new();
+    let mut iv = Map::new();
+    for ((k, d), s) in keys.zip(v) {
+        o.insert(k.into(), num(s.median, d));
+        iv.insert(k.into(), json!([num(s.lo, d), num(s.hi, d)]));
+    }
+    if runs > 1 {
+        o.insert("interval90".into(), Value::Object(iv));
+    }
+    Value::Object(o)
+}
+
+/// The JSON report: `scenarios[]` each with `total` (aggregate over
+/// replicas), `replicas[]` and `snapshots[]`; with several seeds every field
+/// is the median and `interval90` holds [5th, 95th] percentiles.
+pub fn render_json(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate]) -> Value {
+    let runs = aggs.first().map_or(1, |a| a.runs);
+    let keys = || METRICS.iter().map(|(k, _, d)| (*k, *d));
+    let sc: Vec<Value> = aggs
+        .iter()
+        .map(|a| {
+            let snaps: Vec<Value> = a
+                .snapshots
+                .iter()
+                .map(|(t, v)| {
+                    let mut o = obj(SNAPSHOT.iter().copied(), v, runs);
+                    o.as_object_mut().expect("object").insert("t_s".into(), json!(t));
+                    o
+                })
+                .collect();
+            json!({
+                "name": a.name,
+                "load": a.load,
+                "replicas": a.replicas,
+                "unfinished": num(a.unfinished.median, 0),
+                "total": obj(keys(), &a.total, runs),
+                "per_replica": a.per_replica.iter().map(|r| obj(keys(), r, runs)).collect::<Vec<_>>(),
+                "snapshots": snaps,
+            })
+        })
+        .collect();
+    json!({
+        "file": file,
+        "title": suite.title,
+        "server": suite.profile.name,
+        "seed": seed,
+        "seeds": runs,
+        "scenarios": sc,
+    })
+}

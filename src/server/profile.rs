@@ -1,0 +1,380 @@
+//! Server profiles (`models/*.toml` with `kind = "server"`): the scheduler
+//! limits, the paged KV cache and the iteration-time model of one replica.
+//!
+//! Iteration time (see docs/ARCHITECTURE.md, "Server model"):
+//!
+//! ```text
+//! gpu  = gpu_fixed
+//!      + (weights_read + K · kv_bytes_per_token) / (hbm_bandwidth · bandwidth_efficiency)
+//!      + 2 · active_params · (P + D) / (peak_flops · compute_efficiency)
+//! t    = cpu_overhead + cpu_per_seq · (number of scheduled sequences) + gpu
+//! ```
+//!
+//! P = prefill tokens in the iteration, D = decode sequences, K = KV tokens
+//! read by attention (the context length of every scheduled sequence). The
+//! memory and compute terms are added (no overlap: a conservative roofline).
+//! The CPU part of an iteration (scheduling, sampling, detokenisation) keeps
+//! the GPU idle; GPU utilisation is `gpu / t` while the engine is busy.
+
+use crate::config::{from_value, read_toml, ConfigError};
+use crate::time::Nanos;
+use serde::Deserialize;
+use std::path::Path;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScheduler {
+    max_num_seqs: i64,
+    max_batched_tokens: i64,
+    #[serde(default)]
+    chunked_prefill: bool,
+    max_model_len: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKv {
+    block_size: i64,
+    /// Explicit number of blocks; if absent, derived from GPU memory.
+    total_blocks: Option<i64>,
+    kv_bytes_per_token: f64,
+    gpu_memory_gib: Option<f64>,
+    #[serde(default = "default_util")]
+    gpu_memory_utilization: f64,
+    /// Memory kept for activations, CUDA graphs, etc.
+    #[serde(default)]
+    reserved_gib: f64,
+}
+
+fn default_util() -> f64 {
+    0.9
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawIteration {
+    hbm_bandwidth_tb_s: f64,
+    peak_tflops: f64,
+    weights_gib: f64,
+    /// Bytes of weights read per iteration (MoE: all experts touched), default = weights_gib.
+    weights_read_gib: Option<f64>,
+    active_params_b: f64,
+    #[serde(default = "one")]
+    bandwidth_efficiency: f64,
+    #[serde(default = "one")]
+    compute_efficiency: f64,
+    #[serde(default)]
+    gpu_fixed_ms: f64,
+    #[serde(default)]
+    cpu_overhead_ms: f64,
+    #[serde(default)]
+    cpu_per_seq_us: f64,
+    /// API-server latency before the engine sees a request (HTTP, tokeniser).
+    #[serde(default)]
+    ingress_ms: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServerProfile {
+    kind: String,
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    source: Option<String>,
+    scheduler: RawScheduler,
+    kv_cache: RawKv,
+    iteration: RawIteration,
+}
+
+/// The iteration-time model, with coefficients in nanoseconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IterationModel {
+    /// Fixed GPU time per iteration (weights read + fitted fixed term), ns.
+    pub gpu_base_ns: f64,
+    /// GPU ns per KV token read.
+    pub gpu_per_kv_token_ns: f64,
+    /// GPU ns per token processed (prefill token or decode sequence).
+    pub gpu_per_token_ns: f64,
+    /// CPU (GPU idle) ns per iteration.
+    pub cpu_base_ns: f64,
+    /// CPU ns per scheduled sequence.
+    pub cpu_per_seq_ns: f64,
+}
+
+impl IterationModel {
+    /// (total duration, GPU-busy part) of one iteration, in ns.
+    #[inline]
+    pub fn duration(
+        &self,
+        prefill_tokens: u64,
+        decode_seqs: u64,
+        kv_tokens: u64,
+        seqs: u64,
+    ) -> (Nanos, Nanos) {
+        let gpu = self.gpu_base_ns
+            + self.gpu_per_kv_token_ns * kv_tokens as f64
+            + self.gpu_per_token_ns * (prefill_tokens + decode_seqs) as f64;
+        let cpu = self.cpu_base_ns + self.cpu_per_seq_ns * seqs as f64;
+        let gpu = gpu.round() as Nanos;
+        let total = (gpu + cpu.round() as Nanos).max(1);
+        (total, gpu)
+    }
+}
+
+/// A validated server profile (one replica).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerProfile {
+    pub name: String,
+    pub description: String,
+    pub source: String,
+    pub max_num_seqs: u32,
+    pub max_batched_tokens: u32,
+    pub chunked_prefill: bool,
+    /// Longest prompt + output a request may have.
+    pub max_model_len: u32,
+    pub block_size: u32,
+    pub total_blocks: u32,
+    pub kv_bytes_per_token: f64,
+    pub iteration: IterationModel,
+    pub ingress: Nanos,
+}
+
+fn pos_int(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
+    if v <= 0 || v > max {
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in 1..={max}, got {v}"),
+        ))
+    } else {
+        Ok(v as u32)
+    }
+}
+
+fn num(
+    file: &str,
+    field: &str,
+    v: f64,
+    lo: f64,
+    hi: f64,
+    lo_open: bool,
+) -> Result<f64, ConfigError> {
+    let ok = v.is_finite() && v <= hi && if lo_open { v > lo } else { v >= lo };
+    if ok {
+        Ok(v)
+    } else {
+        let l = if lo_open { "(" } else { "[" };
+        Err(ConfigError::new(
+            file,
+            field,
+            format!("must be in {l}{lo}, {hi}], got {v}"),
+        ))
+    }
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+impl ServerProfile {
+    /// Parse and validate a profile; `file` names it in errors.
+    pub fn from_value(file: &str, v: toml::Value) -> Result<Self, ConfigError> {
+        let raw: RawServerProfile = from_value(file, v)?;
+        if raw.kind != "server" {
+            return Err(ConfigError::new(
+                file,
+                "kind",
+                format!(
+                    "expected \"server\" for a server profile, got {:?}",
+                    raw.kind
+                ),
+            ));
+        }
+        let s = &raw.scheduler;
+        let max_num_seqs = pos_int(file, "scheduler.max_num_seqs", s.max_num_seqs, 1 << 20)?;
+        let max_batched_tokens = pos_int(
+            file,
+            "scheduler.max_batched_tokens",
+            s.max_batched_tokens,
+            1 << 30,
+        )?;
+        if max_batched_tokens < max_num_seqs {
+            return Err(ConfigError::new(
+                file,
+                "scheduler.max_batched_tokens",
+                format!("must be >= max_num_seqs ({max_num_seqs}), got {max_batched_tokens}"),
+            ));
+        }
+        let max_model_len = pos_int(file, "scheduler.max_model_len", s.max_model_len, 1 << 30)?;
+        let k = &raw.kv_cache;
+        let block_size = pos_int(file, "kv_cache.block_size", k.block_size, 1 << 16)?;
+        let kv_bytes = num(
+            file,
+            "kv_cache.kv_bytes_per_token",
+            k.kv_bytes_per_token,
+            0.0,
+            1e12,
+            false,
+        )?;
+        let it = &raw.iteration;
+        let weights_gib = num(
+            file,
+            "iteration.weights_gib",
+            it.weights_gib,
+            0.0,
+            1e6,
+            false,
+        )?;
+        let total_blocks = match k.total_blocks {
+            Some(b) => pos_int(file, "kv_cache.total_blocks", b, u32::MAX as i64 / 2)?,
+            None => {
+                let mem = k.gpu_memory_gib.ok_or_else(|| {
+                    ConfigError::new(
+                        file,
+                        "kv_cache.gpu_memory_gib",
+                        "needed to derive the number of KV blocks when `total_blocks` is absent",
+                    )
+                })?;
+                let mem = num(file, "kv_cache.gpu_memory_gib", mem, 0.0, 1e6, true)?;
+                let util = num(
+                    file,
+                    "kv_cache.gpu_memory_utilization",
+                    k.gpu_memory_utilization,
+                    0.0,
+                    1.0,
+                    true,
+                )?;
+                let res = num(
+                    file,
+                    "kv_cache.reserved_gib",
+                    k.reserved_gib,
+                    0.0,
+                    1e6,
+                    false,
+                )?;
+                if kv_bytes <= 0.0 {
+                    return Err(ConfigError::new(
+                        file,
+                        "kv_cache.kv_bytes_per_token",
+                        "must be > 0 to derive the number of KV blocks",
+                    ));
+                }
+                let free = (mem * util - weights_gib - res) * GIB;
+                let blocks = (free / (kv_bytes * block_size as f64)).floor();
+                if blocks < 1.0 {
+                    return Err(ConfigError::new(
+                        file,
+                        "kv_cache",
+                        format!(
+                            "no memory left for the KV cache: {mem} GiB × {util} − weights {weights_gib} GiB − reserved {res} GiB"
+                        ),
+                    ));
+                }
+                blocks.min((u32::MAX / 2) as f64) as u32
+            }
+        };
+        if (max_model_len as u64).div_ceil(block_size as u64) > total_blocks as u64 {
+            return Err(ConfigError::new(
+                file,
+                "scheduler.max_model_len",
+                format!(
+                    "a request of max_model_len {max_model_len} tokens needs more than the {total_blocks} KV blocks of {block_size} tokens"
+                ),
+            ));
+        }
+        let bw = num(
+            file,
+            "iteration.hbm_bandwidth_tb_s",
+            it.hbm_bandwidth_tb_s,
+            0.0,
+            1e6,
+            true,
+        )? * 1e12;
+        let peak = num(
+            file,
+            "iteration.peak_tflops",
+            it.peak_tflops,
+            0.0,
+            1e9,
+            true,
+        )? * 1e12;
+        let wread = match it.weights_read_gib {
+            Some(w) => num(file, "iteration.weights_read_gib", w, 0.0, 1e6, false)?,
+            None => weights_gib,
+        } * GIB;
+        let active = num(
+            file,
+            "iteration.active_params_b",
+            it.active_params_b,
+            0.0,
+            1e6,
+            false,
+        )? * 1e9;
+        let be = num(
+            file,
+            "iteration.bandwidth_efficiency",
+            it.bandwidth_efficiency,
+            0.0,
+            1.0,
+            true,
+        )?;
+        let ce = num(
+            file,
+            "iteration.compute_efficiency",
+            it.compute_efficiency,
+            0.0,
+            1.0,
+            true,
+        )?;
+        let ms = |name: &str, v: f64| num(file, &format!("iteration.{name}"), v, 0.0, 1e7, false);
+        let gpu_fixed = ms("gpu_fixed_ms", it.gpu_fixed_ms)? * 1e6;
+        let cpu = ms("cpu_overhead_ms", it.cpu_overhead_ms)? * 1e6;
+        let cpu_seq = ms("cpu_per_seq_us", it.cpu_per_seq_us)? * 1e3;
+        let ingress = ms("ingress_ms", it.ingress_ms)? * 1e6;
+        let eff_bw = bw * be;
+        let iteration = IterationModel {
+            gpu_base_ns: gpu_fixed + wread / eff_bw * 1e9,
+            gpu_per_kv_token_ns: kv_bytes / eff_bw * 1e9,
+            gpu_per_token_ns: 2.0 * active / (peak * ce) * 1e9,
+            cpu_base_ns: cpu,
+            cpu_per_seq_ns: cpu_seq,
+        };
+        if iteration.duration(0, 1, 1, 1).0 == 0 {
+            return Err(ConfigError::new(
+                file,
+                "iteration",
+                "iteration time is zero",
+            ));
+        }
+        Ok(ServerProfile {
+            name: raw.name,
+            description: raw.description.unwrap_or_default(),
+            source: raw.source.unwrap_or_default(),
+            max_num_seqs,
+            max_batched_tokens,
+            chunked_prefill: s.chunked_prefill,
+            max_model_len,
+            block_size,
+            total_blocks,
+            kv_bytes_per_token: kv_bytes,
+            iteration,
+            ingress: ingress.round() as Nanos,
+        })
+    }
+
+    /// KV blocks a request of `tokens` context tokens occupies.
+    #[inline]
+    pub fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.block_size)
+    }
+}
+
+/// Read and validate a server profile file.
+pub fn load_profile(path: &Path) -> Result<ServerProfile, ConfigError> {
+    let v = read_toml(path)?;
+    ServerProfile::from_value(&path.display().to_string(), v)
+}
