@@ -31,7 +31,7 @@
 //!   served. Reservations are not enforced.
 //! - `strict-floors`: own floor bucket; else the pool; else *borrow* from
 //!   another consumer's floor bucket, but only the part above half its depth
-//!   (the protected level), most idle first. An idle floor's refill is
+//!   (the protected level, rounded up), most idle first. An idle floor's refill is
 //!   therefore lent out (work-conserving) while its owner, once active,
 //!   always finds its own refill: a consumer demanding at least its floor gets
 //!   `r_i·C` per minute minus at most one depth.
@@ -335,7 +335,8 @@ impl AdmissionLimiter {
         let depth = |bp: u32| -> u64 {
             let d = burst * share(bp) / BP_FULL as u128;
             let one_sec = (c * share(bp)).div_ceil(BP_FULL as u128 * 60);
-            d.max(one_sec).max(1) as u64
+            // at least 2 so that strict-floors can lend the upper half
+            d.max(one_sec).max(2) as u64
         };
         let partitioned = cfg.semantics != Semantics::RateLimitOnly;
         let mut floors = Vec::with_capacity(n);
@@ -349,7 +350,7 @@ impl AdmissionLimiter {
                     BP_FULL as u128,
                     now,
                 )));
-                protect.push(d / 2);
+                protect.push(d.div_ceil(2));
             } else {
                 floors.push(None);
                 protect.push(0);
