@@ -16,34 +16,46 @@
 //!
 //! Capacity `C` units per minute (requests, or input + output tokens),
 //! utilization threshold `θ`, burst headroom `B` units (default
-//! `(1 − θ)·C`). The deployment's token bucket (rate `C`/min, depth `B`) is
-//! *partitioned*: consumer `i` with reservation `r_i` owns a floor bucket of
-//! rate `r_i·C`/min and depth `r_i·B`; the rest (`(1 − Σr)·C`, depth
-//! `(1 − Σr)·B`) is the unreserved pool. Every admitted unit comes out of
-//! exactly one of these buckets, so over any window `w` the total admitted is
-//! at most `C·w + Σ depths` whatever the semantics.
+//! `(1 − θ)·C`): the deployment admits at most `C`/min sustained plus a
+//! burst of `B`. Every bucket's depth is its share of `B`, at least one
+//! second of its own rate and at least one unit; refill windows are rounded
+//! up, so no bucket refills faster than its nominal rate.
 //!
 //! A request is checked in this order; the first failing check names the
 //! denial: `max_input_tokens`, `concurrent`, the consumer's own `rpm` and
-//! `tokens_per_hour` buckets, then `capacity`. Then the source of capacity:
+//! `tokens_per_hour` buckets, then `capacity`. Capacity under each semantics:
 //!
-//! - `rate-limit-only`: one bucket (all of `C` is pool); first come, first
+//! - `rate-limit-only`: one bucket (rate `C`, depth `B`); first come, first
 //!   served. Reservations are not enforced.
-//! - `strict-floors`: own floor bucket; else the pool; else *borrow* from
-//!   another consumer's floor bucket, but only the part above half its depth
-//!   (the protected level, rounded up), most idle first. An idle floor's refill is
-//!   therefore lent out (work-conserving) while its owner, once active,
-//!   always finds its own refill: a consumer demanding at least its floor gets
-//!   `r_i·C` per minute minus at most one depth.
-//! - `litellm-priority`: own floor bucket; else the pool; else, only while the
-//!   deployment is below saturation, any other floor bucket. Saturation is
-//!   LiteLLM's: the units admitted in the current fixed 60 s window (opened by
-//!   the first admission after the previous one expired) reach `θ·C`.
+//! - `strict-floors`: one deployment bucket `G` (rate `C`, depth
+//!   `max(B, Σ d_i)`) plus, per reserved consumer, a *credit* bucket (rate
+//!   `r_i·C`, depth `d_i` = [`CREDIT_SECONDS`] of that rate: credits
+//!   guarantee the floor *rate*; the burst headroom is shared). Consumer `k` asking for `n` units is
+//!   admitted iff `G − n ≥ Σ_j credits_j − min(credits_k, n)`: it spends its
+//!   own credits first, and anything beyond them (borrowing, or an unreserved
+//!   consumer) must leave every other consumer's accumulated credits covered
+//!   by `G`. Invariant `G ≥ Σ credits` (kept by every admission; `G` refills
+//!   at least as fast as all credits together), so a consumer holding a credit
+//!   always finds it in `G`: one that demands at least its floor gets
+//!   `r_i·C·w − d_i` in any window `w`. Credits of an idle consumer stop at
+//!   `d_i`, so its unused floor flows to everyone else (work-conserving); the
+//!   unreserved pool is simply `G` beyond the credits.
+//! - `litellm-priority`: `G` is *partitioned*: a floor bucket per reserved
+//!   consumer (rate `r_i·C`, depth `r_i·B`) and the pool (the rest). Own
+//!   floor bucket first, else the pool, else — only while the deployment is
+//!   below saturation — any other floor bucket (the most idle first).
+//!   Saturation is LiteLLM's: the units admitted in the current fixed 60 s
+//!   window (opened by the first admission after the previous one expired)
+//!   reach `θ·C`.
+//!
+//! In every semantics each admitted unit comes out of a capacity bucket, so
+//! over any window `w` the total admitted is at most `C·w + Σ depths`.
 //!
 //! A denial carries the earliest time at which the same request would pass
-//! every check if nothing else happened (exact: each condition only becomes
-//! easier with time). Denials for `concurrent` (freed by completions, not by
-//! time) and `max_input_tokens` (never) carry [`NEVER`].
+//! every check if nothing else happened (exact; for strict-floors found as
+//! the least fixed point of `t ← earliest time G holds n + credits(t)`).
+//! Denials for `concurrent` (freed by completions, not by time) and
+//! `max_input_tokens` (never) carry [`NEVER`].
 
 use super::bucket::TokenBucket;
 use super::rates::{Cost, Counts, LimitSpec, OutputAccounting, RateLimits};
@@ -52,6 +64,8 @@ use serde::{Deserialize, Serialize};
 
 const MINUTE: Nanos = 60 * NS_PER_SEC;
 const HOUR: Nanos = 3600 * NS_PER_SEC;
+/// strict-floors: how many seconds of its floor rate a consumer's credits keep.
+pub const CREDIT_SECONDS: u128 = 5;
 /// Reservations are kept in basis points (1/100 of a percent).
 pub const BP_FULL: u32 = 10_000;
 
@@ -264,6 +278,9 @@ pub enum Source {
     Pool,
     /// Another consumer's floor bucket.
     Borrowed(usize),
+    /// strict-floors: the deployment bucket, using `credit` units of the
+    /// consumer's own floor credits (the rest is borrowed).
+    Shared { credit: u64 },
 }
 
 /// What an admission returns; hand it back to [`AdmissionLimiter::complete`].
@@ -298,12 +315,14 @@ pub struct AdmissionLimiter {
     cfg: LimiterConfig,
     /// How a request is charged against capacity.
     deploy: LimitSpec,
-    /// Floor bucket per consumer (`None` without a reservation, and for
-    /// every consumer under rate-limit-only).
+    /// Per consumer with a reservation: its floor bucket (litellm-priority)
+    /// or its floor *credits* (strict-floors); `None` otherwise and under
+    /// rate-limit-only.
     floors: Vec<Option<TokenBucket>>,
-    /// Protected level of each floor bucket (units), strict-floors only.
-    protect: Vec<u64>,
+    /// The unreserved pool (litellm-priority) or the one bucket (rate-limit-only).
     pool: Option<TokenBucket>,
+    /// strict-floors: the one deployment bucket.
+    shared: Option<TokenBucket>,
     /// Per-consumer rpm / tokens-per-hour buckets.
     limits: Vec<RateLimits>,
     limit_kinds: Vec<Vec<Limit>>,
@@ -335,34 +354,46 @@ impl AdmissionLimiter {
         let depth = |bp: u32| -> u64 {
             let d = burst * share(bp) / BP_FULL as u128;
             let one_sec = (c * share(bp)).div_ceil(BP_FULL as u128 * 60);
-            // at least 2 so that strict-floors can lend the upper half
-            d.max(one_sec).max(2) as u64
+            d.max(one_sec).max(1) as u64
         };
-        let partitioned = cfg.semantics != Semantics::RateLimitOnly;
+        let partitioned = cfg.semantics == Semantics::LitellmPriority;
+        let credits = cfg.semantics == Semantics::StrictFloors;
         let mut floors = Vec::with_capacity(n);
-        let mut protect = Vec::with_capacity(n);
         for cs in &cfg.consumers {
-            if partitioned && cs.reserved_bp > 0 {
-                let d = depth(cs.reserved_bp);
+            if (partitioned || credits) && cs.reserved_bp > 0 {
+                let d = if credits {
+                    // credits guarantee the floor *rate*; they keep only
+                    // CREDIT_SECONDS of it, the burst is shared
+                    ((c * share(cs.reserved_bp) * CREDIT_SECONDS).div_ceil(BP_FULL as u128 * 60))
+                        .max(1) as u64
+                } else {
+                    depth(cs.reserved_bp)
+                };
                 floors.push(Some(sub_bucket(
                     d,
                     c * share(cs.reserved_bp),
                     BP_FULL as u128,
                     now,
                 )));
-                protect.push(d.div_ceil(2));
             } else {
                 floors.push(None);
-                protect.push(0);
             }
         }
-        let pool_bp = if partitioned {
-            BP_FULL - cfg.reserved_bp_total()
+        let (pool, shared) = if credits {
+            // one deployment bucket, at least as deep as all floor credits
+            let sum_d: u64 = floors.iter().flatten().map(|b| b.capacity()).sum();
+            let d = depth(BP_FULL).max(sum_d);
+            (None, Some(sub_bucket(d, c, 1, now)))
         } else {
-            BP_FULL
+            let pool_bp = if partitioned {
+                BP_FULL - cfg.reserved_bp_total()
+            } else {
+                BP_FULL
+            };
+            let pool = (pool_bp > 0)
+                .then(|| sub_bucket(depth(pool_bp), c * pool_bp as u128, BP_FULL as u128, now));
+            (pool, None)
         };
-        let pool = (pool_bp > 0)
-            .then(|| sub_bucket(depth(pool_bp), c * pool_bp as u128, BP_FULL as u128, now));
         let deploy = LimitSpec {
             name: "capacity".into(),
             counts: match cfg.unit {
@@ -406,8 +437,8 @@ impl AdmissionLimiter {
             cfg,
             deploy,
             floors,
-            protect,
             pool,
+            shared,
             limits,
             limit_kinds,
             window_start: None,
@@ -421,13 +452,28 @@ impl AdmissionLimiter {
     pub fn in_flight(&self, consumer: usize) -> u32 {
         self.in_flight[consumer]
     }
-    /// Every capacity bucket: floors (per consumer, if any) then the pool.
-    pub fn capacity_buckets(&self) -> impl Iterator<Item = &TokenBucket> {
-        self.floors.iter().flatten().chain(self.pool.iter())
+    /// The buckets that bound admitted capacity: the deployment bucket
+    /// (strict-floors), else floors (per consumer, if any) then the pool.
+    pub fn capacity_buckets(&self) -> Vec<&TokenBucket> {
+        match &self.shared {
+            Some(g) => vec![g],
+            None => self
+                .floors
+                .iter()
+                .flatten()
+                .chain(self.pool.iter())
+                .collect(),
+        }
     }
-    /// Every bucket the limiter holds (capacity and per-consumer limits).
+    /// Every bucket the limiter holds (capacity, floor credits, per-consumer limits).
     pub fn all_buckets(&self) -> Vec<&TokenBucket> {
-        let mut v: Vec<&TokenBucket> = self.capacity_buckets().collect();
+        let mut v: Vec<&TokenBucket> = self
+            .floors
+            .iter()
+            .flatten()
+            .chain(self.pool.iter())
+            .chain(self.shared.iter())
+            .collect();
         for l in &self.limits {
             v.extend(l.buckets());
         }
@@ -436,11 +482,12 @@ impl AdmissionLimiter {
     /// Sum of the capacity buckets' depths: the most that can be admitted
     /// above `capacity × window` in any window.
     pub fn total_depth(&self) -> u64 {
-        self.capacity_buckets().map(|b| b.capacity()).sum()
+        self.capacity_buckets().iter().map(|b| b.capacity()).sum()
     }
     /// Units of burst headroom left at `now` (sum of capacity bucket levels, ≥ 0 each).
     pub fn headroom(&self, now: Nanos) -> u64 {
         self.capacity_buckets()
+            .iter()
             .map(|b| b.available(now).max(0) as u64)
             .sum()
     }
@@ -461,9 +508,48 @@ impl AdmissionLimiter {
         self.window_units_at(now) as f64 >= self.cfg.threshold * self.cfg.capacity as f64
     }
 
-    /// Earliest time `need` units can come out of capacity for consumer `c`,
-    /// and the source that can serve at `now` (if any).
-    fn capacity_source(&self, now: Nanos, c: usize, need: u64) -> (Option<Source>, Nanos) {
+    /// Whole floor credits of consumer `j` at `t` (0 without a floor).
+    fn credit(&self, j: usize, t: Nanos) -> u64 {
+        self.floors[j]
+            .as_ref()
+            .map_or(0, |b| b.available(t).max(0) as u64)
+    }
+
+    /// strict-floors: the credits the deployment bucket must keep after
+    /// consumer `c` takes `need` units at `t` (all floor credits, minus the
+    /// part of `c`'s own credits this request uses), and that part.
+    fn keep(&self, c: usize, need: u64, t: Nanos) -> (u64, u64) {
+        let s: u64 = (0..self.floors.len()).map(|j| self.credit(j, t)).sum();
+        let m = self.credit(c, t).min(need);
+        (s - m, m)
+    }
+
+    /// Earliest time ≥ `from` at which `need` units can come out of capacity
+    /// for consumer `c`, and the source if that is `from` itself.
+    fn capacity_source(&self, from: Nanos, c: usize, need: u64) -> (Option<Source>, Nanos) {
+        if let Some(g) = &self.shared {
+            // admit iff G − need ≥ Σ credits − own credits used. Both sides
+            // only grow with time (until G is full), so iterate to the least
+            // fixed point: t ← earliest time G holds need + keep(t).
+            let mut t = from;
+            for _ in 0..10_000 {
+                let (keep, m) = self.keep(c, need, t);
+                let te = g.earliest(t, need.saturating_add(keep));
+                if te == NEVER {
+                    return (None, NEVER);
+                }
+                if te <= t {
+                    return if t == from {
+                        (Some(Source::Shared { credit: m }), from)
+                    } else {
+                        (None, t)
+                    };
+                }
+                t = te;
+            }
+            return (None, t);
+        }
+        let now = from;
         let mut best = NEVER;
         // own, then pool
         if let Some(b) = &self.floors[c] {
@@ -480,27 +566,23 @@ impl AdmissionLimiter {
             }
             best = best.min(t);
         }
-        let (gate, protected) = match self.cfg.semantics {
-            Semantics::RateLimitOnly => return (None, best),
-            Semantics::StrictFloors => (now, true),
-            Semantics::LitellmPriority => {
-                let g = if self.saturated(now) {
-                    self.window_start.map_or(now, |s| s.saturating_add(MINUTE))
-                } else {
-                    now
-                };
-                (g, false)
-            }
+        if self.cfg.semantics == Semantics::RateLimitOnly {
+            return (None, best);
+        }
+        // litellm-priority: borrow any floor bucket, only below saturation
+        let gate = if self.saturated(now) {
+            self.window_start.map_or(now, |s| s.saturating_add(MINUTE))
+        } else {
+            now
         };
-        // borrow: the most idle lender first (highest fill), ties → lowest index
+        // the most idle lender first (highest fill), ties → lowest index
         let mut pick: Option<(usize, f64)> = None;
         for (j, b) in self.floors.iter().enumerate() {
             let Some(b) = b else { continue };
             if j == c {
                 continue;
             }
-            let keep = if protected { self.protect[j] } else { 0 };
-            let t = b.earliest(now, keep.saturating_add(need)).max(gate);
+            let t = b.earliest(now, need).max(gate);
             if t <= now {
                 let f = b.fill_fraction(now);
                 if pick.is_none_or(|(_, pf)| f > pf) {
@@ -543,14 +625,32 @@ impl AdmissionLimiter {
         match (own, src) {
             (None, Some(src)) => {
                 self.limits[c].commit(now, cost);
-                let b = match src {
-                    Source::Own => self.floors[c].as_mut(),
-                    Source::Pool => self.pool.as_mut(),
-                    Source::Borrowed(j) => self.floors[j].as_mut(),
-                }
-                .expect("source bucket exists");
-                if charge > 0 {
-                    b.force_take(now, charge);
+                match src {
+                    Source::Shared { credit } => {
+                        let g = self.shared.as_mut().expect("strict-floors bucket");
+                        if charge > 0 {
+                            g.force_take(now, charge);
+                        }
+                        let used = credit.min(charge);
+                        if used > 0 {
+                            self.floors[c]
+                                .as_mut()
+                                .expect("credits")
+                                .force_take(now, used);
+                        }
+                    }
+                    _ => {
+                        let b = match src {
+                            Source::Own => self.floors[c].as_mut(),
+                            Source::Pool => self.pool.as_mut(),
+                            Source::Borrowed(j) => self.floors[j].as_mut(),
+                            Source::Shared { .. } => None,
+                        }
+                        .expect("source bucket exists");
+                        if charge > 0 {
+                            b.force_take(now, charge);
+                        }
+                    }
                 }
                 self.in_flight[c] += 1;
                 if self
@@ -568,10 +668,21 @@ impl AdmissionLimiter {
                     max_tokens: req.max_tokens,
                 })
             }
-            (Some(d), _) => Decision::Deny {
-                limit: self.limit_kinds[c][d.limit],
-                retry_at: d.retry_at.max(cap_t),
-            },
+            (Some(d), _) => {
+                // the earliest time capacity also passes, from the time the
+                // consumer's own limits pass (those only get easier)
+                let retry_at = if d.retry_at == NEVER {
+                    NEVER
+                } else if d.retry_at <= cap_t {
+                    cap_t
+                } else {
+                    self.capacity_source(d.retry_at, c, need).1
+                };
+                Decision::Deny {
+                    limit: self.limit_kinds[c][d.limit],
+                    retry_at,
+                }
+            }
             (None, None) => Decision::Deny {
                 limit: Limit::Capacity,
                 retry_at: cap_t,
@@ -596,6 +707,7 @@ impl AdmissionLimiter {
             Source::Own => self.floors[c].as_mut(),
             Source::Pool => self.pool.as_mut(),
             Source::Borrowed(j) => self.floors[j].as_mut(),
+            Source::Shared { .. } => self.shared.as_mut(),
         };
         if let Some(b) = b {
             if refund > 0 {
@@ -676,21 +788,40 @@ mod tests {
     }
 
     #[test]
-    fn strict_floor_protected_from_borrowers() {
+    fn strict_floor_credits_are_kept_for_their_owner() {
         let mut l = AdmissionLimiter::new(cfg(Semantics::StrictFloors, &[3000, 2000, 3000]), 0);
-        // dev drains the pool and borrows down to the protected levels
+        assert_eq!(l.total_depth(), 200);
+        // dev may take only what is not covered by the full credits
+        // (5 s of 300, 200 and 300 per minute: 25 + 17 + 25)
         let mut dev = 0;
         while l.decide(0, &req(3)).is_admit() {
             dev += 1;
         }
-        // pool 40 + half of 60 + half of 40 + half of 60
-        assert_eq!(dev, 40 + 30 + 20 + 30);
-        // the owner still finds its protected half
+        assert_eq!(dev, 200 - 67);
+        // each owner still finds all of its credits
         let mut a = 0;
         while l.decide(0, &req(0)).is_admit() {
             a += 1;
         }
-        assert_eq!(a, 30);
+        assert_eq!(a, 25);
+        // after a minute of idleness the credits are capped at their depth
+        // and the rest of the refill is open to anyone
+        let t = 60 * NS_PER_SEC;
+        let mut dev = 0;
+        while l.decide(t, &req(3)).is_admit() {
+            dev += 1;
+        }
+        assert_eq!(dev, 200 - 67);
+        match l.decide(t, &req(3)) {
+            Decision::Deny { limit, retry_at } => {
+                assert_eq!(limit, Limit::Capacity);
+                let mut c = l.clone();
+                assert!(c.decide(retry_at, &req(3)).is_admit());
+                let mut c = l.clone();
+                assert!(!c.decide(retry_at - 1, &req(3)).is_admit());
+            }
+            d => panic!("{d:?}"),
+        }
     }
 
     #[test]
