@@ -35,7 +35,11 @@ fn main() {
         ..PlanArgs::default()
     };
     for (label, args, reps) in [
-        ("plan (6 scenarios + 6 no-limiter runs, server model)", base.clone(), 5u32),
+        (
+            "plan (6 scenarios + 6 no-limiter runs, server model)",
+            base.clone(),
+            5u32,
+        ),
         (
             "plan --need A=250,B=150,C=250 --e2e-p95 4s (inverse search)",
             PlanArgs {

@@ -24,6 +24,8 @@ pub enum Format {
     Json,
 }
 
+// parsed once per process: the size difference between variants is irrelevant
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
     /// Run an experiment file and report its metrics.
