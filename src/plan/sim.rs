@@ -10,6 +10,7 @@ use super::config::{Arrival, Scenario, SharedFile};
 use crate::engine::rng::{component, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng};
 use crate::limiter::admission::{AdmissionLimiter, Decision, Grant, Limit, LimiterConfig};
+use crate::limiter::rates::OutputAccounting;
 use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -146,7 +147,9 @@ pub struct ConsumerOutcome {
     pub failed: u64,
     pub offered_per_min: Vec<u64>,
     pub admitted_per_min: Vec<u64>,
-    /// In capacity units (requests, or input + max_tokens in `tpm`).
+    /// In capacity units: requests, or in `tpm` the tokens charged at
+    /// admission settled on completion (unused `max_tokens` refunded, or
+    /// output added), attributed to the minute of admission.
     pub offered_units_per_min: Vec<u64>,
     pub admitted_units_per_min: Vec<u64>,
 }
@@ -188,7 +191,9 @@ pub struct ScenarioOutcome {
     pub duration: Nanos,
     pub limited: bool,
     pub consumers: Vec<ConsumerOutcome>,
-    /// Full minutes in which every second saw a capacity denial.
+    /// Full minutes in which every second — and the last second before the
+    /// minute — saw a capacity denial: the limiter was binding from start to
+    /// end (the first minute, which starts with full buckets, never is).
     pub saturated: Vec<bool>,
     /// Deepest use of the burst headroom (units) and the total depth.
     pub burst_used: u64,
@@ -238,6 +243,8 @@ struct Req {
     prev_delay: Nanos,
     grant: Option<Grant>,
     closed: bool,
+    /// Minute of admission (for settling token units on completion).
+    adm_min: u32,
 }
 
 fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
@@ -401,9 +408,10 @@ pub fn run_scenario(
                 let m = (now / MINUTE) as usize;
                 out[c].offered += 1;
                 out[c].offered_per_min[m] += 1;
-                let units = match cfg.unit {
-                    crate::limiter::Unit::Rpm => 1,
-                    crate::limiter::Unit::Tpm => r.input as u64 + file.max_tokens,
+                let units = match (cfg.unit, cfg.accounting) {
+                    (crate::limiter::Unit::Rpm, _) => 1,
+                    (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => r.input as u64,
+                    (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
                 };
                 out[c].offered_units_per_min[m] += units;
                 let decision = match lim.as_mut() {
@@ -425,6 +433,7 @@ pub fn run_scenario(
                 match decision {
                     Decision::Admit(g) => {
                         r.grant = Some(g);
+                        r.adm_min = m as u32;
                         out[c].admitted += 1;
                         out[c].admitted_per_min[m] += 1;
                         out[c].admitted_units_per_min[m] += units;
@@ -484,6 +493,19 @@ pub fn run_scenario(
             let r = &mut reqs[d.id as usize];
             let c = r.consumer as usize;
             out[c].completed += 1;
+            if cfg.unit == crate::limiter::Unit::Tpm && r.grant.is_some() {
+                // settle the admission minute's units like the limiter does:
+                // refund unused max_tokens, or add output counted on completion
+                let u = &mut out[c].admitted_units_per_min[r.adm_min as usize];
+                match cfg.accounting {
+                    OutputAccounting::ReserveRefund => {
+                        *u =
+                            u.saturating_sub(file.max_tokens.saturating_sub(d.output_tokens as u64))
+                    }
+                    OutputAccounting::ReserveNoRefund => {}
+                    OutputAccounting::OnCompletion => *u += d.output_tokens as u64,
+                }
+            }
             server.completed += 1;
             server.output_tokens += d.output_tokens as u64;
             server.e2e.record(d.finished - d.arrival);
@@ -528,7 +550,7 @@ pub fn run_scenario(
     server.kv_util = k;
     let full_minutes = (sc.duration / MINUTE) as usize;
     let saturated = (0..full_minutes)
-        .map(|m| cap_denied_sec[m * 60..(m + 1) * 60].iter().all(|&x| x))
+        .map(|m| m > 0 && cap_denied_sec[m * 60 - 1..(m + 1) * 60].iter().all(|&x| x))
         .collect();
     ScenarioOutcome {
         name: sc.name.clone(),
@@ -562,6 +584,7 @@ fn new_req(
         prev_delay: 0,
         grant: None,
         closed,
+        adm_min: 0,
     });
     (reqs.len() - 1) as u32
 }
