@@ -8,11 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "qsim",
-    version,
-    about = "Deterministic simulator and capacity planner for shared LLM inference deployments"
-)]
+#[command(name = "qsim", version, about = "Deterministic simulator and capacity planner for shared LLM inference deployments")]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -139,10 +135,7 @@ pub fn emit(text: &str, out: Option<&Path>) -> Result<(), CliError> {
             Ok(())
         }
         Some(p) => {
-            let dir = p
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
+            let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             if !dir.is_dir() {
                 return Err(CliError::Config(ConfigError::new(
                     "--out",
@@ -230,23 +223,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         }
                     }
                 }
-                ExperimentFile::Server(suite) => {
-                    let runs: Vec<_> = (0..seeds)
-                        .map(|k| experiment::server::run_suite(&suite, seed.wrapping_add(k)))
-                        .collect();
-                    let aggs = report::server::aggregate(&suite, &runs);
-                    match format {
-                        Format::Table => report::server::render_table(&suite, &fname, seed, &aggs),
-                        Format::Json => {
-                            let mut s = serde_json::to_string_pretty(&report::server::render_json(
-                                &suite, &fname, seed, &aggs,
-                            ))
-                            .expect("json");
-                            s.push('\n');
-                            s
-                        }
-                    }
-                }
+                ExperimentFile::Server(suite) => report::server::run_and_render(
+                    &suite,
+                    &fname,
+                    seed,
+                    seeds,
+                    format == Format::Json,
+                ),
             };
             emit(&text, out.as_deref())
         }

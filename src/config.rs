@@ -17,11 +17,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(
-        source: impl Into<String>,
-        field: impl Into<String>,
-        reason: impl Into<String>,
-    ) -> Self {
+    pub fn new(source: impl Into<String>, field: impl Into<String>, reason: impl Into<String>) -> Self {
         ConfigError {
             source: source.into(),
             field: field.into(),
@@ -47,11 +43,7 @@ impl fmt::Display for ConfigError {
         if self.field.is_empty() {
             write!(f, "{}: {}", self.source, self.reason)
         } else {
-            write!(
-                f,
-                "{}: field `{}`: {}",
-                self.source, self.field, self.reason
-            )
+            write!(f, "{}: field `{}`: {}", self.source, self.field, self.reason)
         }
     }
 }
@@ -129,11 +121,7 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                 if last {
                     if let Some(old) = t.get(*seg) {
                         if old.is_table() || old.is_array() {
-                            return Err(ConfigError::new(
-                                &flag,
-                                &here,
-                                "is a table or array, not a scalar",
-                            ));
+                            return Err(ConfigError::new(&flag, &here, "is a table or array, not a scalar"));
                         }
                     }
                     t.insert(seg.to_string(), parse_scalar(raw.trim()));
@@ -148,19 +136,11 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                     .map_err(|_| ConfigError::new(&flag, &here, "expected an array index"))?;
                 let len = a.len();
                 let slot = a.get_mut(idx).ok_or_else(|| {
-                    ConfigError::new(
-                        &flag,
-                        &here,
-                        format!("index out of range (array has {len} elements)"),
-                    )
+                    ConfigError::new(&flag, &here, format!("index out of range (array has {len} elements)"))
                 })?;
                 if last {
                     if slot.is_table() || slot.is_array() {
-                        return Err(ConfigError::new(
-                            &flag,
-                            &here,
-                            "is a table or array, not a scalar",
-                        ));
+                        return Err(ConfigError::new(&flag, &here, "is a table or array, not a scalar"));
                     }
                     *slot = parse_scalar(raw.trim());
                     return Ok(());
@@ -195,11 +175,7 @@ mod tests {
 
     #[test]
     fn set_paths() {
-        let mut v = parse_toml(
-            "t",
-            "workers = 64\n[[experiment]]\nname = \"a\"\n[x]\ny = 1\n",
-        )
-        .unwrap();
+        let mut v = parse_toml("t", "workers = 64\n[[experiment]]\nname = \"a\"\n[x]\ny = 1\n").unwrap();
         apply_set(&mut v, "workers=16").unwrap();
         apply_set(&mut v, "experiment.0.workers=8").unwrap();
         apply_set(&mut v, "x.y=0.5").unwrap();

@@ -26,9 +26,7 @@ impl StatusSet {
                         .parse()
                         .ok()
                         .filter(|c| (100..600).contains(c))
-                        .ok_or_else(|| {
-                            format!("{it:?} is not an HTTP status, \"4xx\" or \"5xx\"")
-                        })?;
+                        .ok_or_else(|| format!("{it:?} is not an HTTP status, \"4xx\" or \"5xx\""))?;
                     s.codes.push(c);
                 }
             }
@@ -96,9 +94,7 @@ impl RetryPolicy {
     /// be retried?
     #[inline]
     pub fn should_retry(&self, attempt: u32, status: u16) -> bool {
-        !matches!(self.backoff, Backoff::None)
-            && attempt < self.max_attempts
-            && self.retry_on.contains(status)
+        !matches!(self.backoff, Backoff::None) && attempt < self.max_attempts && self.retry_on.contains(status)
     }
 
     /// The delay after failed attempt number `attempt` (1-based), given the
@@ -227,10 +223,7 @@ impl RawRetry {
         let default_attempts = if backoff == Backoff::None { 1 } else { 8 };
         let max_attempts = self.max_attempts.unwrap_or(default_attempts);
         if !(1..=1000).contains(&max_attempts) {
-            return Err(err(
-                "max_attempts",
-                format!("must be in 1..=1000, got {max_attempts}"),
-            ));
+            return Err(err("max_attempts", format!("must be in 1..=1000, got {max_attempts}")));
         }
         let retry_on = StatusSet::parse(
             self.retry_on
@@ -264,11 +257,7 @@ mod tests {
 
     #[test]
     fn article_exponential() {
-        let p = pol(Backoff::Exponential {
-            base: 1.0,
-            cap: 32.0,
-            jitter: 1.0,
-        });
+        let p = pol(Backoff::Exponential { base: 1.0, cap: 32.0, jitter: 1.0 });
         let mut r = stream(1, 0, 0);
         for (attempt, lo) in [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 32.0)] {
             let d = p.delay(attempt, 0, None, &mut r) as f64 / 1e9;
@@ -287,23 +276,11 @@ mod tests {
     fn jitter_families_stay_in_range() {
         let mut r = stream(2, 0, 0);
         for _ in 0..1000 {
-            let d = pol(Backoff::FullJitter {
-                base: 1.0,
-                cap: 10.0,
-            })
-            .delay(4, 0, None, &mut r);
+            let d = pol(Backoff::FullJitter { base: 1.0, cap: 10.0 }).delay(4, 0, None, &mut r);
             assert!(d <= 8 * NS_PER_SEC);
-            let d = pol(Backoff::EqualJitter {
-                base: 1.0,
-                cap: 10.0,
-            })
-            .delay(5, 0, None, &mut r);
+            let d = pol(Backoff::EqualJitter { base: 1.0, cap: 10.0 }).delay(5, 0, None, &mut r);
             assert!((5 * NS_PER_SEC..=10 * NS_PER_SEC).contains(&d));
-            let d = pol(Backoff::Decorrelated {
-                base: 1.0,
-                cap: 10.0,
-            })
-            .delay(3, 2 * NS_PER_SEC, None, &mut r);
+            let d = pol(Backoff::Decorrelated { base: 1.0, cap: 10.0 }).delay(3, 2 * NS_PER_SEC, None, &mut r);
             assert!((NS_PER_SEC..=6 * NS_PER_SEC).contains(&d));
         }
     }

@@ -100,22 +100,9 @@ impl RawDist {
                 if max < min {
                     return Err(format!("`max` ({max}) must be >= `min` ({min})"));
                 }
-                (
-                    Dist::Uniform {
-                        lo: min,
-                        width: max - min,
-                    },
-                    None,
-                    None,
-                )
+                (Dist::Uniform { lo: min, width: max - min }, None, None)
             }
-            RawDist::Exp { mean, max } => (
-                Dist::Exp {
-                    mean: positive("mean", mean)?,
-                },
-                None,
-                max,
-            ),
+            RawDist::Exp { mean, max } => (Dist::Exp { mean: positive("mean", mean)? }, None, max),
             RawDist::Lognormal { p50, p95, min, max } => {
                 positive("p50", p50)?;
                 positive("p95", p95)?;
@@ -143,14 +130,7 @@ impl RawDist {
                 positive("mean", mean)?;
                 positive("cv", cv)?;
                 let shape = 1.0 / (cv * cv);
-                (
-                    Dist::Gamma {
-                        shape,
-                        scale: mean / shape,
-                    },
-                    None,
-                    max,
-                )
+                (Dist::Gamma { shape, scale: mean / shape }, None, max)
             }
         };
         let min = non_negative("min", min.unwrap_or(0.0))?;
@@ -280,10 +260,7 @@ mod tests {
             .unwrap()
             .validate()
             .is_err());
-        assert!(parse("{ dist = \"exp\", mean = -1 }")
-            .unwrap()
-            .validate()
-            .is_err());
+        assert!(parse("{ dist = \"exp\", mean = -1 }").unwrap().validate().is_err());
         assert!(parse("{ dist = \"const\", value = 1, extra = 2 }").is_err());
         assert!(parse("{ dist = \"weibull\", k = 1 }").is_err());
     }

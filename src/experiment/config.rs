@@ -110,60 +110,31 @@ pub struct HostedSuite {
 
 fn positive_int(file: &str, field: &str, v: i64, max: i64) -> Result<u64, ConfigError> {
     if v <= 0 {
-        Err(ConfigError::new(
-            file,
-            field,
-            format!("must be > 0, got {v}"),
-        ))
+        Err(ConfigError::new(file, field, format!("must be > 0, got {v}")))
     } else if v > max {
-        Err(ConfigError::new(
-            file,
-            field,
-            format!("must be <= {max}, got {v}"),
-        ))
+        Err(ConfigError::new(file, field, format!("must be <= {max}, got {v}")))
     } else {
         Ok(v as u64)
     }
 }
 
-fn managed_params(
-    file: &str,
-    at: &str,
-    base: AimdParams,
-    m: Option<&RawManaged>,
-) -> Result<AimdParams, ConfigError> {
+fn managed_params(file: &str, at: &str, base: AimdParams, m: Option<&RawManaged>) -> Result<AimdParams, ConfigError> {
     let Some(m) = m else { return Ok(base) };
     let f = |name: &str, v: Option<f64>, d: f64, lo: f64, hi: f64| -> Result<f64, ConfigError> {
         let v = v.unwrap_or(d);
         if v.is_finite() && v >= lo && v <= hi {
             Ok(v)
         } else {
-            Err(ConfigError::new(
-                file,
-                format!("{at}.{name}"),
-                format!("must be in [{lo}, {hi}], got {v}"),
-            ))
+            Err(ConfigError::new(file, format!("{at}.{name}"), format!("must be in [{lo}, {hi}], got {v}")))
         }
     };
     let p = AimdParams {
-        initial: f(
-            "initial_concurrency",
-            m.initial_concurrency,
-            base.initial,
-            1.0,
-            1e6,
-        )?,
+        initial: f("initial_concurrency", m.initial_concurrency, base.initial, 1.0, 1e6)?,
         min: f("min_concurrency", m.min_concurrency, base.min, 1.0, 1e6)?,
         max: f("max_concurrency", m.max_concurrency, base.max, 1.0, 1e6)?,
         increase: f("increase", m.increase, base.increase, 0.0, 1e6)?,
         decrease: f("decrease", m.decrease, base.decrease, 0.01, 1.0)?,
-        retry_base_s: f(
-            "retry_base_s",
-            m.retry_base_s,
-            base.retry_base_s,
-            0.0,
-            3600.0,
-        )?,
+        retry_base_s: f("retry_base_s", m.retry_base_s, base.retry_base_s, 0.0, 3600.0)?,
         retry_cap_s: f("retry_cap_s", m.retry_cap_s, base.retry_cap_s, 0.0, 3600.0)?,
         max_attempts: f(
             "max_attempts",
@@ -191,11 +162,7 @@ impl HostedSuite {
         let f = fname.as_str();
         let raw: RawHostedSuite = from_value(f, v)?;
         if raw.kind != "hosted" {
-            return Err(ConfigError::new(
-                f,
-                "kind",
-                format!("expected \"hosted\", got {:?}", raw.kind),
-            ));
+            return Err(ConfigError::new(f, "kind", format!("expected \"hosted\", got {:?}", raw.kind)));
         }
         let ppath = resolve_relative(file, &raw.endpoint);
         if !ppath.is_file() {
@@ -211,11 +178,7 @@ impl HostedSuite {
         let max_tokens = positive_int(f, "max_tokens", raw.max_tokens, 10_000_000)?;
         let workers = positive_int(f, "workers", raw.workers, 1_000_000)?;
         if !(raw.cooldown_s.is_finite() && raw.cooldown_s >= 0.0) {
-            return Err(ConfigError::new(
-                f,
-                "cooldown_s",
-                format!("must be >= 0, got {}", raw.cooldown_s),
-            ));
+            return Err(ConfigError::new(f, "cooldown_s", format!("must be >= 0, got {}", raw.cooldown_s)));
         }
         let sdk = match &raw.sdk {
             None => SdkRetry::default(),
@@ -226,20 +189,12 @@ impl HostedSuite {
                     if v.is_finite() && v >= 0.0 {
                         Ok(v)
                     } else {
-                        Err(ConfigError::new(
-                            f,
-                            format!("sdk.{name}"),
-                            format!("must be >= 0, got {v}"),
-                        ))
+                        Err(ConfigError::new(f, format!("sdk.{name}"), format!("must be >= 0, got {v}")))
                     }
                 };
                 let mr = s.max_retries.unwrap_or(d.max_retries as i64);
                 if !(0..=100).contains(&mr) {
-                    return Err(ConfigError::new(
-                        f,
-                        "sdk.max_retries",
-                        format!("must be in 0..=100, got {mr}"),
-                    ));
+                    return Err(ConfigError::new(f, "sdk.max_retries", format!("must be in 0..=100, got {mr}")));
                 }
                 SdkRetry {
                     max_retries: mr as u32,
@@ -250,24 +205,14 @@ impl HostedSuite {
                 }
             }
         };
-        let managed_base =
-            managed_params(f, "managed", AimdParams::default(), raw.managed.as_ref())?;
+        let managed_base = managed_params(f, "managed", AimdParams::default(), raw.managed.as_ref())?;
         if raw.experiment.is_empty() {
-            return Err(ConfigError::new(
-                f,
-                "experiment",
-                "at least one [[experiment]] is needed",
-            ));
+            return Err(ConfigError::new(f, "experiment", "at least one [[experiment]] is needed"));
         }
         let mut experiments = Vec::new();
         for (i, e) in raw.experiment.iter().enumerate() {
             let at = format!("experiment[{i}]");
-            let rows = positive_int(
-                f,
-                &format!("{at}.rows"),
-                e.rows.unwrap_or(rows as i64),
-                100_000_000,
-            )?;
+            let rows = positive_int(f, &format!("{at}.rows"), e.rows.unwrap_or(rows as i64), 100_000_000)?;
             let max_tokens = positive_int(
                 f,
                 &format!("{at}.max_tokens"),
@@ -324,8 +269,7 @@ impl HostedSuite {
                 client,
             });
         }
-        let dist =
-            |field: &str, d: &RawDist| d.validate().map_err(|r| ConfigError::new(f, field, r));
+        let dist = |field: &str, d: &RawDist| d.validate().map_err(|r| ConfigError::new(f, field, r));
         Ok(HostedSuite {
             title: raw.title.unwrap_or_default(),
             description: raw.description.unwrap_or_default(),

@@ -62,12 +62,7 @@ impl HostedResult {
             http_requests: 0,
             http_429: 0,
             sdk_retries: 0,
-            limit_hits: suite
-                .profile
-                .limits
-                .iter()
-                .map(|l| (l.name.clone(), 0))
-                .collect(),
+            limit_hits: suite.profile.limits.iter().map(|l| (l.name.clone(), 0)).collect(),
             final_concurrency: None,
         }
     }
@@ -123,11 +118,7 @@ impl Rows {
 /// carry over, with `cooldown` of idle time between experiments (so each
 /// starts with buckets as refilled as the cool-down allows).
 pub fn run_suite(suite: &HostedSuite, seed: u64) -> Vec<HostedResult> {
-    let mut endpoint = HostedEndpoint::new(
-        suite.profile.clone(),
-        0,
-        stream(seed, 0, component::ENDPOINT),
-    );
+    let mut endpoint = HostedEndpoint::new(suite.profile.clone(), 0, stream(seed, 0, component::ENDPOINT));
     let mut t0: Nanos = 0;
     let mut out = Vec::with_capacity(suite.experiments.len());
     for (i, e) in suite.experiments.iter().enumerate() {
@@ -148,21 +139,9 @@ fn run_one(
     rng: Rng,
 ) -> HostedResult {
     match &e.client {
-        ClientKind::Pool {
-            workers,
-            retry,
-            sdk,
-        } => run_pool(
-            suite,
-            e,
-            endpoint,
-            t0,
-            seed,
-            rng,
-            *workers,
-            retry,
-            sdk.as_ref(),
-        ),
+        ClientKind::Pool { workers, retry, sdk } => {
+            run_pool(suite, e, endpoint, t0, seed, rng, *workers, retry, sdk.as_ref())
+        }
         ClientKind::Managed(p) => run_managed(suite, e, endpoint, t0, seed, rng, p),
     }
 }
@@ -198,15 +177,8 @@ impl Active {
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     Send(u32),
-    Done {
-        slot: u32,
-        out: u64,
-    },
-    Fail {
-        slot: u32,
-        status: u16,
-        hint: Option<Nanos>,
-    },
+    Done { slot: u32, out: u64 },
+    Fail { slot: u32, status: u16, hint: Option<Nanos> },
     /// Managed executor: time to look at the queue again.
     Wake,
 }
@@ -231,37 +203,13 @@ fn send(
     a.sent_at = now;
     res.http_requests += 1;
     match endpoint.call(now, cost(e, &a.row), a.row.natural) {
-        Reply::Ok {
-            done_at,
-            output_tokens,
-            ..
-        } => q.schedule(
-            done_at,
-            Ev::Done {
-                slot,
-                out: output_tokens,
-            },
-        ),
+        Reply::Ok { done_at, output_tokens, .. } => q.schedule(done_at, Ev::Done { slot, out: output_tokens }),
         Reply::RateLimited { at, limit, hint } => {
             res.http_429 += 1;
             res.limit_hits[limit].1 += 1;
-            q.schedule(
-                at,
-                Ev::Fail {
-                    slot,
-                    status: 429,
-                    hint,
-                },
-            )
+            q.schedule(at, Ev::Fail { slot, status: 429, hint })
         }
-        Reply::ServerError { at } => q.schedule(
-            at,
-            Ev::Fail {
-                slot,
-                status: 500,
-                hint: None,
-            },
-        ),
+        Reply::ServerError { at } => q.schedule(at, Ev::Fail { slot, status: 500, hint: None }),
     }
 }
 
@@ -356,13 +304,7 @@ fn run_pool(
     res
 }
 
-fn next_row(
-    rows: &mut Rows,
-    slots: &mut [Option<Active>],
-    q: &mut EventQueue<Ev>,
-    slot: u32,
-    now: Nanos,
-) {
+fn next_row(rows: &mut Rows, slots: &mut [Option<Active>], q: &mut EventQueue<Ev>, slot: u32, now: Nanos) {
     if let Some(row) = rows.take() {
         slots[slot as usize] = Some(Active::new(row, now));
         q.schedule(now, Ev::Send(slot));

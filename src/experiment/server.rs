@@ -27,6 +27,7 @@ struct RawScenario {
     router: Option<String>,
     drain: Option<bool>,
     snapshots_s: Option<Vec<f64>>,
+    snapshot_every_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -45,6 +46,7 @@ struct RawServerSuite {
     drain: bool,
     #[serde(default)]
     snapshots_s: Vec<f64>,
+    snapshot_every_s: Option<f64>,
     arrivals: Option<RawArrivals>,
     think_s: Option<RawDist>,
     input_tokens: RawDist,
@@ -71,6 +73,9 @@ pub enum Load {
 /// One validated scenario.
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// Position in the file: selects the scenario's random streams, so a
+    /// scenario gives the same results whichever others run with it.
+    pub index: u64,
     pub name: String,
     pub description: String,
     pub load: Load,
@@ -264,7 +269,15 @@ impl ServerSuite {
                     )
                 })?,
             };
+            if raw.scenario[..i].iter().any(|p| p.name == s.name) {
+                return Err(ConfigError::new(
+                    f,
+                    fld("name"),
+                    format!("duplicate scenario name {:?}", s.name),
+                ));
+            }
             scenarios.push(Scenario {
+                index: i as u64,
                 name: s.name.clone(),
                 description: s.description.clone().unwrap_or_default(),
                 load,
@@ -279,9 +292,34 @@ impl ServerSuite {
                 },
                 router,
                 drain: s.drain.unwrap_or(raw.drain),
-                snapshots: match &s.snapshots_s {
-                    Some(v) => snapshots(f, &fld("snapshots_s"), v)?,
-                    None => snaps.clone(),
+                snapshots: {
+                    let mut v = match &s.snapshots_s {
+                        Some(v) => snapshots(f, &fld("snapshots_s"), v)?,
+                        None => snaps.clone(),
+                    };
+                    let (every, at) = match s.snapshot_every_s {
+                        Some(e) => (Some(e), fld("snapshot_every_s")),
+                        None => (raw.snapshot_every_s, "snapshot_every_s".to_string()),
+                    };
+                    if let Some(e) = every {
+                        let e = pos_f(f, &at, e, 1e7)?;
+                        let d = s.duration_s.unwrap_or(duration);
+                        if d / e > 100_000.0 {
+                            return Err(ConfigError::new(
+                                f,
+                                at,
+                                format!("more than 100,000 snapshots in {d} s"),
+                            ));
+                        }
+                        let mut k = 1.0;
+                        while k * e <= d + 1e-9 {
+                            v.push(secs(k * e));
+                            k += 1.0;
+                        }
+                        v.sort_unstable();
+                        v.dedup();
+                    }
+                    v
                 },
             });
         }
@@ -292,6 +330,28 @@ impl ServerSuite {
             profile_path: ppath.display().to_string(),
             scenarios,
         })
+    }
+}
+
+impl ServerSuite {
+    /// Keep only the scenarios named in `names` (all if empty), e.g. for
+    /// `--only`; an unknown name is an error listing the file's scenarios.
+    pub fn retain_only(&mut self, names: &[String]) -> Result<(), ConfigError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        for n in names {
+            if !self.scenarios.iter().any(|s| &s.name == n) {
+                let known: Vec<&str> = self.scenarios.iter().map(|s| s.name.as_str()).collect();
+                return Err(ConfigError::new(
+                    "--only",
+                    "",
+                    format!("no scenario named {n:?}; the file has {}", known.join(", ")),
+                ));
+            }
+        }
+        self.scenarios.retain(|s| names.contains(&s.name));
+        Ok(())
     }
 }
 
@@ -306,6 +366,12 @@ pub struct Snapshot {
     /// E2E of the requests that finished since the previous snapshot.
     pub e2e_p50_s: f64,
     pub e2e_max_s: f64,
+    /// GPU utilization since the previous snapshot (mean over replicas).
+    pub gpu_util: f64,
+    /// KV blocks in use now / all blocks (all replicas).
+    pub kv_util: f64,
+    /// Preemptions so far.
+    pub preemptions: u64,
 }
 
 /// What one scenario measured.
@@ -332,8 +398,7 @@ pub fn run_suite(suite: &ServerSuite, seed: u64) -> Vec<ServerResult> {
     suite
         .scenarios
         .iter()
-        .enumerate()
-        .map(|(i, s)| run_scenario(suite.profile.clone(), s, seed, i as u64))
+        .map(|s| run_scenario(suite.profile.clone(), s, seed, s.index))
         .collect()
 }
 
@@ -394,6 +459,7 @@ pub fn run_scenario(
     let mut completed = 0u64;
     let mut snaps = Vec::with_capacity(s.snapshots.len());
     let mut last = 0;
+    let (mut prev_t, mut prev_busy): (Nanos, u128) = (0, 0);
     loop {
         let tq = q.peek_time().unwrap_or(NEVER);
         let tc = cluster.poll_timeout().unwrap_or(NEVER);
@@ -437,8 +503,18 @@ pub fn run_scenario(
                     next_id += 1;
                 }
                 Ev::Snapshot => {
-                    cluster.handle_timeout(now);
+                    // the cluster went first at equal times: it is at `now`
+                    // and its completions are drained
+                    let m = cluster.metrics();
+                    let busy: u128 = m.replicas.iter().map(|r| r.gpu_busy_ns).sum();
+                    let reps = cluster.replica_count();
+                    let dt = (now - prev_t).max(1) as f64 * reps as f64;
+                    let used: u64 = (0..reps).map(|i| cluster.kv_blocks_in_use(i) as u64).sum();
+                    let total_blocks = cluster.profile().total_blocks as u64 * reps as u64;
                     snaps.push(Snapshot {
+                        gpu_util: ((busy - prev_busy) as f64 / dt).min(1.0),
+                        kv_util: used as f64 / total_blocks as f64,
+                        preemptions: m.replicas.iter().map(|r| r.preemptions).sum(),
                         t: now,
                         waiting: cluster.waiting() as u64,
                         running: cluster.running() as u64,
@@ -448,6 +524,8 @@ pub fn run_scenario(
                         e2e_max_s: window.max_s(),
                     });
                     window = DurationHist::new();
+                    prev_t = now;
+                    prev_busy = busy;
                 }
             }
         }
@@ -474,5 +552,84 @@ pub fn run_scenario(
         metrics: cluster.metrics().clone(),
         snapshots: snaps,
         unfinished: cluster.outstanding() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Arc<ServerProfile> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/llama-3.1-8b-h100-vllm.toml");
+        Arc::new(load_profile(&p).unwrap())
+    }
+
+    fn scenario(load: Load, replicas: u32, router: RouterKind) -> Scenario {
+        Scenario {
+            index: 0,
+            name: "t".into(),
+            description: String::new(),
+            load,
+            lengths: Lengths {
+                input: Sampler::constant(200.0),
+                output: Sampler::constant(100.0),
+            },
+            duration: secs(120.0),
+            replicas,
+            router,
+            drain: false,
+            snapshots: vec![secs(60.0)],
+        }
+    }
+
+    #[test]
+    fn one_closed_loop_client_runs_requests_back_to_back() {
+        let s = scenario(
+            Load::Closed {
+                clients: 1,
+                think: Sampler::constant(0.0),
+            },
+            1,
+            RouterKind::RoundRobin,
+        );
+        let r = run_scenario(profile(), &s, 1, 0);
+        let m = &r.metrics.replicas[0];
+        // never more than one request in the server; no queueing beyond the API ingress
+        assert_eq!(m.running.max, 1);
+        assert!((m.queue_delay.max_s() - 0.002).abs() < 1e-9);
+        // completions × E2E fill the run (minus the request in flight)
+        let busy = m.e2e.sum_s();
+        assert!(
+            busy <= 120.0 && busy > 120.0 - 2.0 * m.e2e.max_s(),
+            "{busy}"
+        );
+        assert_eq!(r.snapshots.len(), 1);
+        assert_eq!(r.snapshots[0].outstanding, 1);
+    }
+
+    #[test]
+    fn least_outstanding_spreads_load_over_replicas() {
+        let process = ArrivalProcess::new(&RawArrivals::Poisson, 20.0).unwrap();
+        for router in [
+            RouterKind::RoundRobin,
+            RouterKind::LeastOutstanding,
+            RouterKind::LeastKv,
+        ] {
+            let s = scenario(
+                Load::Open {
+                    rpm: 1200.0,
+                    process: process.clone(),
+                },
+                3,
+                router,
+            );
+            let r = run_scenario(profile(), &s, 1, 0);
+            let sub: Vec<u64> = r.metrics.replicas.iter().map(|m| m.submitted).collect();
+            let total: u64 = sub.iter().sum();
+            for x in &sub {
+                let share = *x as f64 / total as f64;
+                assert!((share - 1.0 / 3.0).abs() < 0.05, "{router:?}: {sub:?}");
+            }
+        }
     }
 }

@@ -69,9 +69,7 @@ impl HostedEndpoint {
     /// actual output is `min(natural_output, max_tokens)`.
     pub fn call(&mut self, now: Nanos, cost: Cost, natural_output: u64) -> Reply {
         let p = &*self.profile;
-        if p.server_error_rate > 0.0
-            && crate::engine::rng::unit(&mut self.rng) < p.server_error_rate
-        {
+        if p.server_error_rate > 0.0 && crate::engine::rng::unit(&mut self.rng) < p.server_error_rate {
             let at = now + secs(p.reject_latency.sample(&mut self.rng));
             return Reply::ServerError { at };
         }
@@ -97,9 +95,7 @@ impl HostedEndpoint {
                 let hint = match (p.hint, wait) {
                     (HintShape::None, _) | (_, None) => None,
                     // Header `Retry-After: <whole seconds>`, rounded up.
-                    (HintShape::RetryAfterHeader, Some(w)) => {
-                        Some(w.div_ceil(NS_PER_SEC) * NS_PER_SEC)
-                    }
+                    (HintShape::RetryAfterHeader, Some(w)) => Some(w.div_ceil(NS_PER_SEC) * NS_PER_SEC),
                     // Header `retry-after-ms: <whole ms>`, rounded up.
                     (HintShape::RetryAfterMs, Some(w)) => Some(w.div_ceil(NS_PER_MS) * NS_PER_MS),
                     // Body `retry_after: <seconds, float>`, millisecond precision.

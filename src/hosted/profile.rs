@@ -89,28 +89,17 @@ impl HostedProfile {
             return Err(ConfigError::new(
                 file,
                 "kind",
-                format!(
-                    "expected \"hosted\" for a hosted-API profile, got {:?}",
-                    raw.kind
-                ),
+                format!("expected \"hosted\" for a hosted-API profile, got {:?}", raw.kind),
             ));
         }
         let mut limits = Vec::new();
         for (i, l) in raw.limits.iter().enumerate() {
             let f = |x: &str| format!("limits[{i}].{x}");
             if l.limit <= 0 {
-                return Err(ConfigError::new(
-                    file,
-                    f("limit"),
-                    format!("must be > 0, got {}", l.limit),
-                ));
+                return Err(ConfigError::new(file, f("limit"), format!("must be > 0, got {}", l.limit)));
             }
             if !(l.window_s.is_finite() && l.window_s > 0.0) {
-                return Err(ConfigError::new(
-                    file,
-                    f("window_s"),
-                    format!("must be > 0, got {}", l.window_s),
-                ));
+                return Err(ConfigError::new(file, f("window_s"), format!("must be > 0, got {}", l.window_s)));
             }
             if l.name.trim().is_empty() {
                 return Err(ConfigError::new(file, f("name"), "must not be empty"));

@@ -44,11 +44,7 @@ fn values(r: &HostedResult) -> Vec<f64> {
         r.retried as f64,
         r.max_attempts as f64,
         r.max_wait as f64 / 1e9,
-        if el > 0.0 {
-            r.own_wait as f64 / 1e9 / el
-        } else {
-            0.0
-        },
+        if el > 0.0 { r.own_wait as f64 / 1e9 / el } else { 0.0 },
         r.http_requests as f64,
         r.http_429 as f64,
         r.sdk_retries as f64,
@@ -126,15 +122,10 @@ pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregat
     } else {
         out.push_str(&format!("seed {seed}\n\n"));
     }
-    let mut t = Table::new(
-        std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())),
-    );
+    let mut t = Table::new(std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())));
     t.row(std::iter::once("client".to_string()).chain(aggs.iter().map(|a| a.client.to_string())));
     for (m, (_, label, d)) in METRICS.iter().enumerate() {
-        t.row(
-            std::iter::once(label.to_string())
-                .chain(aggs.iter().map(|a| fmt(&a.spreads[m], *d, runs))),
-        );
+        t.row(std::iter::once(label.to_string()).chain(aggs.iter().map(|a| fmt(&a.spreads[m], *d, runs))));
     }
     if let Some(first) = aggs.first() {
         for (k, (name, _)) in first.limit_hits.iter().enumerate() {

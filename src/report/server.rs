@@ -85,6 +85,9 @@ pub const SNAPSHOT: &[(&str, i32)] = &[
     ("completed", 0),
     ("e2e_p50_s", 3),
     ("e2e_max_s", 3),
+    ("gpu_util", 3),
+    ("kv_util", 4),
+    ("preemptions", 0),
 ];
 
 /// One scenario aggregated over seeds.
@@ -150,6 +153,9 @@ pub fn aggregate(suite: &ServerSuite, runs: &[Vec<ServerResult>]) -> Vec<Aggrega
                                 s.completed as f64,
                                 s.e2e_p50_s,
                                 s.e2e_max_s,
+                                s.gpu_util,
+                                s.kv_util,
+                                s.preemptions as f64,
                             ]
                         })
                         .collect();
@@ -238,7 +244,7 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
     }
     for a in aggs.iter().filter(|a| !a.snapshots.is_empty()) {
         out.push_str(&format!(
-            "\n{}: snapshots (E2E of requests finished since the previous snapshot)\n",
+            "\n{}: snapshots (E2E and GPU utilization since the previous snapshot)\n",
             a.name
         ));
         let mut t = Table::new(
@@ -314,4 +320,26 @@ pub fn render_json(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate
         "seeds": runs,
         "scenarios": sc,
     })
+}
+
+/// Run a suite over `seeds` seeds from `seed` and render it (JSON or table).
+pub fn run_and_render(
+    suite: &ServerSuite,
+    file: &str,
+    seed: u64,
+    seeds: u64,
+    json: bool,
+) -> String {
+    let runs: Vec<_> = (0..seeds)
+        .map(|k| crate::experiment::server::run_suite(suite, seed.wrapping_add(k)))
+        .collect();
+    let aggs = aggregate(suite, &runs);
+    if json {
+        let mut s =
+            serde_json::to_string_pretty(&render_json(suite, file, seed, &aggs)).expect("json");
+        s.push('\n');
+        s
+    } else {
+        render_table(suite, file, seed, &aggs)
+    }
 }

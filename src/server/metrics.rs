@@ -174,9 +174,11 @@ pub struct ClusterMetrics {
 }
 
 impl ClusterMetrics {
-    /// All replicas together, with gauges read at `until`. Utilisations of
-    /// the total (`gpu_util`, `kv_util`) are divided by the replica count
-    /// by [`ClusterMetrics::gpu_util`] / `kv_util` of the sum.
+    /// All replicas summed, gauges read at `until`: histograms merged,
+    /// counters and busy times added, time-weighted gauges added (so
+    /// `running.mean` is the cluster's mean batch total; `kv_util` of the sum
+    /// is blocks in use over all blocks). Busy fractions of the sum must be
+    /// divided by the replica count (see [`ClusterMetrics::gpu_util`]).
     pub fn total(&self, until: Nanos) -> ReplicaMetrics {
         let mut t = ReplicaMetrics::default();
         for r in &self.replicas {

@@ -89,6 +89,8 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// `replicas` copies of `profile` (at least one) behind `router`. The
+    /// model is deterministic; `seed` only breaks routing ties at random.
     pub fn new(profile: Arc<ServerProfile>, replicas: u32, router: RouterKind, seed: u64) -> Self {
         let n = replicas.max(1);
         Cluster {
@@ -151,8 +153,10 @@ impl Cluster {
         unreachable!("a replica has the minimum key")
     }
 
-    /// A request arrives at `now`.
+    /// A request arrives at `now` (a time before the cluster's clock is
+    /// taken as the clock: time never runs backwards).
     pub fn submit(&mut self, now: Nanos, req: Request) {
+        let now = now.max(self.now);
         self.handle_timeout(now);
         let i = self.pick();
         self.replicas[i].submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);

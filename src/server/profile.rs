@@ -378,3 +378,60 @@ pub fn load_profile(path: &Path) -> Result<ServerProfile, ConfigError> {
     let v = read_toml(path)?;
     ServerProfile::from_value(&path.display().to_string(), v)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn models() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("models")
+    }
+
+    #[test]
+    fn llama_8b_is_derived_from_the_roofline() {
+        let p = load_profile(&models().join("llama-3.1-8b-h100-vllm.toml")).unwrap();
+        // (79.6 × 0.9 − 14.96 − 4) GiB / (16 × 128 KiB)
+        assert_eq!(p.total_blocks, 26_972);
+        // weights 14.96 GiB at 0.8 × 3.35 TB/s = 5.99 ms, + 0.2 ms fixed, + one token 0.027 ms
+        let (_, gpu) = p.iteration.duration(0, 1, 0, 1);
+        assert!((gpu as f64 / 1e6 - 6.221).abs() < 0.001, "{gpu}");
+        // one KV token: 128 KiB at 2.68 TB/s = 48.9 ns; one token: 2 × 8.03e9 / 593.4 TFLOPs = 27.1 µs
+        assert!((p.iteration.gpu_per_kv_token_ns - 48.9).abs() < 0.1);
+        assert!((p.iteration.gpu_per_token_ns - 27_064.0).abs() < 10.0);
+    }
+
+    #[test]
+    fn gpt_oss_profile_loads() {
+        let p = load_profile(&models().join("gpt-oss-20b-h100-nim.toml")).unwrap();
+        assert_eq!(p.total_blocks, 74_874);
+        assert_eq!(p.ingress, 5_000_000);
+    }
+
+    fn err(edit: &str, with: &str) -> ConfigError {
+        let text = std::fs::read_to_string(models().join("llama-3.1-8b-h100-vllm.toml")).unwrap();
+        assert!(text.contains(edit), "{edit}");
+        let text = text.replace(edit, with);
+        let v = crate::config::parse_toml("m.toml", &text).unwrap();
+        ServerProfile::from_value("m.toml", v).unwrap_err()
+    }
+
+    #[test]
+    fn bad_profiles_name_the_field() {
+        let e = err("kind = \"server\"", "kind = \"hosted\"");
+        assert_eq!((e.source.as_str(), e.field.as_str()), ("m.toml", "kind"));
+        let e = err("max_batched_tokens = 8192", "max_batched_tokens = 100");
+        assert_eq!(e.field, "scheduler.max_batched_tokens");
+        let e = err("block_size = 16", "block_size = 16\nblocks = 3");
+        assert!(e.field.starts_with("kv_cache"), "{e}");
+        let e = err("gpu_memory_gib = 79.6", "");
+        assert_eq!(e.field, "kv_cache.gpu_memory_gib");
+        let e = err("gpu_memory_gib = 79.6", "gpu_memory_gib = 16");
+        assert_eq!(e.field, "kv_cache");
+        let e = err("bandwidth_efficiency = 0.8", "bandwidth_efficiency = 1.5");
+        assert_eq!(e.field, "iteration.bandwidth_efficiency");
+        let e = err("max_model_len = 131072", "max_model_len = 100000000");
+        assert_eq!(e.field, "scheduler.max_model_len");
+        let e = err("max_num_seqs = 256", "max_num_seqs = -1");
+        assert_eq!(e.field, "scheduler.max_num_seqs");
+    }
+}

@@ -67,6 +67,9 @@ pub struct Lengths {
 }
 
 impl Lengths {
+    /// Validate `input_tokens` / `output_tokens` distributions; errors name
+    /// the field as `{at}input_tokens` (pass `at = "scenario[2]."` for a
+    /// nested table, `""` at top level).
     pub fn from_raw(
         file: &str,
         at: &str,
@@ -196,5 +199,68 @@ impl ClosedLoop {
     /// Lengths of a new request.
     pub fn lengths(&mut self) -> (u32, u32) {
         self.lengths.sample(&mut self.rng)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lengths() -> Lengths {
+        Lengths {
+            input: Sampler::constant(10.0),
+            output: Sampler::constant(5.0),
+        }
+    }
+
+    /// (mean gap s, squared coefficient of variation) of `n` arrivals.
+    fn gaps(raw: RawArrivals, rate: f64, n: u64) -> (f64, f64) {
+        let p = ArrivalProcess::new(&raw, rate).unwrap();
+        let mut src = OpenLoop::new(p, lengths(), 3, 0, 0, NEVER, n);
+        let mut prev = None;
+        let (mut s, mut s2, mut k) = (0.0, 0.0, 0.0);
+        while let Some((t, i, o)) = src.pop() {
+            assert_eq!((i, o), (10, 5));
+            if let Some(p) = prev {
+                let g = (t - p) as f64 / 1e9;
+                s += g;
+                s2 += g * g;
+                k += 1.0;
+            }
+            prev = Some(t);
+        }
+        let m = s / k;
+        (m, (s2 / k - m * m) / (m * m))
+    }
+
+    #[test]
+    fn arrival_processes_have_their_rate_and_burstiness() {
+        let (m, scv) = gaps(RawArrivals::Poisson, 50.0, 200_000);
+        assert!(
+            (m - 0.02).abs() / 0.02 < 0.01 && (scv - 1.0).abs() < 0.03,
+            "{m} {scv}"
+        );
+        let (m, scv) = gaps(RawArrivals::Constant, 50.0, 1000);
+        assert!((m - 0.02).abs() < 1e-9 && scv < 1e-9, "{m} {scv}");
+        let (m, scv) = gaps(RawArrivals::Gamma { cv: 3.0 }, 50.0, 400_000);
+        assert!(
+            (m - 0.02).abs() / 0.02 < 0.03 && (scv - 9.0).abs() < 0.9,
+            "{m} {scv}"
+        );
+    }
+
+    #[test]
+    fn open_loop_stops_at_end_and_limit() {
+        let p = ArrivalProcess::new(&RawArrivals::Constant, 10.0).unwrap();
+        let mut src = OpenLoop::new(p.clone(), lengths(), 1, 0, 0, 1_000_000_000, u64::MAX);
+        let mut n = 0;
+        while src.pop().is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 10);
+        let mut src = OpenLoop::new(p, lengths(), 1, 0, 0, NEVER, 3);
+        assert_eq!(std::iter::from_fn(|| src.pop()).count(), 3);
+        assert!(ArrivalProcess::new(&RawArrivals::Poisson, 0.0).is_err());
+        assert!(ArrivalProcess::new(&RawArrivals::Gamma { cv: -1.0 }, 1.0).is_err());
     }
 }
