@@ -228,3 +228,41 @@ load = [{ who = "all", rpm = 400 }]
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn closed_loop_workers_with_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.toml");
+    std::fs::write(
+        &p,
+        r#"
+kind = "shared"
+model = "ideal"
+max_tokens = 128
+input_tokens = { dist = "const", value = 100 }
+output_tokens = { dist = "const", value = 20 }
+[deployment]
+capacity = 120
+threshold = 0.9
+semantics = "rate-limit-only"
+[defaults]
+concurrent = 4
+[[consumer]]
+name = "batch"
+[[scenario]]
+name = "workers"
+duration_s = 180
+load = [{ who = "batch", workers = 8, think_s = 0.5, retry = { backoff = "constant", delay_s = 0.2, max_attempts = 3 } }]
+"#,
+    )
+    .unwrap();
+    let v = plan_json(&["--scenarios", p.to_str().unwrap()]);
+    let c = &v["scenarios"][0]["consumers"][0];
+    let by = &c["rejected_by"];
+    // 8 workers but at most 4 in flight: the concurrency cap denies
+    assert!(by["concurrent"].as_u64().unwrap() > 0, "{c}");
+    // capacity 120/min over 3 min plus a burst of 12
+    let admitted = c["admitted"].as_u64().unwrap();
+    assert!(admitted <= 3 * 120 + 12 + 1, "{admitted}");
+    assert!(admitted >= 3 * 120 - 12, "{admitted}");
+}

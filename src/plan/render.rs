@@ -110,6 +110,7 @@ pub fn json(p: &Plan) -> Value {
                 "name": o.name,
                 "duration_s": o.duration / 1_000_000_000,
                 "consumers": consumers,
+                "offered_per_min": (0..o.minutes()).map(|m| o.consumers.iter().map(|c| c.offered_per_min[m]).sum::<u64>()).collect::<Vec<_>>(),
                 "admitted_per_min": (0..o.minutes()).map(|m| o.admitted_in_minute(m)).collect::<Vec<_>>(),
                 "saturated_minutes": nsat,
                 "max_saturated_deviation": round(dev, 4),
@@ -264,6 +265,16 @@ pub fn table(p: &Plan) -> String {
         let per_min: Vec<String> = (0..o.minutes())
             .map(|m| o.admitted_in_minute(m).to_string())
             .collect();
+        let off_min: Vec<String> = (0..o.minutes())
+            .map(|m| {
+                o.consumers
+                    .iter()
+                    .map(|c| c.offered_per_min[m])
+                    .sum::<u64>()
+                    .to_string()
+            })
+            .collect();
+        s.push_str(&format!("  offered per minute: {}\n", off_min.join(" ")));
         s.push_str(&format!(
             "  admitted per minute: {} | saturated minutes {nsat}, max deviation from capacity {:.1} % | burst used {} of {} ({:.0} %)\n",
             per_min.join(" "),
@@ -281,6 +292,7 @@ pub fn table(p: &Plan) -> String {
             "GPU",
             "KV",
             "conc. mean",
+            "max conc.",
             "in server at end",
         ]);
         for (name, sv) in [
@@ -298,6 +310,7 @@ pub fn table(p: &Plan) -> String {
                 sv.kv_util
                     .map_or("-".into(), |x| format!("{:.1} %", x * 100.0)),
                 format!("{:.1}", sv.concurrency_mean),
+                sv.concurrency_max.to_string(),
                 sv.outstanding_end.to_string(),
             ]);
         }
