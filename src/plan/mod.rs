@@ -10,7 +10,7 @@ pub mod render;
 pub mod sim;
 
 use crate::config::{read_toml, ConfigError};
-use crate::limiter::admission::{Semantics, Unit, BP_FULL};
+use crate::limiter::admission::{Unit, BP_FULL};
 use crate::server::{load_profile, Cluster, RouterKind, ServerProfile};
 use config::{parse_semantics, pct_to_bp, SharedFile};
 use sim::{Backend, IdealBackend, ScenarioOutcome};
@@ -365,20 +365,12 @@ pub fn floor_met(o: &ScenarioOutcome, c: usize) -> Option<bool> {
     if co.floor_rpm <= 0.0 {
         return None;
     }
-    let mut checked = false;
-    for (m, &sat) in o.saturated.iter().enumerate() {
-        if sat && co.offered_units_per_min[m] as f64 >= co.floor_rpm {
-            checked = true;
-            if (co.admitted_units_per_min[m] as f64) < 0.99 * co.floor_rpm {
-                return Some(false);
-            }
-        }
-    }
-    let _ = checked;
-    Some(true)
+    let missed = o.saturated.iter().enumerate().any(|(m, &sat)| {
+        sat && co.offered_units_per_min[m] as f64 >= co.floor_rpm
+            && (co.admitted_units_per_min[m] as f64) < 0.99 * co.floor_rpm
+    });
+    Some(!missed)
 }
-
-pub const DEFAULT_SEMANTICS: Semantics = Semantics::StrictFloors;
 
 /// `qsim plan`: build, simulate, and render (table or JSON).
 pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
