@@ -8,6 +8,7 @@
 //! - [`client`]: client retry policies, the SDK retry layer, worker pools and
 //!   the managed batch executor;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
+//! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
@@ -20,6 +21,7 @@ pub mod engine;
 pub mod experiment;
 pub mod hosted;
 pub mod limiter;
+pub mod plan;
 pub mod report;
 pub mod server;
 pub mod time;

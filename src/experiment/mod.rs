@@ -16,6 +16,8 @@ use std::path::Path;
 pub enum ExperimentFile {
     Hosted(HostedSuite),
     Server(ServerSuite),
+    /// A shared deployment (`kind = "shared"`): run as `qsim plan --scenarios FILE`.
+    Shared(std::path::PathBuf),
 }
 
 impl ExperimentFile {
@@ -38,7 +40,11 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
     let kind = v
         .get("kind")
         .ok_or_else(|| {
-            ConfigError::new(&src, "kind", "missing; expected \"hosted\" or \"server\"")
+            ConfigError::new(
+                &src,
+                "kind",
+                "missing; expected \"hosted\", \"server\" or \"shared\"",
+            )
         })?
         .as_str()
         .ok_or_else(|| ConfigError::new(&src, "kind", "must be a string"))?
@@ -46,10 +52,16 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
     match kind.as_str() {
         "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
         "server" => Ok(ExperimentFile::Server(ServerSuite::from_value(path, v)?)),
+        "shared" if !sets.is_empty() => Err(ConfigError::new(
+            "--set",
+            "",
+            "not supported for kind = \"shared\" files; use qsim plan's flags (--capacity, --reserve, …)",
+        )),
+        "shared" => Ok(ExperimentFile::Shared(path.to_path_buf())),
         other => Err(ConfigError::new(
             &src,
             "kind",
-            format!("unknown experiment kind {other:?}; expected \"hosted\" or \"server\""),
+            format!("unknown experiment kind {other:?}; expected \"hosted\", \"server\" or \"shared\""),
         )),
     }
 }

@@ -1,7 +1,10 @@
-//! Admission limiting: token buckets and the rate-limit rules built on them.
+//! Admission limiting: token buckets, provider rate limits and the
+//! consumer-aware admission limiter built on them.
 //! Sans-IO: every call takes `now`; nothing here reads a clock.
 
+pub mod admission;
 pub mod bucket;
 pub mod rates;
 
+pub use admission::{AdmissionLimiter, Decision, Grant, Limit, LimiterConfig, Semantics, Unit};
 pub use bucket::TokenBucket;

@@ -6,7 +6,7 @@
 //! deployment limits.
 
 use super::bucket::TokenBucket;
-use crate::time::{Nanos, NEVER};
+use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
 /// What a limit counts.
@@ -70,8 +70,10 @@ pub struct RateLimits {
 
 impl LimitSpec {
     /// Units charged at admission, and the minimum level needed to admit.
+    /// Shared by the provider limits here and the admission limiter's
+    /// deployment buckets (one set of accounting rules).
     #[inline]
-    fn admit_charge(&self, c: Cost) -> (u64, u64) {
+    pub fn admit_charge(&self, c: Cost) -> (u64, u64) {
         let out = match self.accounting {
             OutputAccounting::OnCompletion => 0,
             _ => c.max_tokens,
@@ -93,7 +95,7 @@ impl LimitSpec {
 
     /// Adjustment at completion: (refund, extra charge).
     #[inline]
-    fn settle(&self, c: Cost, actual_output: u64) -> (u64, u64) {
+    pub fn settle(&self, c: Cost, actual_output: u64) -> (u64, u64) {
         if !matches!(self.counts, Counts::OutputTokens | Counts::Tokens) {
             return (0, 0);
         }
@@ -122,8 +124,9 @@ impl RateLimits {
         &self.buckets
     }
 
-    /// Check every limit; admit (charging all) only if all pass.
-    pub fn admit(&mut self, now: Nanos, cost: Cost) -> Result<(), Denial> {
+    /// Check every limit without changing anything. `Err` names the first
+    /// limit that fails and the earliest time *every* limit would pass.
+    pub fn check(&self, now: Nanos, cost: Cost) -> Result<(), Denial> {
         let mut denied: Option<usize> = None;
         let mut retry_at = now;
         for (i, (s, b)) in self.specs.iter().zip(&self.buckets).enumerate() {
@@ -134,18 +137,26 @@ impl RateLimits {
             }
             retry_at = retry_at.max(t);
         }
-        if let Some(limit) = denied {
-            return Err(Denial {
-                limit,
-                retry_at: if retry_at == NEVER { NEVER } else { retry_at },
-            });
+        match denied {
+            Some(limit) => Err(Denial { limit, retry_at }),
+            None => Ok(()),
         }
+    }
+
+    /// Charge every limit for an admitted request (call after [`check`](Self::check)).
+    pub fn commit(&mut self, now: Nanos, cost: Cost) {
         for (s, b) in self.specs.iter().zip(self.buckets.iter_mut()) {
             let (charge, _) = s.admit_charge(cost);
             if charge > 0 {
                 b.force_take(now, charge);
             }
         }
+    }
+
+    /// Check every limit; admit (charging all) only if all pass.
+    pub fn admit(&mut self, now: Nanos, cost: Cost) -> Result<(), Denial> {
+        self.check(now, cost)?;
+        self.commit(now, cost);
         Ok(())
     }
 
@@ -225,6 +236,6 @@ mod tests {
                 },
             )
             .unwrap_err();
-        assert_eq!(d.retry_at, NEVER);
+        assert_eq!(d.retry_at, crate::time::NEVER);
     }
 }

@@ -1,0 +1,475 @@
+//! Shared-deployment experiment files (`kind = "shared"`): one deployment
+//! behind the admission limiter, several consumers, and a list of load
+//! scenarios. `experiments/shared-deployment.toml` (seed 003) is embedded in
+//! the binary as the default for `qsim plan`.
+
+use crate::client::policy::{RawRetry, RetryPolicy};
+use crate::config::{from_value, parse_toml, ConfigError};
+use crate::engine::{RawDist, Sampler};
+use crate::limiter::admission::{
+    ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit, BP_FULL,
+};
+use crate::limiter::rates::OutputAccounting;
+use crate::time::{secs, Nanos};
+use serde::Deserialize;
+
+/// The embedded default scenario file.
+pub const EMBEDDED_SCENARIOS: &str = include_str!("../../experiments/shared-deployment.toml");
+pub const EMBEDDED_SCENARIOS_NAME: &str = "experiments/shared-deployment.toml (embedded)";
+
+#[derive(Debug, Deserialize, Default, Clone, Copy)]
+#[serde(deny_unknown_fields)]
+pub struct RawPolicy {
+    rpm: Option<i64>,
+    tokens_per_hour: Option<i64>,
+    concurrent: Option<i64>,
+    max_input_tokens: Option<i64>,
+}
+
+impl RawPolicy {
+    fn validate(&self, file: &str, at: &str) -> Result<ConsumerPolicy, ConfigError> {
+        let pos = |name: &str, v: Option<i64>| -> Result<Option<u64>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(x) if x > 0 => Ok(Some(x as u64)),
+                Some(x) => Err(ConfigError::new(
+                    file,
+                    format!("{at}.{name}"),
+                    format!("must be > 0, got {x}"),
+                )),
+            }
+        };
+        Ok(ConsumerPolicy {
+            rpm: pos("rpm", self.rpm)?,
+            tokens_per_hour: pos("tokens_per_hour", self.tokens_per_hour)?,
+            concurrent: pos("concurrent", self.concurrent)?.map(|x| x.min(u32::MAX as u64) as u32),
+            max_input_tokens: pos("max_input_tokens", self.max_input_tokens)?,
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDeployment {
+    capacity: i64,
+    #[serde(default = "default_unit")]
+    unit: String,
+    #[serde(default = "default_threshold")]
+    threshold: f64,
+    burst: Option<i64>,
+    #[serde(default = "default_semantics")]
+    semantics: String,
+    #[serde(default = "default_accounting")]
+    accounting: String,
+}
+
+fn default_unit() -> String {
+    "rpm".into()
+}
+fn default_threshold() -> f64 {
+    0.8
+}
+fn default_semantics() -> String {
+    "strict-floors".into()
+}
+fn default_accounting() -> String {
+    "reserve_refund".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConsumer {
+    name: String,
+    #[serde(default)]
+    reserved_pct: f64,
+    limits: Option<RawPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLoad {
+    /// "all", "reserved", "unreserved", or a consumer name.
+    who: String,
+    rpm: Option<f64>,
+    ramp_to_rpm: Option<f64>,
+    workers: Option<i64>,
+    think_s: Option<f64>,
+    #[serde(default)]
+    start_s: f64,
+    stop_s: Option<f64>,
+    retry: Option<RawRetry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: String,
+    description: Option<String>,
+    duration_s: f64,
+    load: Vec<RawLoad>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawShared {
+    kind: String,
+    title: Option<String>,
+    description: Option<String>,
+    /// Server profile (path relative to the file), or "ideal".
+    model: Option<String>,
+    #[serde(default = "default_replicas")]
+    replicas: i64,
+    max_tokens: i64,
+    #[serde(default = "default_reject_ms")]
+    reject_latency_ms: f64,
+    input_tokens: RawDist,
+    output_tokens: RawDist,
+    deployment: RawDeployment,
+    defaults: Option<RawPolicy>,
+    consumer: Vec<RawConsumer>,
+    scenario: Vec<RawScenario>,
+}
+
+fn default_replicas() -> i64 {
+    1
+}
+fn default_reject_ms() -> f64 {
+    5.0
+}
+
+/// Which consumers a load line drives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Who {
+    All,
+    Reserved,
+    Unreserved,
+    Named(String),
+}
+
+/// How a consumer's requests arrive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arrival {
+    /// Open loop: Poisson at `rpm`, ramping linearly to `ramp_to_rpm` at the stop time.
+    Open { rpm: f64, ramp_to_rpm: f64 },
+    /// Closed loop: `workers` each send, wait for the outcome (and retries),
+    /// think, and send again.
+    Closed { workers: u32, think: Nanos },
+}
+
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub who: Who,
+    pub arrival: Arrival,
+    pub start: Nanos,
+    pub stop: Nanos,
+    pub retry: RetryPolicy,
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub duration: Nanos,
+    pub loads: Vec<Load>,
+}
+
+/// A validated shared-deployment file.
+#[derive(Debug, Clone)]
+pub struct SharedFile {
+    pub source: String,
+    pub title: String,
+    pub description: String,
+    /// Server profile path as written (relative to the file) or "ideal"; `None` = the default profile.
+    pub model: Option<String>,
+    pub replicas: u32,
+    pub max_tokens: u64,
+    pub reject_latency: Nanos,
+    pub input_tokens: Sampler,
+    pub output_tokens: Sampler,
+    pub limiter: LimiterConfig,
+    pub scenarios: Vec<Scenario>,
+}
+
+/// Parse a reservation in percent into basis points (0..=10000).
+pub fn pct_to_bp(p: f64) -> Option<u32> {
+    if p.is_finite() && (0.0..=100.0).contains(&p) {
+        Some((p * 100.0).round() as u32)
+    } else {
+        None
+    }
+}
+
+pub fn parse_semantics(src: &str, field: &str, s: &str) -> Result<Semantics, ConfigError> {
+    Semantics::parse(s).ok_or_else(|| {
+        ConfigError::new(
+            src,
+            field,
+            format!(
+                "unknown semantics {s:?}; expected one of {}",
+                Semantics::NAMES
+            ),
+        )
+    })
+}
+
+impl SharedFile {
+    pub fn embedded() -> Result<Self, ConfigError> {
+        let v = parse_toml(EMBEDDED_SCENARIOS_NAME, EMBEDDED_SCENARIOS)?;
+        Self::from_value(EMBEDDED_SCENARIOS_NAME, v)
+    }
+
+    pub fn from_value(file: &str, v: toml::Value) -> Result<Self, ConfigError> {
+        let f = file;
+        let raw: RawShared = from_value(f, v)?;
+        if raw.kind != "shared" {
+            return Err(ConfigError::new(
+                f,
+                "kind",
+                format!("expected \"shared\", got {:?}", raw.kind),
+            ));
+        }
+        let d = &raw.deployment;
+        if d.capacity <= 0 {
+            return Err(ConfigError::new(
+                f,
+                "deployment.capacity",
+                format!("must be > 0, got {}", d.capacity),
+            ));
+        }
+        let unit = Unit::parse(&d.unit).ok_or_else(|| {
+            ConfigError::new(
+                f,
+                "deployment.unit",
+                format!("expected \"rpm\" or \"tpm\", got {:?}", d.unit),
+            )
+        })?;
+        if !(d.threshold > 0.0 && d.threshold <= 1.0) {
+            return Err(ConfigError::new(
+                f,
+                "deployment.threshold",
+                format!("must be in (0, 1], got {}", d.threshold),
+            ));
+        }
+        let burst = match d.burst {
+            None => None,
+            Some(b) if b >= 0 => Some(b as u64),
+            Some(b) => {
+                return Err(ConfigError::new(
+                    f,
+                    "deployment.burst",
+                    format!("must be >= 0, got {b}"),
+                ))
+            }
+        };
+        let semantics = parse_semantics(f, "deployment.semantics", &d.semantics)?;
+        let accounting = match d.accounting.as_str() {
+            "reserve_refund" => OutputAccounting::ReserveRefund,
+            "reserve_no_refund" => OutputAccounting::ReserveNoRefund,
+            "on_completion" => OutputAccounting::OnCompletion,
+            o => {
+                return Err(ConfigError::new(
+                    f,
+                    "deployment.accounting",
+                    format!("unknown accounting {o:?}; expected reserve_refund, reserve_no_refund or on_completion"),
+                ))
+            }
+        };
+        let default_policy = raw.defaults.unwrap_or_default().validate(f, "defaults")?;
+        let mut consumers = Vec::new();
+        for (i, c) in raw.consumer.iter().enumerate() {
+            let at = format!("consumer.{i}");
+            if c.name.trim().is_empty() || consumers.iter().any(|x: &ConsumerSpec| x.name == c.name)
+            {
+                return Err(ConfigError::new(
+                    f,
+                    format!("{at}.name"),
+                    format!("must be a unique non-empty name, got {:?}", c.name),
+                ));
+            }
+            let bp = pct_to_bp(c.reserved_pct).ok_or_else(|| {
+                ConfigError::new(
+                    f,
+                    format!("{at}.reserved_pct"),
+                    format!("must be in [0, 100], got {}", c.reserved_pct),
+                )
+            })?;
+            let over = c
+                .limits
+                .unwrap_or_default()
+                .validate(f, &format!("{at}.limits"))?;
+            consumers.push(ConsumerSpec {
+                name: c.name.clone(),
+                reserved_bp: bp,
+                policy: default_policy.overridden_by(&over),
+            });
+        }
+        let limiter = LimiterConfig {
+            capacity: d.capacity as u64,
+            unit,
+            threshold: d.threshold,
+            burst,
+            semantics,
+            accounting,
+            consumers,
+        };
+        limiter
+            .validate()
+            .map_err(|r| ConfigError::new(f, "consumer", r))?;
+        if limiter.reserved_bp_total() > BP_FULL {
+            return Err(ConfigError::new(f, "consumer", "reservations exceed 100 %"));
+        }
+        if raw.max_tokens <= 0 {
+            return Err(ConfigError::new(
+                f,
+                "max_tokens",
+                format!("must be > 0, got {}", raw.max_tokens),
+            ));
+        }
+        if !(1..=4096).contains(&raw.replicas) {
+            return Err(ConfigError::new(
+                f,
+                "replicas",
+                format!("must be in 1..=4096, got {}", raw.replicas),
+            ));
+        }
+        if !(raw.reject_latency_ms.is_finite() && raw.reject_latency_ms >= 0.0) {
+            return Err(ConfigError::new(f, "reject_latency_ms", "must be >= 0"));
+        }
+        let input_tokens = raw
+            .input_tokens
+            .validate()
+            .map_err(|r| ConfigError::new(f, "input_tokens", r))?;
+        let output_tokens = raw
+            .output_tokens
+            .validate()
+            .map_err(|r| ConfigError::new(f, "output_tokens", r))?;
+        if raw.scenario.is_empty() {
+            return Err(ConfigError::new(
+                f,
+                "scenario",
+                "at least one scenario is needed",
+            ));
+        }
+        let mut scenarios = Vec::new();
+        for (si, s) in raw.scenario.iter().enumerate() {
+            let at = format!("scenario.{si}");
+            if !(s.duration_s.is_finite() && s.duration_s > 0.0 && s.duration_s <= 86_400.0) {
+                return Err(ConfigError::new(
+                    f,
+                    format!("{at}.duration_s"),
+                    format!("must be in (0, 86400], got {}", s.duration_s),
+                ));
+            }
+            let duration = secs(s.duration_s);
+            let mut loads = Vec::new();
+            for (li, l) in s.load.iter().enumerate() {
+                let la = format!("{at}.load.{li}");
+                let who = match l.who.as_str() {
+                    "all" => Who::All,
+                    "reserved" => Who::Reserved,
+                    "unreserved" => Who::Unreserved,
+                    n => Who::Named(n.to_string()),
+                };
+                let nonneg = |name: &str, v: f64| -> Result<f64, ConfigError> {
+                    if v.is_finite() && v >= 0.0 {
+                        Ok(v)
+                    } else {
+                        Err(ConfigError::new(
+                            f,
+                            format!("{la}.{name}"),
+                            format!("must be a number >= 0, got {v}"),
+                        ))
+                    }
+                };
+                let arrival = match (l.rpm, l.workers) {
+                    (Some(r), None) => {
+                        let r = nonneg("rpm", r)?;
+                        let to = nonneg("ramp_to_rpm", l.ramp_to_rpm.unwrap_or(r))?;
+                        Arrival::Open {
+                            rpm: r,
+                            ramp_to_rpm: to,
+                        }
+                    }
+                    (None, Some(w)) if (1..=1_000_000).contains(&w) => Arrival::Closed {
+                        workers: w as u32,
+                        think: secs(nonneg("think_s", l.think_s.unwrap_or(0.0))?),
+                    },
+                    (None, Some(w)) => {
+                        return Err(ConfigError::new(
+                            f,
+                            format!("{la}.workers"),
+                            format!("must be in 1..=1000000, got {w}"),
+                        ))
+                    }
+                    _ => {
+                        return Err(ConfigError::new(
+                            f,
+                            &la,
+                            "give exactly one of `rpm` (open loop) or `workers` (closed loop)",
+                        ))
+                    }
+                };
+                let start = secs(nonneg("start_s", l.start_s)?);
+                let stop = l
+                    .stop_s
+                    .map(|x| nonneg("stop_s", x).map(secs))
+                    .transpose()?
+                    .unwrap_or(duration)
+                    .min(duration);
+                if stop <= start {
+                    return Err(ConfigError::new(
+                        f,
+                        format!("{la}.stop_s"),
+                        "must be after start_s and inside the scenario",
+                    ));
+                }
+                let retry = match &l.retry {
+                    None => RetryPolicy::none(),
+                    Some(r) => r.validate(f, &format!("{la}.retry"))?,
+                };
+                loads.push(Load {
+                    who,
+                    arrival,
+                    start,
+                    stop,
+                    retry,
+                });
+            }
+            scenarios.push(Scenario {
+                name: s.name.clone(),
+                description: s.description.clone().unwrap_or_default(),
+                duration,
+                loads,
+            });
+        }
+        Ok(SharedFile {
+            source: f.to_string(),
+            title: raw.title.unwrap_or_default(),
+            description: raw.description.unwrap_or_default(),
+            model: raw.model,
+            replicas: raw.replicas as u32,
+            max_tokens: raw.max_tokens as u64,
+            reject_latency: secs(raw.reject_latency_ms / 1e3),
+            input_tokens,
+            output_tokens,
+            limiter,
+            scenarios,
+        })
+    }
+
+    /// Consumer indices a load line drives (in consumer order).
+    pub fn resolve(&self, who: &Who) -> Vec<usize> {
+        self.limiter
+            .consumers
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| match who {
+                Who::All => true,
+                Who::Reserved => c.reserved_bp > 0,
+                Who::Unreserved => c.reserved_bp == 0,
+                Who::Named(n) => &c.name == n,
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+}

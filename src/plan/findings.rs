@@ -1,0 +1,288 @@
+//! The seed's sizing rules of thumb, checked against a configuration (and
+//! the simulation), one line of reason each; and the decision flow.
+
+use super::config::SharedFile;
+use super::{floor_met, ScenarioPair};
+use crate::limiter::admission::{Limit, Semantics, BP_FULL};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    Info,
+    Warn,
+    Error,
+}
+
+impl Level {
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub level: Level,
+    pub message: String,
+}
+
+fn f(level: Level, message: String) -> Finding {
+    Finding { level, message }
+}
+
+/// Findings about the configuration alone.
+pub fn static_findings(file: &SharedFile, need: Option<&[(String, f64)]>) -> Vec<Finding> {
+    let l = &file.limiter;
+    let u = l.unit.name().to_uppercase();
+    let cap = l.capacity as f64;
+    let mut v = Vec::new();
+    let total_bp = l.reserved_bp_total();
+    let pool_pct = (BP_FULL - total_bp) as f64 / 100.0;
+    let reserved: Vec<_> = l.consumers.iter().filter(|c| c.reserved_bp > 0).collect();
+    if total_bp == BP_FULL {
+        v.push(f(
+            Level::Error,
+            format!(
+                "100 % reserved: the unreserved pool is 0 {u}, so an unreserved or new consumer gets nothing until the reservations are changed; keep 10-20 % unreserved"
+            ),
+        ));
+    } else if pool_pct < 10.0 {
+        v.push(f(
+            Level::Warn,
+            format!(
+                "unreserved pool {pool_pct:.0} % ({:.0} {u}) is under 10 %: too little for ad-hoc traffic, new consumers and overflow; keep 10-20 %",
+                cap * pool_pct / 100.0
+            ),
+        ));
+    } else if pool_pct > 20.0 && !reserved.is_empty() {
+        v.push(f(
+            Level::Info,
+            format!("unreserved pool {pool_pct:.0} % is above the 10-20 % rule of thumb: less of capacity is guaranteed to anyone"),
+        ));
+    } else if !reserved.is_empty() {
+        v.push(f(
+            Level::Ok,
+            format!(
+                "unreserved pool {pool_pct:.0} % ({:.0} {u}) is within the 10-20 % rule of thumb",
+                cap * pool_pct / 100.0
+            ),
+        ));
+    }
+    let th = l.threshold;
+    if th < 0.7 - 1e-9 {
+        v.push(f(
+            Level::Warn,
+            format!(
+                "threshold {:.0} % is under 70 %: enforcement starts at {:.0} {u} and the burst headroom ({} units) lets spikes run far above capacity",
+                th * 100.0,
+                th * cap,
+                l.burst_units()
+            ),
+        ));
+    } else if th > 0.8 + 1e-9 {
+        v.push(f(
+            Level::Warn,
+            format!(
+                "threshold {:.0} % is over 80 %: only {} units of burst headroom, so small spikes already get 429s; use 70-80 %",
+                th * 100.0,
+                l.burst_units()
+            ),
+        ));
+    } else {
+        v.push(f(
+            Level::Ok,
+            format!(
+                "threshold {:.0} % is within 70-80 %: enforcement starts at {:.0} {u}, burst headroom {} units absorbs short spikes",
+                th * 100.0,
+                th * cap,
+                l.burst_units()
+            ),
+        ));
+    }
+    match l.semantics {
+        Semantics::RateLimitOnly if !reserved.is_empty() => v.push(f(
+            Level::Warn,
+            "semantics rate-limit-only: the reservations are not enforced (one ceiling, first come first served); use strict-floors to guarantee them".into(),
+        )),
+        Semantics::LitellmPriority if !reserved.is_empty() => v.push(f(
+            Level::Warn,
+            format!(
+                "semantics litellm-priority: floors hold only once {:.0} % of capacity is used in the current minute; before that, borrowers may use them",
+                th * 100.0
+            ),
+        )),
+        _ => {}
+    }
+    if l.consumers.len() == 1 {
+        v.push(f(
+            Level::Info,
+            "one consumer: reservations have nobody to protect against; rate limits alone are enough".into(),
+        ));
+    }
+    if reserved.len() >= 2
+        && reserved
+            .iter()
+            .all(|c| c.reserved_bp == reserved[0].reserved_bp)
+        && total_bp == BP_FULL
+    {
+        v.push(f(
+            Level::Info,
+            "every consumer has the same reservation: if all are equally important, first come first served is fair and reservations are unnecessary".into(),
+        ));
+    }
+    if reserved.len() >= 2
+        && reserved
+            .iter()
+            .any(|c| c.reserved_bp != reserved[0].reserved_bp)
+    {
+        v.push(f(
+            Level::Info,
+            "reservations differ: make sure they follow business criticality (who needs a guaranteed minimum), not team size or traffic volume".into(),
+        ));
+    }
+    if let Some(need) = need {
+        for (name, n) in need {
+            match l.consumers.iter().find(|c| &c.name == name) {
+                None => v.push(f(
+                    Level::Error,
+                    format!("--need names {name}, which is not a consumer"),
+                )),
+                Some(c) => {
+                    let floor = cap * c.reserved_bp as f64 / 10_000.0;
+                    if floor + 1e-9 < *n {
+                        v.push(f(
+                            Level::Error,
+                            format!("{name}: floor {floor:.0} {u} is below its stated need of {n:.0} {u}"),
+                        ));
+                    } else if floor > 1.5 * n {
+                        v.push(f(
+                            Level::Warn,
+                            format!(
+                                "{name}: floor {floor:.0} {u} is more than 1.5x its need of {n:.0}: size reservations to the minimum needed at peak contention, not to the peak"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    v.push(f(
+        Level::Info,
+        "before reserving, start with rate limits only and watch a week of traffic (peak RPM, who sends what, who always over-consumes)".into(),
+    ));
+    v
+}
+
+/// Findings from the simulated scenarios.
+pub fn sim_findings(file: &SharedFile, runs: &[ScenarioPair]) -> Vec<Finding> {
+    let l = &file.limiter;
+    let mut v = Vec::new();
+    for p in runs {
+        let o = &p.limited;
+        for (ci, c) in o.consumers.iter().enumerate() {
+            if floor_met(o, ci) == Some(false) {
+                let worst = o
+                    .saturated
+                    .iter()
+                    .enumerate()
+                    .filter(|(m, &s)| s && c.offered_units_per_min[*m] as f64 >= c.floor_rpm)
+                    .map(|(m, _)| c.admitted_units_per_min[m])
+                    .min()
+                    .unwrap_or(0);
+                v.push(f(
+                    Level::Error,
+                    format!(
+                        "{}: {} got {} of its {:.0} floor in a saturated minute under {}",
+                        o.name,
+                        c.name,
+                        worst,
+                        c.floor_rpm,
+                        l.semantics.name()
+                    ),
+                ));
+            }
+            if c.offered > 0 && c.admitted == 0 {
+                v.push(f(
+                    Level::Error,
+                    format!(
+                        "{}: {} got nothing admitted ({} attempts)",
+                        o.name, c.name, c.offered
+                    ),
+                ));
+            }
+        }
+        let capdeny: u64 = o
+            .consumers
+            .iter()
+            .map(|c| c.denied[Limit::Capacity.index()])
+            .sum();
+        let peak_offered = (0..o.minutes())
+            .map(|m| {
+                o.consumers
+                    .iter()
+                    .map(|c| c.offered_units_per_min[m])
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        if o.burst_used > 0
+            && capdeny == 0
+            && o.burst_depth > 0
+            && peak_offered as f64 > l.threshold * l.capacity as f64
+        {
+            v.push(f(
+                Level::Info,
+                format!(
+                    "{}: no rejections; the burst headroom absorbed the excess (up to {} of {} units used, {:.0} %)",
+                    o.name,
+                    o.burst_used,
+                    o.burst_depth,
+                    100.0 * o.burst_used as f64 / o.burst_depth as f64
+                ),
+            ));
+        }
+    }
+    v
+}
+
+/// The seed's decision flow, answered for this configuration.
+pub fn decision_flow(file: &SharedFile) -> Vec<String> {
+    let l = &file.limiter;
+    let n = l.consumers.len();
+    let mut out = Vec::new();
+    if n <= 1 {
+        out.push(
+            "shared by several consumers? no -> rate limits alone: set the capacity and stop"
+                .into(),
+        );
+        return out;
+    }
+    out.push(format!("shared by several consumers? yes ({n})"));
+    let reserved = l.consumers.iter().filter(|c| c.reserved_bp > 0).count();
+    let equal = l
+        .consumers
+        .iter()
+        .all(|c| c.reserved_bp == l.consumers[0].reserved_bp);
+    if equal {
+        out.push("all equally important? yes (equal reservations) -> rate limits alone: first come first served is fair".into());
+        return out;
+    }
+    out.push("all equally important? no".into());
+    if reserved > 0 {
+        out.push(format!(
+            "does anyone need a guaranteed minimum? yes ({reserved} consumers) -> quota reservations sized to the minimum each needs at peak contention, keep 10-20 % unreserved; semantics {} ({})",
+            l.semantics.name(),
+            l.semantics.guarantee()
+        ));
+    } else {
+        out.push(
+            "does anyone need a guaranteed minimum? no -> per-entity rate-limit overrides (caps) on the noisy neighbour instead of reservations"
+                .into(),
+        );
+    }
+    out
+}

@@ -1,0 +1,178 @@
+//! Inverse planning: `qsim plan --need A=250,B=150,C=250 --e2e-p95 2s`.
+//!
+//! Search: for capacities from `Σneed / 0.9` upward (a 10 % unreserved pool,
+//! the rule of thumb), in 5 % steps, reserve `need_i / C` for each named
+//! consumer (rounded up to 0.01 %), scale the scenario loads by
+//! `C / file capacity` (so each scenario keeps its overload factor), and
+//! simulate every scenario: the first capacity at which every named consumer
+//! gets at least its need in every saturated minute (whenever it asked for
+//! that much) wins. Then the smallest replica count (1, 2, 3, …, 64) whose
+//! server meets the E2E p95 target in every scenario at that capacity.
+
+use super::config::{Arrival, SharedFile};
+use super::{simulate, Model};
+use crate::limiter::admission::{ConsumerSpec, BP_FULL};
+use serde_json::{json, Value};
+
+fn scaled(f: &SharedFile, capacity: u64, need: &[(String, f64)]) -> Option<SharedFile> {
+    let mut g = f.clone();
+    let factor = capacity as f64 / f.limiter.capacity as f64;
+    for s in &mut g.scenarios {
+        for l in &mut s.loads {
+            if let Arrival::Open { rpm, ramp_to_rpm } = &mut l.arrival {
+                *rpm *= factor;
+                *ramp_to_rpm *= factor;
+            }
+        }
+    }
+    g.limiter.capacity = capacity;
+    let template = f.limiter.consumers[0].clone();
+    let mut cs: Vec<ConsumerSpec> = Vec::new();
+    for (n, x) in need {
+        let bp = ((x / capacity as f64) * BP_FULL as f64).ceil() as u32;
+        let mut c = f
+            .limiter
+            .consumers
+            .iter()
+            .find(|c| &c.name == n)
+            .cloned()
+            .unwrap_or(template.clone());
+        c.name = n.clone();
+        c.reserved_bp = bp.max(1);
+        cs.push(c);
+    }
+    for c in &f.limiter.consumers {
+        if !need.iter().any(|(n, _)| n == &c.name) && c.reserved_bp == 0 {
+            cs.push(c.clone());
+        }
+    }
+    g.limiter.consumers = cs;
+    (g.limiter.reserved_bp_total() <= BP_FULL).then_some(g)
+}
+
+/// Does every named consumer get its need in every saturated minute?
+fn needs_met(g: &SharedFile, need: &[(String, f64)], model: &Model, seed: u64) -> (bool, String) {
+    let runs = simulate(g, model, seed, false);
+    for p in &runs {
+        let o = &p.limited;
+        for (n, x) in need {
+            let Some(c) = o.consumers.iter().find(|c| &c.name == n) else {
+                continue;
+            };
+            for (m, &sat) in o.saturated.iter().enumerate() {
+                if sat
+                    && c.offered_units_per_min[m] as f64 >= *x
+                    && (c.admitted_units_per_min[m] as f64) < 0.99 * x
+                {
+                    return (
+                        false,
+                        format!(
+                            "{n} got {} < {x:.0} in minute {} of {}",
+                            c.admitted_units_per_min[m],
+                            m + 1,
+                            o.name
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    (true, String::new())
+}
+
+fn worst_e2e_p95(g: &SharedFile, model: &Model, seed: u64) -> (f64, String) {
+    let runs = simulate(g, model, seed, false);
+    let mut worst = (0.0, String::new());
+    for p in &runs {
+        let v = p.limited.server.e2e.quantile_s(0.95);
+        if v > worst.0 {
+            worst = (v, p.limited.name.clone());
+        }
+    }
+    worst
+}
+
+pub fn plan(
+    f: &SharedFile,
+    model: &Model,
+    need: &[(String, f64)],
+    e2e_p95: Option<f64>,
+    seed: u64,
+) -> (Option<SharedFile>, Value) {
+    let total: f64 = need.iter().map(|(_, x)| x).sum();
+    let mut lines = Vec::new();
+    let mut cap = (total / 0.9).ceil() as u64;
+    lines.push(format!(
+        "needs add up to {total:.0} {}; with a 10 % unreserved pool the search starts at {cap}",
+        f.limiter.unit.name()
+    ));
+    let mut found: Option<SharedFile> = None;
+    for _ in 0..40 {
+        if let Some(g) = scaled(f, cap, need) {
+            let (ok, why) = needs_met(&g, need, model, seed);
+            if ok {
+                lines.push(format!(
+                    "capacity {cap}: every need met in every saturated minute of every scenario ({})",
+                    g.limiter.semantics.name()
+                ));
+                found = Some(g);
+                break;
+            }
+            lines.push(format!("capacity {cap}: not enough ({why})"));
+        }
+        cap = ((cap as f64) * 1.05).ceil() as u64;
+    }
+    let Some(mut g) = found else {
+        lines.push("no capacity up to the search limit meets every need".into());
+        return (None, json!({"feasible": false, "explanation": lines}));
+    };
+    let mut replicas = None;
+    if let Some(target) = e2e_p95 {
+        for r in 1..=64u32 {
+            g.replicas = r;
+            let (p95, worst) = worst_e2e_p95(&g, model, seed);
+            if p95 <= target {
+                lines.push(format!(
+                    "{r} replica(s): E2E p95 {p95:.2} s <= {target:.2} s in every scenario (worst: {worst})"
+                ));
+                replicas = Some(r);
+                break;
+            }
+            if r == 1 || r.is_power_of_two() {
+                lines.push(format!(
+                    "{r} replica(s): E2E p95 {p95:.2} s in {worst} > {target:.2} s"
+                ));
+            }
+            if matches!(model, Model::Ideal) {
+                lines.push(format!(
+                    "the ideal server has no queueing, so more replicas cannot help: E2E p95 {p95:.2} s is set by output length x ITL"
+                ));
+                break;
+            }
+        }
+        if replicas.is_none() {
+            lines.push(format!(
+                "no replica count up to 64 meets E2E p95 <= {target:.2} s"
+            ));
+        }
+    }
+    let reservations: Vec<Value> = g
+        .limiter
+        .consumers
+        .iter()
+        .filter(|c| c.reserved_bp > 0)
+        .map(|c| json!({"consumer": c.name, "reserved_pct": c.reserved_bp as f64 / 100.0}))
+        .collect();
+    let v = json!({
+        "feasible": e2e_p95.is_none() || replicas.is_some(),
+        "capacity": g.limiter.capacity,
+        "replicas": replicas,
+        "reservations": reservations,
+        "unreserved_pct": (BP_FULL - g.limiter.reserved_bp_total()) as f64 / 100.0,
+        "explanation": lines,
+    });
+    if let Some(r) = replicas {
+        g.replicas = r;
+    }
+    (Some(g), v)
+}

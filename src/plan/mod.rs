@@ -1,0 +1,414 @@
+//! `qsim plan`: reservation table, rule-of-thumb findings, decision-flow
+//! recommendation, and the six seed scenarios simulated through the
+//! admission limiter in front of the server model — plus inverse planning
+//! (`--need`).
+
+pub mod config;
+pub mod findings;
+pub mod inverse;
+pub mod render;
+pub mod sim;
+
+use crate::config::{read_toml, ConfigError};
+use crate::limiter::admission::{Unit, BP_FULL};
+use crate::server::{load_profile, Cluster, RouterKind, ServerProfile};
+use config::{parse_semantics, pct_to_bp, SharedFile};
+use sim::{Backend, IdealBackend, ScenarioOutcome};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The plan's inputs (CLI flags; `None` = from the scenario file).
+#[derive(Debug, Clone, Default)]
+pub struct PlanArgs {
+    pub capacity: Option<String>,
+    pub reserve: Option<String>,
+    pub threshold: Option<String>,
+    pub names: Option<String>,
+    pub semantics: Option<String>,
+    pub unit: Option<String>,
+    pub burst: Option<String>,
+    pub model: Option<String>,
+    pub replicas: Option<u32>,
+    pub scenarios: Option<PathBuf>,
+    pub need: Option<String>,
+    pub e2e_p95: Option<String>,
+    pub seed: u64,
+}
+
+/// The default server profile, embedded in the binary.
+pub const EMBEDDED_PROFILE: &str = include_str!("../../models/gpt-oss-20b-h100-nim.toml");
+pub const EMBEDDED_PROFILE_NAME: &str = "models/gpt-oss-20b-h100-nim.toml (embedded)";
+
+/// The server model a plan runs against.
+#[derive(Clone)]
+pub enum Model {
+    /// No queueing: TTFT 35 ms, ITL 18 ms (the seed's unloaded figures).
+    Ideal,
+    /// The GPU server model (issue 3) with this profile.
+    Server {
+        name: String,
+        profile: Arc<ServerProfile>,
+    },
+}
+
+impl Model {
+    pub fn name(&self) -> String {
+        match self {
+            Model::Ideal => "ideal (no queueing: TTFT 35 ms, ITL 18 ms)".into(),
+            Model::Server { name, .. } => name.clone(),
+        }
+    }
+    pub fn backend(&self, replicas: u32, seed: u64) -> Box<dyn Backend> {
+        match self {
+            Model::Ideal => Box::new(IdealBackend::seed_nim()),
+            Model::Server { profile, .. } => Box::new(Cluster::new(
+                profile.clone(),
+                replicas,
+                RouterKind::LeastOutstanding,
+                seed,
+            )),
+        }
+    }
+    /// The embedded default profile (gpt-oss-20b on H100 with NIM).
+    pub fn embedded() -> Result<Model, ConfigError> {
+        let v = crate::config::parse_toml(EMBEDDED_PROFILE_NAME, EMBEDDED_PROFILE)?;
+        let p = ServerProfile::from_value(EMBEDDED_PROFILE_NAME, v)?;
+        Ok(Model::Server {
+            name: EMBEDDED_PROFILE_NAME.into(),
+            profile: Arc::new(p),
+        })
+    }
+}
+
+fn flag_err(flag: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::new(flag, "", reason)
+}
+
+fn parse_num(flag: &str, s: &str) -> Result<f64, ConfigError> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| flag_err(flag, format!("{s:?} is not a number")))?;
+    if !v.is_finite() {
+        return Err(flag_err(flag, format!("{s:?} is not a finite number")));
+    }
+    Ok(v)
+}
+
+/// Parse a duration like `2s`, `1500ms` or `2` (seconds).
+pub fn parse_duration_s(flag: &str, s: &str) -> Result<f64, ConfigError> {
+    let t = s.trim();
+    let (num, mul) = if let Some(x) = t.strip_suffix("ms") {
+        (x, 1e-3)
+    } else if let Some(x) = t.strip_suffix('s') {
+        (x, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    let v = parse_num(flag, num)? * mul;
+    if v <= 0.0 {
+        return Err(flag_err(flag, format!("must be > 0, got {s:?}")));
+    }
+    Ok(v)
+}
+
+/// A parsed `--need A=250,B=150`: (consumer name, units per minute).
+pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let (n, x) = part
+            .split_once('=')
+            .ok_or_else(|| flag_err("--need", format!("expected NAME=RPM, got {part:?}")))?;
+        let n = n.trim();
+        if n.is_empty() {
+            return Err(flag_err(
+                "--need",
+                format!("empty consumer name in {part:?}"),
+            ));
+        }
+        let x = parse_num("--need", x)?;
+        if x <= 0.0 {
+            return Err(flag_err(
+                "--need",
+                format!("need of {n} must be > 0, got {x}"),
+            ));
+        }
+        if v.iter().any(|(m, _)| m == n) {
+            return Err(flag_err("--need", format!("{n} given twice")));
+        }
+        v.push((n.to_string(), x));
+    }
+    Ok(v)
+}
+
+/// Load the scenario file (embedded unless `--scenarios`) and apply the flags.
+pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
+    let mut f = match &args.scenarios {
+        None => SharedFile::embedded()?,
+        Some(p) => {
+            let v = read_toml(p)?;
+            SharedFile::from_value(&p.display().to_string(), v)?
+        }
+    };
+    let lim = &mut f.limiter;
+    if let Some(c) = &args.capacity {
+        let v = parse_num("--capacity", c)?;
+        if v < 1.0 || v.fract() != 0.0 {
+            return Err(flag_err(
+                "--capacity",
+                format!("must be a whole number >= 1, got {c}"),
+            ));
+        }
+        lim.capacity = v as u64;
+    }
+    if let Some(t) = &args.threshold {
+        let v = parse_num("--threshold", t)?;
+        if !(v > 0.0 && v <= 1.0) {
+            return Err(flag_err(
+                "--threshold",
+                format!("must be in (0, 1], got {t}"),
+            ));
+        }
+        lim.threshold = v;
+    }
+    if let Some(u) = &args.unit {
+        lim.unit = Unit::parse(u)
+            .ok_or_else(|| flag_err("--unit", format!("expected rpm or tpm, got {u:?}")))?;
+    }
+    if let Some(s) = &args.semantics {
+        lim.semantics = parse_semantics("--semantics", "", s)?;
+    }
+    if let Some(b) = &args.burst {
+        let v = parse_num("--burst", b)?;
+        if v < 0.0 || v.fract() != 0.0 {
+            return Err(flag_err(
+                "--burst",
+                format!("must be a whole number >= 0, got {b}"),
+            ));
+        }
+        lim.burst = Some(v as u64);
+    }
+    let names: Option<Vec<String>> = args
+        .names
+        .as_ref()
+        .map(|n| n.split(',').map(|x| x.trim().to_string()).collect());
+    if let Some(ns) = &names {
+        if ns.iter().any(|x| x.is_empty()) {
+            return Err(flag_err("--names", "empty name"));
+        }
+        for (i, a) in ns.iter().enumerate() {
+            if ns[..i].contains(a) {
+                return Err(flag_err("--names", format!("{a} given twice")));
+            }
+        }
+    }
+    if let Some(r) = &args.reserve {
+        let mut bps = Vec::new();
+        for part in r.split(',') {
+            let v = parse_num("--reserve", part).map_err(|_| {
+                flag_err(
+                    "--reserve",
+                    format!("share {part:?} is not a number (expected percentages like 30,20,30)"),
+                )
+            })?;
+            if v < 0.0 {
+                return Err(flag_err("--reserve", format!("share {part} is negative")));
+            }
+            let bp = pct_to_bp(v)
+                .ok_or_else(|| flag_err("--reserve", format!("share {part} is above 100 %")))?;
+            bps.push(bp);
+        }
+        let total: u32 = bps.iter().sum();
+        if total > BP_FULL {
+            return Err(flag_err(
+                "--reserve",
+                format!(
+                    "shares add up to {:.4} %, more than 100 % of capacity",
+                    total as f64 / 100.0
+                ),
+            ));
+        }
+        // the reserved consumers are replaced; unreserved ones stay
+        let unreserved: Vec<_> = lim
+            .consumers
+            .iter()
+            .filter(|c| c.reserved_bp == 0)
+            .cloned()
+            .collect();
+        let template = lim.consumers.first().cloned().expect("file has consumers");
+        let ns = names.clone().unwrap_or_default();
+        if ns.len() > bps.len() + unreserved.len() {
+            return Err(flag_err(
+                "--names",
+                format!(
+                    "{} names for {} reserved and {} unreserved consumers",
+                    ns.len(),
+                    bps.len(),
+                    unreserved.len()
+                ),
+            ));
+        }
+        let mut cs = Vec::new();
+        for (i, bp) in bps.iter().enumerate() {
+            let default_name = ((b'A' + (i % 26) as u8) as char).to_string();
+            let mut c = template.clone();
+            c.name = ns.get(i).cloned().unwrap_or(default_name);
+            c.reserved_bp = *bp;
+            cs.push(c);
+        }
+        for (k, mut u) in unreserved.into_iter().enumerate() {
+            if let Some(n) = ns.get(bps.len() + k) {
+                u.name = n.clone();
+            }
+            cs.push(u);
+        }
+        for (i, c) in cs.iter().enumerate() {
+            if cs[..i].iter().any(|d| d.name == c.name) {
+                return Err(flag_err(
+                    "--names",
+                    format!("consumer name {} used twice", c.name),
+                ));
+            }
+        }
+        lim.consumers = cs;
+    } else if let Some(ns) = &names {
+        if ns.len() > lim.consumers.len() {
+            return Err(flag_err(
+                "--names",
+                format!("{} names for {} consumers", ns.len(), lim.consumers.len()),
+            ));
+        }
+        for (c, n) in lim.consumers.iter_mut().zip(ns) {
+            c.name = n.clone();
+        }
+    }
+    lim.validate().map_err(|r| flag_err("plan", r))?;
+    for (si, s) in f.scenarios.iter().enumerate() {
+        for (li, l) in s.loads.iter().enumerate() {
+            if let config::Who::Named(n) = &l.who {
+                if f.resolve(&l.who).is_empty() {
+                    return Err(ConfigError::new(
+                        &f.source,
+                        format!("scenario.{si}.load.{li}.who"),
+                        format!("no consumer named {n:?}"),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(r) = args.replicas {
+        if r == 0 {
+            return Err(flag_err("--replicas", "must be >= 1"));
+        }
+        f.replicas = r;
+    }
+    let model = match (&args.model, &f.model) {
+        (Some(m), _) if m == "ideal" => Model::Ideal,
+        (Some(p), _) => {
+            let path = std::path::Path::new(p);
+            if !path.is_file() {
+                return Err(flag_err(
+                    "--model",
+                    format!("server profile not found: {p}"),
+                ));
+            }
+            Model::Server {
+                name: p.clone(),
+                profile: Arc::new(load_profile(path)?),
+            }
+        }
+        (None, Some(m)) if m == "ideal" => Model::Ideal,
+        (None, Some(p)) => {
+            let path = crate::config::resolve_relative(std::path::Path::new(&f.source), p);
+            Model::Server {
+                name: path.display().to_string(),
+                profile: Arc::new(load_profile(&path)?),
+            }
+        }
+        (None, None) => Model::embedded()?,
+    };
+    Ok((f, model))
+}
+
+/// One scenario with and without the limiter.
+pub struct ScenarioPair {
+    pub limited: ScenarioOutcome,
+    pub unlimited: ScenarioOutcome,
+}
+
+/// Simulate every scenario of the file.
+pub fn simulate(
+    f: &SharedFile,
+    model: &Model,
+    seed: u64,
+    counterfactual: bool,
+) -> Vec<ScenarioPair> {
+    (0..f.scenarios.len())
+        .map(|si| {
+            let mut b = model.backend(f.replicas, seed);
+            let limited = sim::run_scenario(f, si, Some(&f.limiter), b.as_mut(), seed);
+            let unlimited = if counterfactual {
+                let mut b = model.backend(f.replicas, seed);
+                sim::run_scenario(f, si, None, b.as_mut(), seed)
+            } else {
+                limited.clone()
+            };
+            ScenarioPair { limited, unlimited }
+        })
+        .collect()
+}
+
+/// Per saturated minute: does the reserved consumer get ≥ 99 % of its floor
+/// whenever its demand that minute was at least the floor?
+pub fn floor_met(o: &ScenarioOutcome, c: usize) -> Option<bool> {
+    let co = &o.consumers[c];
+    if co.floor_rpm <= 0.0 {
+        return None;
+    }
+    let missed = o.saturated.iter().enumerate().any(|(m, &sat)| {
+        sat && co.offered_units_per_min[m] as f64 >= co.floor_rpm
+            && (co.admitted_units_per_min[m] as f64) < 0.99 * co.floor_rpm
+    });
+    Some(!missed)
+}
+
+/// `qsim plan`: build, simulate, and render (table or JSON).
+pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
+    let need = args.need.as_deref().map(parse_need).transpose()?;
+    let e2e = args
+        .e2e_p95
+        .as_deref()
+        .map(|s| parse_duration_s("--e2e-p95", s))
+        .transpose()?;
+    if e2e.is_some() && need.is_none() {
+        return Err(flag_err("--e2e-p95", "needs --need"));
+    }
+    let (mut file, model) = build(args)?;
+    let mut inverse_json = None;
+    if let Some(need) = &need {
+        let (g, v) = inverse::plan(&file, &model, need, e2e, args.seed);
+        if let Some(g) = g {
+            file = g;
+        }
+        inverse_json = Some(v);
+    }
+    let runs = simulate(&file, &model, args.seed, true);
+    let mut fs = findings::static_findings(&file, need.as_deref());
+    fs.extend(findings::sim_findings(&file, &runs));
+    let plan = render::Plan {
+        file: &file,
+        model: &model,
+        seed: args.seed,
+        findings: fs,
+        flow: findings::decision_flow(&file),
+        runs,
+        inverse: inverse_json,
+    };
+    Ok(if as_json {
+        let mut s = serde_json::to_string_pretty(&render::json(&plan)).expect("json");
+        s.push('\n');
+        s
+    } else {
+        render::table(&plan)
+    })
+}

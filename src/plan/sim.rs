@@ -1,0 +1,590 @@
+//! The shared-deployment driver: consumers' arrival processes → admission
+//! limiter → GPU server, in virtual time on one event queue.
+//!
+//! The server sits behind the [`Backend`] trait: the GPU server model
+//! (`crate::server::Cluster`, issue 3) or [`IdealBackend`] (every admitted
+//! request takes `ttft + output × itl`, no queueing; used where only the
+//! limiter matters).
+
+use super::config::{Arrival, Scenario, SharedFile};
+use crate::engine::rng::{component, stream, unit};
+use crate::engine::{DurationHist, EventQueue, Rng};
+use crate::limiter::admission::{AdmissionLimiter, Decision, Grant, Limit, LimiterConfig};
+use crate::limiter::rates::OutputAccounting;
+use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+const MINUTE: Nanos = 60 * NS_PER_SEC;
+
+/// A request finished by the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Done {
+    pub id: u64,
+    pub arrival: Nanos,
+    pub first_token: Nanos,
+    pub finished: Nanos,
+    pub output_tokens: u32,
+}
+
+/// The server behind the limiter (sans-IO, like the server model).
+pub trait Backend {
+    fn submit(&mut self, now: Nanos, id: u64, input_tokens: u32, output_tokens: u32);
+    fn poll_timeout(&self) -> Option<Nanos>;
+    fn handle_timeout(&mut self, now: Nanos);
+    fn poll_completion(&mut self) -> Option<Done>;
+    /// (GPU busy fraction, KV-cache utilization) averaged up to `now`, if modelled.
+    fn utilization(&self, now: Nanos) -> (Option<f64>, Option<f64>);
+    /// Requests inside the server (queued or running).
+    fn outstanding(&self) -> usize;
+}
+
+/// A server without queueing: TTFT and ITL constant.
+pub struct IdealBackend {
+    ttft: Nanos,
+    itl: Nanos,
+    heap: BinaryHeap<Reverse<(Nanos, u64, Nanos, u32)>>,
+    done: Vec<Done>,
+}
+
+impl IdealBackend {
+    /// The seed's unloaded NIM figures: TTFT 35 ms, ITL 18 ms.
+    pub fn seed_nim() -> Self {
+        IdealBackend {
+            ttft: 35 * NS_PER_MS,
+            itl: 18 * NS_PER_MS,
+            heap: BinaryHeap::new(),
+            done: Vec::new(),
+        }
+    }
+}
+
+impl Backend for IdealBackend {
+    fn submit(&mut self, now: Nanos, id: u64, _input: u32, output: u32) {
+        let fin = now + self.ttft + self.itl * output.saturating_sub(1) as u64;
+        self.heap.push(Reverse((fin, id, now, output)));
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        self.heap.peek().map(|r| r.0 .0)
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        while let Some(&Reverse((fin, id, arr, out))) = self.heap.peek() {
+            if fin > now {
+                break;
+            }
+            self.heap.pop();
+            self.done.push(Done {
+                id,
+                arrival: arr,
+                first_token: arr + self.ttft,
+                finished: fin,
+                output_tokens: out,
+            });
+        }
+        self.done.reverse();
+    }
+    fn poll_completion(&mut self) -> Option<Done> {
+        self.done.pop()
+    }
+    fn utilization(&self, _now: Nanos) -> (Option<f64>, Option<f64>) {
+        (None, None)
+    }
+    fn outstanding(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+impl Backend for crate::server::Cluster {
+    fn submit(&mut self, now: Nanos, id: u64, input_tokens: u32, output_tokens: u32) {
+        crate::server::Cluster::submit(
+            self,
+            now,
+            crate::server::Request {
+                id,
+                input_tokens,
+                output_tokens,
+            },
+        );
+    }
+    fn poll_timeout(&self) -> Option<Nanos> {
+        crate::server::Cluster::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        crate::server::Cluster::handle_timeout(self, now);
+    }
+    fn poll_completion(&mut self) -> Option<Done> {
+        crate::server::Cluster::poll_completion(self).map(|c| Done {
+            id: c.id,
+            arrival: c.arrival,
+            first_token: c.first_token,
+            finished: c.finished,
+            output_tokens: c.output_tokens,
+        })
+    }
+    fn utilization(&self, now: Nanos) -> (Option<f64>, Option<f64>) {
+        let m = self.metrics();
+        let n = m.replicas.len().max(1) as f64;
+        let kv = m.replicas.iter().map(|r| r.kv_util(now)).sum::<f64>() / n;
+        (Some(m.gpu_util(now)), Some(kv))
+    }
+    fn outstanding(&self) -> usize {
+        crate::server::Cluster::outstanding(self)
+    }
+}
+
+/// Per-consumer outcome of one scenario.
+#[derive(Debug, Clone)]
+pub struct ConsumerOutcome {
+    pub name: String,
+    pub floor_rpm: f64,
+    /// Attempts reaching the limiter (first tries and retries).
+    pub offered: u64,
+    pub admitted: u64,
+    pub completed: u64,
+    /// Denials by limit (indexed by `Limit::index`).
+    pub denied: [u64; 5],
+    /// Requests that ended denied after all retries.
+    pub failed: u64,
+    pub offered_per_min: Vec<u64>,
+    pub admitted_per_min: Vec<u64>,
+    /// In capacity units: requests, or in `tpm` the tokens charged at
+    /// admission settled on completion (unused `max_tokens` refunded, or
+    /// output added), attributed to the minute of admission.
+    pub offered_units_per_min: Vec<u64>,
+    pub admitted_units_per_min: Vec<u64>,
+}
+
+impl ConsumerOutcome {
+    pub fn rejected(&self) -> u64 {
+        self.denied.iter().sum()
+    }
+    /// Admitted share of attempts.
+    pub fn success_rate(&self) -> f64 {
+        if self.offered == 0 {
+            1.0
+        } else {
+            self.admitted as f64 / self.offered as f64
+        }
+    }
+}
+
+/// Server-side metrics of one scenario run.
+#[derive(Debug, Clone)]
+pub struct ServerOutcome {
+    pub e2e: DurationHist,
+    pub ttft: DurationHist,
+    pub itl: DurationHist,
+    pub gpu_util: Option<f64>,
+    pub kv_util: Option<f64>,
+    pub concurrency_mean: f64,
+    pub concurrency_max: usize,
+    /// Requests still inside the server when the scenario ended.
+    pub outstanding_end: usize,
+    pub completed: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScenarioOutcome {
+    pub name: String,
+    pub duration: Nanos,
+    pub limited: bool,
+    pub consumers: Vec<ConsumerOutcome>,
+    /// Full minutes in which every second — and the last second before the
+    /// minute — saw a capacity denial: the limiter was binding from start to
+    /// end (the first minute, which starts with full buckets, never is).
+    pub saturated: Vec<bool>,
+    /// Deepest use of the burst headroom (units) and the total depth.
+    pub burst_used: u64,
+    pub burst_depth: u64,
+    pub server: ServerOutcome,
+}
+
+impl ScenarioOutcome {
+    pub fn minutes(&self) -> usize {
+        self.duration.div_ceil(MINUTE) as usize
+    }
+    pub fn admitted_in_minute(&self, m: usize) -> u64 {
+        self.consumers.iter().map(|c| c.admitted_per_min[m]).sum()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    /// Open-loop arrival for (load, consumer).
+    Arrive {
+        load: u32,
+        consumer: u32,
+    },
+    /// Closed-loop worker sends a new request.
+    Worker {
+        load: u32,
+        consumer: u32,
+    },
+    /// An attempt of request `req` reaches the limiter.
+    Attempt {
+        req: u32,
+    },
+    /// A 429 reaches the client.
+    Rejected {
+        req: u32,
+        retry_at: Nanos,
+    },
+    Backend,
+}
+
+struct Req {
+    consumer: u32,
+    load: u32,
+    input: u32,
+    natural: u32,
+    attempt: u32,
+    prev_delay: Nanos,
+    grant: Option<Grant>,
+    closed: bool,
+    /// Minute of admission (for settling token units on completion).
+    adm_min: u32,
+}
+
+fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
+    let mean_s = 60.0 / rpm;
+    crate::time::secs(-mean_s * (1.0 - unit(rng)).ln())
+}
+
+/// Run one scenario with the limiter (`Some`) or without one (`None`: the
+/// "no limiter" counterfactual) in front of `backend`.
+pub fn run_scenario(
+    file: &SharedFile,
+    si: usize,
+    limiter: Option<&LimiterConfig>,
+    backend: &mut dyn Backend,
+    seed: u64,
+) -> ScenarioOutcome {
+    let sc: &Scenario = &file.scenarios[si];
+    let cfg = limiter.unwrap_or(&file.limiter);
+    let n = cfg.consumers.len();
+    let minutes = sc.duration.div_ceil(MINUTE) as usize;
+    let seconds = sc.duration.div_ceil(NS_PER_SEC) as usize;
+    let mut lim = limiter.map(|c| AdmissionLimiter::new(c.clone(), 0));
+    let scope = |k: u64| ((si as u64) << 24) | k;
+    let mut tok_rng: Vec<Rng> = (0..n)
+        .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
+        .collect();
+    let mut client_rng = stream(seed, scope(0), component::CLIENT);
+    let mut arr_rng: Vec<Vec<Rng>> = Vec::new();
+    let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
+    let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
+    for (li, l) in sc.loads.iter().enumerate() {
+        let mut rs = Vec::new();
+        for &c in &targets[li] {
+            let mut r = stream(
+                seed,
+                scope(1 + (li as u64) * 4096 + c as u64),
+                component::ARRIVALS,
+            );
+            match l.arrival {
+                Arrival::Open { rpm, ramp_to_rpm } => {
+                    if rpm.max(ramp_to_rpm) > 0.0 {
+                        let t = l.start + exp_gap(&mut r, rpm.max(ramp_to_rpm));
+                        q.schedule(
+                            t,
+                            Ev::Arrive {
+                                load: li as u32,
+                                consumer: c as u32,
+                            },
+                        );
+                    }
+                }
+                Arrival::Closed { workers, .. } => {
+                    for _ in 0..workers {
+                        q.schedule(
+                            l.start,
+                            Ev::Worker {
+                                load: li as u32,
+                                consumer: c as u32,
+                            },
+                        );
+                    }
+                }
+            }
+            rs.push(r);
+        }
+        arr_rng.push(rs);
+    }
+    let mut out: Vec<ConsumerOutcome> = cfg
+        .consumers
+        .iter()
+        .map(|c| ConsumerOutcome {
+            name: c.name.clone(),
+            floor_rpm: cfg.capacity as f64 * c.reserved_bp as f64 / 10_000.0,
+            offered: 0,
+            admitted: 0,
+            completed: 0,
+            denied: [0; 5],
+            failed: 0,
+            offered_per_min: vec![0; minutes],
+            admitted_per_min: vec![0; minutes],
+            offered_units_per_min: vec![0; minutes],
+            admitted_units_per_min: vec![0; minutes],
+        })
+        .collect();
+    let mut cap_denied_sec = vec![false; seconds];
+    let depth = lim.as_ref().map_or(0, |l| l.total_depth());
+    let mut burst_used = 0u64;
+    let mut reqs: Vec<Req> = Vec::new();
+    let mut server = ServerOutcome {
+        e2e: DurationHist::new(),
+        ttft: DurationHist::new(),
+        itl: DurationHist::new(),
+        gpu_util: None,
+        kv_util: None,
+        concurrency_mean: 0.0,
+        concurrency_max: 0,
+        outstanding_end: 0,
+        completed: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+    };
+    let mut wake: Nanos = NEVER;
+    let mut conc_integral: u128 = 0;
+    let mut last_t: Nanos = 0;
+    let end = sc.duration;
+
+    let pos_of = |li: usize, c: usize| targets[li].iter().position(|&x| x == c).expect("target");
+
+    while let Some((now, ev)) = q.pop() {
+        if now >= end {
+            break;
+        }
+        let outstanding = backend.outstanding();
+        conc_integral += outstanding as u128 * (now - last_t) as u128;
+        last_t = now;
+        match ev {
+            Ev::Arrive { load, consumer } => {
+                let l = &sc.loads[load as usize];
+                let p = pos_of(load as usize, consumer as usize);
+                if let Arrival::Open { rpm, ramp_to_rpm } = l.arrival {
+                    // thinning for the linear ramp
+                    let frac = (now - l.start) as f64 / (l.stop - l.start) as f64;
+                    let rate = rpm + (ramp_to_rpm - rpm) * frac;
+                    let max = rpm.max(ramp_to_rpm);
+                    let r = &mut arr_rng[load as usize][p];
+                    let accept = unit(r) * max < rate;
+                    let next = now + exp_gap(r, max);
+                    if next < l.stop {
+                        q.schedule(next, Ev::Arrive { load, consumer });
+                    }
+                    if accept {
+                        let id = new_req(
+                            &mut reqs,
+                            file,
+                            &mut tok_rng[consumer as usize],
+                            consumer,
+                            load,
+                            false,
+                        );
+                        q.schedule(now, Ev::Attempt { req: id });
+                    }
+                }
+            }
+            Ev::Worker { load, consumer } => {
+                if now < sc.loads[load as usize].stop {
+                    let id = new_req(
+                        &mut reqs,
+                        file,
+                        &mut tok_rng[consumer as usize],
+                        consumer,
+                        load,
+                        true,
+                    );
+                    q.schedule(now, Ev::Attempt { req: id });
+                }
+            }
+            Ev::Attempt { req } => {
+                let r = &mut reqs[req as usize];
+                let c = r.consumer as usize;
+                r.attempt += 1;
+                let m = (now / MINUTE) as usize;
+                out[c].offered += 1;
+                out[c].offered_per_min[m] += 1;
+                let units = match (cfg.unit, cfg.accounting) {
+                    (crate::limiter::Unit::Rpm, _) => 1,
+                    (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => r.input as u64,
+                    (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
+                };
+                out[c].offered_units_per_min[m] += units;
+                let decision = match lim.as_mut() {
+                    Some(l) => l.decide(
+                        now,
+                        &crate::limiter::admission::Request {
+                            consumer: c,
+                            input_tokens: r.input as u64,
+                            max_tokens: file.max_tokens,
+                        },
+                    ),
+                    None => Decision::Admit(Grant {
+                        consumer: c,
+                        source: crate::limiter::admission::Source::Pool,
+                        input_tokens: r.input as u64,
+                        max_tokens: file.max_tokens,
+                    }),
+                };
+                match decision {
+                    Decision::Admit(g) => {
+                        r.grant = Some(g);
+                        r.adm_min = m as u32;
+                        out[c].admitted += 1;
+                        out[c].admitted_per_min[m] += 1;
+                        out[c].admitted_units_per_min[m] += units;
+                        if let Some(l) = lim.as_ref() {
+                            burst_used = burst_used.max(depth.saturating_sub(l.headroom(now)));
+                        }
+                        server.input_tokens += r.input as u64;
+                        backend.submit(now, req as u64, r.input, r.natural);
+                    }
+                    Decision::Deny { limit, retry_at } => {
+                        out[c].denied[limit.index()] += 1;
+                        if limit == Limit::Capacity {
+                            cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                        }
+                        q.schedule(now + file.reject_latency, Ev::Rejected { req, retry_at });
+                    }
+                }
+            }
+            Ev::Rejected { req, retry_at } => {
+                let r = &mut reqs[req as usize];
+                let l = &sc.loads[r.load as usize];
+                if l.retry.should_retry(r.attempt, 429) {
+                    let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
+                    let d = l
+                        .retry
+                        .delay(r.attempt, r.prev_delay, hint, &mut client_rng);
+                    r.prev_delay = d;
+                    q.schedule(now + d, Ev::Attempt { req });
+                } else {
+                    out[r.consumer as usize].failed += 1;
+                    if r.closed {
+                        let think = match l.arrival {
+                            Arrival::Closed { think, .. } => think,
+                            _ => 0,
+                        };
+                        q.schedule(
+                            now + think,
+                            Ev::Worker {
+                                load: r.load,
+                                consumer: r.consumer,
+                            },
+                        );
+                    }
+                }
+            }
+            Ev::Backend => {
+                if now == wake {
+                    wake = NEVER;
+                }
+                if backend.poll_timeout().is_some_and(|t| t <= now) {
+                    backend.handle_timeout(now);
+                }
+            }
+        }
+        // completions
+        while let Some(d) = backend.poll_completion() {
+            let r = &mut reqs[d.id as usize];
+            let c = r.consumer as usize;
+            out[c].completed += 1;
+            if cfg.unit == crate::limiter::Unit::Tpm && r.grant.is_some() {
+                // settle the admission minute's units like the limiter does:
+                // refund unused max_tokens, or add output counted on completion
+                let u = &mut out[c].admitted_units_per_min[r.adm_min as usize];
+                match cfg.accounting {
+                    OutputAccounting::ReserveRefund => {
+                        *u =
+                            u.saturating_sub(file.max_tokens.saturating_sub(d.output_tokens as u64))
+                    }
+                    OutputAccounting::ReserveNoRefund => {}
+                    OutputAccounting::OnCompletion => *u += d.output_tokens as u64,
+                }
+            }
+            server.completed += 1;
+            server.output_tokens += d.output_tokens as u64;
+            server.e2e.record(d.finished - d.arrival);
+            server.ttft.record(d.first_token - d.arrival);
+            if d.output_tokens > 1 {
+                server
+                    .itl
+                    .record((d.finished - d.first_token) / (d.output_tokens as u64 - 1));
+            }
+            if let (Some(l), Some(g)) = (lim.as_mut(), r.grant.as_ref()) {
+                l.complete(now, g, d.output_tokens as u64);
+            }
+            if r.closed {
+                let l = &sc.loads[r.load as usize];
+                let think = match l.arrival {
+                    Arrival::Closed { think, .. } => think,
+                    _ => 0,
+                };
+                q.schedule(
+                    now + think,
+                    Ev::Worker {
+                        load: r.load,
+                        consumer: r.consumer,
+                    },
+                );
+            }
+        }
+        server.concurrency_max = server.concurrency_max.max(backend.outstanding());
+        if let Some(t) = backend.poll_timeout() {
+            let t = t.max(now);
+            if t < wake {
+                wake = t;
+                q.schedule(t, Ev::Backend);
+            }
+        }
+    }
+    conc_integral += backend.outstanding() as u128 * (end.saturating_sub(last_t)) as u128;
+    server.concurrency_mean = conc_integral as f64 / end as f64;
+    server.outstanding_end = backend.outstanding();
+    let (g, k) = backend.utilization(end);
+    server.gpu_util = g;
+    server.kv_util = k;
+    let full_minutes = (sc.duration / MINUTE) as usize;
+    let saturated = (0..full_minutes)
+        .map(|m| m > 0 && cap_denied_sec[m * 60 - 1..(m + 1) * 60].iter().all(|&x| x))
+        .collect();
+    ScenarioOutcome {
+        name: sc.name.clone(),
+        duration: sc.duration,
+        limited: limiter.is_some(),
+        consumers: out,
+        saturated,
+        burst_used,
+        burst_depth: depth,
+        server,
+    }
+}
+
+fn new_req(
+    reqs: &mut Vec<Req>,
+    file: &SharedFile,
+    rng: &mut Rng,
+    consumer: u32,
+    load: u32,
+    closed: bool,
+) -> u32 {
+    let input = file.input_tokens.sample(rng).round().max(1.0) as u32;
+    let natural =
+        (file.output_tokens.sample(rng).round().max(1.0) as u64).min(file.max_tokens) as u32;
+    reqs.push(Req {
+        consumer,
+        load,
+        input,
+        natural,
+        attempt: 0,
+        prev_delay: 0,
+        grant: None,
+        closed,
+        adm_min: 0,
+    });
+    (reqs.len() - 1) as u32
+}

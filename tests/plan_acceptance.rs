@@ -1,0 +1,212 @@
+//! Issue 4's acceptance numbers, as tests: `qsim plan --capacity 1000
+//! --reserve 30,20,30` with the default semantics (strict-floors) and the
+//! default server profile, over several seeds.
+
+use qsim::plan::config::SharedFile;
+use qsim::plan::sim::run_scenario;
+use qsim::plan::{build, floor_met, simulate, Model, PlanArgs, ScenarioPair};
+
+const SEEDS: [u64; 3] = [1, 2, 3];
+
+fn default_plan(seed: u64) -> (SharedFile, Model, Vec<ScenarioPair>) {
+    let args = PlanArgs {
+        capacity: Some("1000".into()),
+        reserve: Some("30,20,30".into()),
+        seed,
+        ..PlanArgs::default()
+    };
+    let (f, m) = build(&args).unwrap();
+    let runs = simulate(&f, &m, seed, false);
+    (f, m, runs)
+}
+
+fn scenario<'a>(runs: &'a [ScenarioPair], name: &str) -> &'a qsim::plan::sim::ScenarioOutcome {
+    &runs
+        .iter()
+        .find(|p| p.limited.name == name)
+        .unwrap()
+        .limited
+}
+
+#[test]
+fn normal_and_mild_admit_everything() {
+    for seed in SEEDS {
+        let (_, _, runs) = default_plan(seed);
+        for name in ["normal", "mild"] {
+            let o = scenario(&runs, name);
+            for c in &o.consumers {
+                assert_eq!(
+                    c.rejected(),
+                    0,
+                    "seed {seed} {name}: {} rejected {}",
+                    c.name,
+                    c.rejected()
+                );
+                assert!(c.offered > 0);
+            }
+        }
+        let mild = scenario(&runs, "mild");
+        assert!(
+            mild.burst_used > 0 && mild.burst_used <= mild.burst_depth,
+            "seed {seed}: burst used {}",
+            mild.burst_used
+        );
+    }
+}
+
+#[test]
+fn heavy_and_extreme_admit_capacity_in_every_saturated_minute() {
+    for seed in SEEDS {
+        let (f, _, runs) = default_plan(seed);
+        let cap = f.limiter.capacity as f64;
+        for name in ["heavy", "extreme", "late-joiner", "reserved-only"] {
+            let o = scenario(&runs, name);
+            let sat: Vec<usize> = (0..o.saturated.len()).filter(|&m| o.saturated[m]).collect();
+            // every minute after the first (where the burst drains) is saturated
+            assert!(
+                sat.len() >= o.saturated.len() - 1,
+                "seed {seed} {name}: saturated {:?}",
+                o.saturated
+            );
+            for m in sat {
+                let a = o.admitted_in_minute(m) as f64;
+                assert!(
+                    (a / cap - 1.0).abs() <= 0.02,
+                    "seed {seed} {name} minute {m}: admitted {a}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn floors_hold_in_every_saturated_minute() {
+    for seed in SEEDS {
+        let (_, _, runs) = default_plan(seed);
+        for p in &runs {
+            let o = &p.limited;
+            for (ci, c) in o.consumers.iter().enumerate() {
+                assert_ne!(
+                    floor_met(o, ci),
+                    Some(false),
+                    "seed {seed} {}: {} {:?}",
+                    o.name,
+                    c.name,
+                    c.admitted_per_min
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn late_joiner_dev_confined_to_pool_agents_keep_floors() {
+    for seed in SEEDS {
+        let (f, _, runs) = default_plan(seed);
+        let o = scenario(&runs, "late-joiner");
+        let pool =
+            f.limiter.capacity as f64 * (10_000 - f.limiter.reserved_bp_total()) as f64 / 10_000.0;
+        let dev = o.consumers.iter().find(|c| c.name == "dev").unwrap();
+        assert_eq!(dev.offered_per_min[0], 0, "dev joins after 60 s");
+        for m in 1..o.saturated.len() {
+            assert!(
+                dev.admitted_per_min[m] as f64 <= pool * 1.02,
+                "seed {seed}: dev got {} > pool",
+                dev.admitted_per_min[m]
+            );
+            assert!(
+                dev.admitted_per_min[m] > 0,
+                "seed {seed}: dev starved in minute {m}"
+            );
+        }
+        // agents: their floors hold after the join; what they lose when dev
+        // joins is at most the pool they were borrowing before
+        for c in o.consumers.iter().filter(|c| c.floor_rpm > 0.0) {
+            let after: f64 = (2..o.saturated.len())
+                .map(|m| c.admitted_per_min[m] as f64)
+                .sum::<f64>()
+                / (o.saturated.len() - 2) as f64;
+            assert!(
+                after >= 0.99 * c.floor_rpm,
+                "seed {seed}: {} {after}",
+                c.name
+            );
+            assert!(
+                after <= c.floor_rpm + pool,
+                "seed {seed}: {} {after}",
+                c.name
+            );
+        }
+    }
+}
+
+#[test]
+fn server_latency_at_20x_stays_within_10pct_of_1000_rpm() {
+    let (f, m, runs) = default_plan(1);
+    // reference: the server alone at 1000 RPM offered (Poisson), no limiter
+    let mut rf = f.clone();
+    let mut sc = rf
+        .scenarios
+        .iter()
+        .find(|s| s.name == "normal")
+        .unwrap()
+        .clone();
+    for l in &mut sc.loads {
+        l.arrival = qsim::plan::config::Arrival::Open {
+            rpm: 250.0,
+            ramp_to_rpm: 250.0,
+        };
+    }
+    sc.duration = 180_000_000_000;
+    rf.scenarios = vec![sc];
+    let mut b = m.backend(1, 1);
+    let r = run_scenario(&rf, 0, None, b.as_mut(), 1);
+    let ex = scenario(&runs, "extreme");
+    for (what, a, b) in [
+        (
+            "e2e p50",
+            ex.server.e2e.quantile_s(0.5),
+            r.server.e2e.quantile_s(0.5),
+        ),
+        (
+            "ttft p50",
+            ex.server.ttft.quantile_s(0.5),
+            r.server.ttft.quantile_s(0.5),
+        ),
+        (
+            "itl p50",
+            ex.server.itl.quantile_s(0.5),
+            r.server.itl.quantile_s(0.5),
+        ),
+    ] {
+        assert!(
+            (a / b - 1.0).abs() <= 0.10,
+            "{what}: 20x {a} vs 1000 RPM {b}"
+        );
+    }
+    // and without the limiter the server queue grows without bound
+    let cf = simulate(&f, &m, 1, true);
+    let ex_nl = &cf
+        .iter()
+        .find(|p| p.unlimited.name == "extreme")
+        .unwrap()
+        .unlimited;
+    assert!(ex_nl.server.outstanding_end > 1000);
+    assert!(ex_nl.server.e2e.quantile_s(0.5) > 5.0 * ex.server.e2e.quantile_s(0.5));
+}
+
+#[test]
+fn plan_is_deterministic() {
+    let (_, _, a) = default_plan(7);
+    let (_, _, b) = default_plan(7);
+    for (x, y) in a.iter().zip(&b) {
+        for (c, d) in x.limited.consumers.iter().zip(&y.limited.consumers) {
+            assert_eq!(c.admitted_per_min, d.admitted_per_min);
+            assert_eq!(c.denied, d.denied);
+        }
+        assert_eq!(
+            x.limited.server.e2e.quantile_s(0.99),
+            y.limited.server.e2e.quantile_s(0.99)
+        );
+    }
+}
