@@ -30,13 +30,15 @@
 //! - `strict-floors`: one deployment bucket `G` (rate `C`, depth
 //!   `max(B, Σ d_i)`) plus, per reserved consumer, a *credit* bucket (rate
 //!   `r_i·C`, depth `d_i` = [`CREDIT_SECONDS`] of that rate: credits
-//!   guarantee the floor *rate*; the burst headroom is shared). Consumer `k` asking for `n` units is
-//!   admitted iff `G − n ≥ Σ_j credits_j − min(credits_k, n)`: it spends its
-//!   own credits first, and anything beyond them (borrowing, or an unreserved
-//!   consumer) must leave every other consumer's accumulated credits covered
-//!   by `G`. Invariant `G ≥ Σ credits` (kept by every admission; `G` refills
-//!   at least as fast as all credits together), so a consumer holding a credit
-//!   always finds it in `G`: one that demands at least its floor gets
+//!   guarantee the floor *rate*; the burst headroom is shared). Consumer `k`
+//!   asking for `n` units is admitted at once if its own whole credits cover
+//!   `n` (it spends `n` credits and `n` units of `G`). Otherwise (borrowing,
+//!   or an unreserved consumer) it is admitted iff `G − n` still covers every
+//!   other consumer's whole credits plus the one each is accruing, and `k`'s
+//!   own unused whole credits plus its accruing one. This keeps the exact
+//!   invariant `G ≥ Σ credits`, fractions included (`G` refills at least as
+//!   fast as all credits together), so a consumer holding a credit always
+//!   finds it in `G`: one that demands at least its floor gets
 //!   `r_i·C·w − d_i` in any window `w`. Credits of an idle consumer stop at
 //!   `d_i`, so its unused floor flows to everyone else (work-conserving); the
 //!   unreserved pool is simply `G` beyond the credits.
