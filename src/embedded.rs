@@ -15,7 +15,20 @@ pub const FILES: &[(&str, &str)] = &[
         "models/databricks-claude-haiku-4-5.toml",
         include_str!("../models/databricks-claude-haiku-4-5.toml"),
     ),
+    (
+        "experiments/shared-deployment.toml",
+        include_str!("../experiments/shared-deployment.toml"),
+    ),
+    (
+        "models/gpt-oss-20b-h100-nim.toml",
+        include_str!("../models/gpt-oss-20b-h100-nim.toml"),
+    ),
 ];
+
+/// The contents of an embedded file the binary cannot be built without.
+pub fn must(name: &str) -> &'static str {
+    get(name).unwrap_or_else(|| panic!("{name} is not embedded"))
+}
 
 /// The contents of `builtin:NAME`, if embedded.
 pub fn get(name: &str) -> Option<&'static str> {

@@ -14,7 +14,7 @@ use crate::time::{secs, Nanos};
 use serde::Deserialize;
 
 /// The embedded default scenario file.
-pub const EMBEDDED_SCENARIOS: &str = include_str!("../../experiments/shared-deployment.toml");
+pub const EMBEDDED_SCENARIOS_PATH: &str = "experiments/shared-deployment.toml";
 pub const EMBEDDED_SCENARIOS_NAME: &str = "experiments/shared-deployment.toml (embedded)";
 
 #[derive(Debug, Deserialize, Default, Clone, Copy)]
@@ -214,7 +214,10 @@ pub fn parse_semantics(src: &str, field: &str, s: &str) -> Result<Semantics, Con
 
 impl SharedFile {
     pub fn embedded() -> Result<Self, ConfigError> {
-        let v = parse_toml(EMBEDDED_SCENARIOS_NAME, EMBEDDED_SCENARIOS)?;
+        let v = parse_toml(
+            EMBEDDED_SCENARIOS_NAME,
+            crate::embedded::must(EMBEDDED_SCENARIOS_PATH),
+        )?;
         Self::from_value(EMBEDDED_SCENARIOS_NAME, v)
     }
 

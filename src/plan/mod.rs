@@ -36,7 +36,7 @@ pub struct PlanArgs {
 }
 
 /// The default server profile, embedded in the binary.
-pub const EMBEDDED_PROFILE: &str = include_str!("../../models/gpt-oss-20b-h100-nim.toml");
+pub const EMBEDDED_PROFILE_PATH: &str = "models/gpt-oss-20b-h100-nim.toml";
 pub const EMBEDDED_PROFILE_NAME: &str = "models/gpt-oss-20b-h100-nim.toml (embedded)";
 
 /// The server model a plan runs against.
@@ -71,7 +71,10 @@ impl Model {
     }
     /// The embedded default profile (gpt-oss-20b on H100 with NIM).
     pub fn embedded() -> Result<Model, ConfigError> {
-        let v = crate::config::parse_toml(EMBEDDED_PROFILE_NAME, EMBEDDED_PROFILE)?;
+        let v = crate::config::parse_toml(
+            EMBEDDED_PROFILE_NAME,
+            crate::embedded::must(EMBEDDED_PROFILE_PATH),
+        )?;
         let p = ServerProfile::from_value(EMBEDDED_PROFILE_NAME, v)?;
         Ok(Model::Server {
             name: EMBEDDED_PROFILE_NAME.into(),
