@@ -24,6 +24,30 @@ pub enum Format {
     Json,
 }
 
+/// Options shared by `run` and `sweep`.
+#[derive(clap::Args, Debug)]
+pub struct RunOpts {
+    /// Seed of the first run.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Number of seeds (seed, seed+1, …); reports median and 90 % interval.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub seeds: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Override a scalar in the file: `--set workers=16 --set experiment.1.retry.max_attempts=5`
+    /// (for sweep: fixed overrides applied before the grid's).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Run only these experiments of the file (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Write the report to this file (atomically) instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
 // parsed once per process: the size difference between variants is irrelevant
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
@@ -33,24 +57,8 @@ pub enum Cmd {
         /// The experiment file (TOML); `builtin:NAME` for an embedded one.
         #[arg(default_value = "builtin:experiments/fmapi-pacing.toml")]
         file: PathBuf,
-        /// Seed of the first run.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Number of seeds (seed, seed+1, …); reports median and 90 % interval.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-        seeds: u64,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
-        /// Override a scalar in the file: `--set workers=16 --set experiment.1.retry.max_attempts=5`.
-        #[arg(long = "set", value_name = "PATH=VALUE")]
-        sets: Vec<String>,
-        /// Run only these experiments of the file (comma-separated names).
-        #[arg(long, value_delimiter = ',')]
-        only: Vec<String>,
-        /// Write the report to this file (atomically) instead of stdout.
-        #[arg(long)]
-        out: Option<PathBuf>,
+        #[command(flatten)]
+        opts: RunOpts,
     },
     /// Run an experiment file over a grid of overrides (e.g. workers × max_tokens).
     Sweep {
@@ -59,20 +67,8 @@ pub enum Cmd {
         /// A dimension of the grid: `--vary workers=8,16,32,64,128`. Repeat for a product.
         #[arg(long = "vary", value_name = "PATH=V1,V2,..", required = true)]
         vary: Vec<String>,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
-        seeds: u64,
-        #[arg(long, value_enum, default_value_t = Format::Table)]
-        format: Format,
-        /// Fixed overrides applied before the grid's.
-        #[arg(long = "set", value_name = "PATH=VALUE")]
-        sets: Vec<String>,
-        /// Run only these experiments of the file (comma-separated names).
-        #[arg(long, value_delimiter = ',')]
-        only: Vec<String>,
-        #[arg(long)]
-        out: Option<PathBuf>,
+        #[command(flatten)]
+        opts: RunOpts,
     },
     /// Plan a shared deployment: reservations, findings, and the six seed
     /// scenarios simulated through the admission limiter (no files needed).
@@ -230,12 +226,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Run {
             file,
-            seed,
-            seeds,
-            format,
-            sets,
-            only,
-            out,
+            opts:
+                RunOpts {
+                    seed,
+                    seeds,
+                    format,
+                    sets,
+                    only,
+                    out,
+                },
         } => {
             let ef = experiment::load(&file, &sets)?;
             let fname = file.display().to_string();
@@ -286,12 +285,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Sweep {
             file,
             vary,
-            seed,
-            seeds,
-            format,
-            sets,
-            only,
-            out,
+            opts:
+                RunOpts {
+                    seed,
+                    seeds,
+                    format,
+                    sets,
+                    only,
+                    out,
+                },
         } => {
             let dims = parse_vary(&vary)?;
             let fname = file.display().to_string();

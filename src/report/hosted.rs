@@ -95,54 +95,37 @@ pub fn aggregate(runs: &[Vec<HostedResult>]) -> Vec<Aggregate> {
         .collect()
 }
 
-fn fmt(s: &Spread, d: i32, runs: usize) -> String {
-    let f = |x: f64| {
-        if d == 0 {
-            format!("{}", x.round() as i64)
-        } else {
-            format!("{:.*}", d as usize, x)
-        }
-    };
-    if runs > 1 {
-        format!("{} [{}–{}]", f(s.median), f(s.lo), f(s.hi))
-    } else {
-        f(s.median)
-    }
-}
-
 /// The text report.
 pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregate]) -> String {
     let runs = aggs.first().map_or(1, |a| a.runs);
-    let mut out = String::new();
-    if !suite.title.is_empty() {
-        out.push_str(&format!("{}\n", suite.title));
-    }
-    out.push_str(&format!(
-        "file {file}, endpoint {} ({}), ",
-        suite.profile.name, suite.profile_path
-    ));
-    if runs > 1 {
-        out.push_str(&format!(
-            "{runs} seeds from {seed}: median [90% interval]\n\n"
-        ));
-    } else {
-        out.push_str(&format!("seed {seed}\n\n"));
-    }
+    let mut out = super::header(
+        &suite.title,
+        &format!(
+            "file {file}, endpoint {} ({})",
+            suite.profile.name, suite.profile_path
+        ),
+        seed,
+        runs,
+    );
     let mut t = Table::new(
         std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())),
     );
     t.row(std::iter::once("client".to_string()).chain(aggs.iter().map(|a| a.client.to_string())));
     for (m, (_, label, d)) in METRICS.iter().enumerate() {
         t.row(
-            std::iter::once(label.to_string())
-                .chain(aggs.iter().map(|a| fmt(&a.spreads[m], *d, runs))),
+            std::iter::once(label.to_string()).chain(
+                aggs.iter()
+                    .map(|a| super::fmt_spread(&a.spreads[m], *d, runs)),
+            ),
         );
     }
     if let Some(first) = aggs.first() {
         for (k, (name, _)) in first.limit_hits.iter().enumerate() {
             t.row(
-                std::iter::once(format!("HTTP 429s from {name}"))
-                    .chain(aggs.iter().map(|a| fmt(&a.limit_hits[k].1, 0, runs))),
+                std::iter::once(format!("HTTP 429s from {name}")).chain(
+                    aggs.iter()
+                        .map(|a| super::fmt_spread(&a.limit_hits[k].1, 0, runs)),
+                ),
             );
         }
     }
@@ -239,7 +222,7 @@ pub fn render_sweep_table(file: &str, seed: u64, seeds: u64, points: &[SweepPoin
             row.push(a.name.clone());
             for k in SWEEP_COLS {
                 let (_, _, d) = METRICS[metric_index(k)];
-                row.push(fmt(&a.spreads[metric_index(k)], d, 1));
+                row.push(super::fmt_spread(&a.spreads[metric_index(k)], d, 1));
             }
             t.row(row);
         }

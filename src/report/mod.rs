@@ -35,6 +35,41 @@ pub fn spread(values: &[f64]) -> Spread {
     }
 }
 
+/// A spread as text: `median [lo–hi]` over several runs, else the value;
+/// `d` decimals (0: an integer).
+pub fn fmt_spread(s: &Spread, d: i32, runs: usize) -> String {
+    let f = |x: f64| {
+        if d == 0 {
+            format!("{}", x.round() as i64)
+        } else {
+            format!("{:.*}", d as usize, x)
+        }
+    };
+    if runs > 1 {
+        format!("{} [{}–{}]", f(s.median), f(s.lo), f(s.hi))
+    } else {
+        f(s.median)
+    }
+}
+
+/// The first lines of a text report: title, what ran, and the seeds.
+pub fn header(title: &str, what: &str, seed: u64, runs: usize) -> String {
+    let mut out = String::new();
+    if !title.is_empty() {
+        out.push_str(title);
+        out.push('\n');
+    }
+    out.push_str(what);
+    if runs > 1 {
+        out.push_str(&format!(
+            ", {runs} seeds from {seed}: median [90% interval]\n\n"
+        ));
+    } else {
+        out.push_str(&format!(", seed {seed}\n\n"));
+    }
+    out
+}
+
 /// Round to `d` decimals for stable, readable JSON.
 pub fn round(x: f64, d: i32) -> f64 {
     let m = 10f64.powi(d);

@@ -176,40 +176,19 @@ pub fn aggregate(suite: &ServerSuite, runs: &[Vec<ServerResult>]) -> Vec<Aggrega
         .collect()
 }
 
-fn fmt(s: &Spread, d: i32, runs: usize) -> String {
-    let f = |x: f64| {
-        if d == 0 {
-            format!("{}", x.round() as i64)
-        } else {
-            format!("{:.*}", d as usize, x)
-        }
-    };
-    if runs > 1 {
-        format!("{} [{}–{}]", f(s.median), f(s.lo), f(s.hi))
-    } else {
-        f(s.median)
-    }
-}
-
 /// The text report: one column per scenario (aggregate over replicas), then
 /// per-replica tables when there are several replicas, then snapshots.
 pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate]) -> String {
     let runs = aggs.first().map_or(1, |a| a.runs);
-    let mut out = String::new();
-    if !suite.title.is_empty() {
-        out.push_str(&format!("{}\n", suite.title));
-    }
-    out.push_str(&format!(
-        "file {file}, server {} ({}), ",
-        suite.profile.name, suite.profile_path
-    ));
-    if runs > 1 {
-        out.push_str(&format!(
-            "{runs} seeds from {seed}: median [90% interval]\n\n"
-        ));
-    } else {
-        out.push_str(&format!("seed {seed}\n\n"));
-    }
+    let mut out = super::header(
+        &suite.title,
+        &format!(
+            "file {file}, server {} ({})",
+            suite.profile.name, suite.profile_path
+        ),
+        seed,
+        runs,
+    );
     let mut t = Table::new(
         std::iter::once("metric".to_string()).chain(aggs.iter().map(|a| a.name.clone())),
     );
@@ -219,13 +198,17 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
     );
     for (m, (_, label, d)) in METRICS.iter().enumerate() {
         t.row(
-            std::iter::once(label.to_string())
-                .chain(aggs.iter().map(|a| fmt(&a.total[m], *d, runs))),
+            std::iter::once(label.to_string()).chain(
+                aggs.iter()
+                    .map(|a| super::fmt_spread(&a.total[m], *d, runs)),
+            ),
         );
     }
     t.row(
-        std::iter::once("unfinished at end".to_string())
-            .chain(aggs.iter().map(|a| fmt(&a.unfinished, 0, runs))),
+        std::iter::once("unfinished at end".to_string()).chain(
+            aggs.iter()
+                .map(|a| super::fmt_spread(&a.unfinished, 0, runs)),
+        ),
     );
     out.push_str(&t.render());
     for a in aggs.iter().filter(|a| a.replicas > 1) {
@@ -236,8 +219,11 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
         );
         for (m, (_, label, d)) in METRICS.iter().enumerate() {
             t.row(
-                std::iter::once(label.to_string())
-                    .chain(a.per_replica.iter().map(|r| fmt(&r[m], *d, runs))),
+                std::iter::once(label.to_string()).chain(
+                    a.per_replica
+                        .iter()
+                        .map(|r| super::fmt_spread(&r[m], *d, runs)),
+                ),
             );
         }
         out.push_str(&t.render());
@@ -253,8 +239,12 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
         );
         for (ts, v) in &a.snapshots {
             t.row(
-                std::iter::once(format!("{ts}"))
-                    .chain(SNAPSHOT.iter().zip(v).map(|((_, d), s)| fmt(s, *d, runs))),
+                std::iter::once(format!("{ts}")).chain(
+                    SNAPSHOT
+                        .iter()
+                        .zip(v)
+                        .map(|((_, d), s)| super::fmt_spread(s, *d, runs)),
+                ),
             );
         }
         out.push_str(&t.render());
