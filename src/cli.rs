@@ -73,44 +73,8 @@ pub enum Cmd {
     /// Plan a shared deployment: reservations, findings, and the six seed
     /// scenarios simulated through the admission limiter (no files needed).
     Plan {
-        /// Deployment capacity per minute (requests, or tokens with --unit tpm).
-        #[arg(long)]
-        capacity: Option<String>,
-        /// Reservations in percent of capacity, one per reserved consumer: 30,20,30.
-        #[arg(long)]
-        reserve: Option<String>,
-        /// Utilization threshold in (0, 1] (enforcement point; burst headroom = (1 - threshold) x capacity).
-        #[arg(long)]
-        threshold: Option<String>,
-        /// Names of the reserved consumers (then the unreserved ones): A,B,C[,dev].
-        #[arg(long)]
-        names: Option<String>,
-        /// Reservation semantics: rate-limit-only, strict-floors, litellm-priority.
-        #[arg(long)]
-        semantics: Option<String>,
-        /// Capacity unit: rpm or tpm.
-        #[arg(long)]
-        unit: Option<String>,
-        /// Burst headroom in capacity units (default (1 - threshold) x capacity).
-        #[arg(long)]
-        burst: Option<String>,
-        /// Server profile (TOML) or "ideal"; default: the embedded gpt-oss-20b NIM profile.
-        #[arg(long)]
-        model: Option<String>,
-        /// Server replicas behind the limiter.
-        #[arg(long)]
-        replicas: Option<u32>,
-        /// Scenario file (kind = "shared"); default: the embedded seed scenarios.
-        #[arg(long)]
-        scenarios: Option<PathBuf>,
-        /// Inverse planning: the minimum each consumer needs, NAME=RPM,...
-        #[arg(long)]
-        need: Option<String>,
-        /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms).
-        #[arg(long = "e2e-p95")]
-        e2e_p95: Option<String>,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        #[command(flatten)]
+        args: crate::plan::PlanArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
         /// Write the report to this file (atomically) instead of stdout.
@@ -189,38 +153,7 @@ pub fn emit(text: &str, out: Option<&Path>) -> Result<(), CliError> {
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
-        Cmd::Plan {
-            capacity,
-            reserve,
-            threshold,
-            names,
-            semantics,
-            unit,
-            burst,
-            model,
-            replicas,
-            scenarios,
-            need,
-            e2e_p95,
-            seed,
-            format,
-            out,
-        } => {
-            let args = crate::plan::PlanArgs {
-                capacity,
-                reserve,
-                threshold,
-                names,
-                semantics,
-                unit,
-                burst,
-                model,
-                replicas,
-                scenarios,
-                need,
-                e2e_p95,
-                seed,
-            };
+        Cmd::Plan { args, format, out } => {
             let text = crate::plan::run_cli(&args, format == Format::Json)?;
             emit(&text, out.as_deref())
         }

@@ -18,20 +18,46 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The plan's inputs (CLI flags; `None` = from the scenario file).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct PlanArgs {
+    /// Deployment capacity per minute (requests, or tokens with --unit tpm).
+    #[arg(long)]
     pub capacity: Option<String>,
+    /// Reservations in percent of capacity, one per reserved consumer: 30,20,30.
+    #[arg(long)]
     pub reserve: Option<String>,
+    /// Utilization threshold in (0, 1] (enforcement point; burst headroom = (1 - threshold) x capacity).
+    #[arg(long)]
     pub threshold: Option<String>,
+    /// Names of the reserved consumers (then the unreserved ones): A,B,C[,dev].
+    #[arg(long)]
     pub names: Option<String>,
+    /// Reservation semantics: rate-limit-only, strict-floors, litellm-priority.
+    #[arg(long)]
     pub semantics: Option<String>,
+    /// Capacity unit: rpm or tpm.
+    #[arg(long)]
     pub unit: Option<String>,
+    /// Burst headroom in capacity units (default (1 - threshold) x capacity).
+    #[arg(long)]
     pub burst: Option<String>,
+    /// Server profile (TOML) or "ideal"; default: the embedded gpt-oss-20b NIM profile.
+    #[arg(long)]
     pub model: Option<String>,
+    /// Server replicas behind the limiter.
+    #[arg(long)]
     pub replicas: Option<u32>,
+    /// Scenario file (kind = "shared"); default: the embedded seed scenarios.
+    #[arg(long)]
     pub scenarios: Option<PathBuf>,
+    /// Inverse planning: the minimum each consumer needs, NAME=RPM,...
+    #[arg(long)]
     pub need: Option<String>,
+    /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms).
+    #[arg(long = "e2e-p95")]
     pub e2e_p95: Option<String>,
+    /// Seed of the simulation.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
 }
 
