@@ -43,11 +43,31 @@ fn random_sets(seed: u64) -> Vec<String> {
     sets
 }
 
+/// Random top-level knobs for the policy comparison file (retry quotas,
+/// adaptive throttling, every backoff family).
+fn random_top_sets(seed: u64) -> Vec<String> {
+    random_sets(seed).into_iter().take(5).collect()
+}
+
 #[test]
 fn swarm_invariants() {
-    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("experiments/fmapi-pacing.toml");
-    for seed in 0..150u64 {
-        let sets = random_sets(seed);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cases = (0..150u64)
+        .map(|s| {
+            (
+                root.join("experiments/fmapi-pacing.toml"),
+                s,
+                random_sets(s),
+            )
+        })
+        .chain((150..200u64).map(|s| {
+            (
+                root.join("experiments/fmapi-policies.toml"),
+                s,
+                random_top_sets(s),
+            )
+        }));
+    for (file, seed, sets) in cases {
         let suite = experiment::load(&file, &sets)
             .unwrap_or_else(|e| panic!("seed {seed}: {e}"))
             .into_hosted()

@@ -3,6 +3,7 @@
 
 use crate::client::managed::AimdParams;
 use crate::client::policy::{RawRetry, RetryPolicy, SdkRetry};
+use crate::client::throttle::{AdaptiveThrottle, RetryQuota};
 use crate::config::{from_value, read_toml, resolve_relative, source_exists, ConfigError};
 use crate::engine::{RawDist, Sampler};
 use crate::hosted::HostedProfile;
@@ -36,6 +37,21 @@ struct RawSdk {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawQuota {
+    capacity: Option<i64>,
+    cost: Option<i64>,
+    success_increment: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThrottle {
+    k: Option<f64>,
+    window_s: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawExperiment {
     name: String,
     client: String,
@@ -45,6 +61,10 @@ struct RawExperiment {
     workers: Option<i64>,
     sdk_retries: Option<bool>,
     retry: Option<RawRetry>,
+    /// AWS-style retry quota shared by the pool's workers.
+    retry_quota: Option<RawQuota>,
+    /// Google SRE client-side adaptive throttling shared by the pool.
+    throttle: Option<RawThrottle>,
     managed: Option<RawManaged>,
 }
 
@@ -82,6 +102,8 @@ pub enum ClientKind {
         workers: u32,
         retry: RetryPolicy,
         sdk: Option<SdkRetry>,
+        quota: Option<RetryQuota>,
+        throttle: Option<AdaptiveThrottle>,
     },
     /// A managed batch executor (ai_query) with AIMD concurrency.
     Managed(AimdParams),
@@ -325,13 +347,73 @@ impl HostedSuite {
                         None => RetryPolicy::none(),
                     };
                     let sdk_on = e.sdk_retries.unwrap_or(raw.sdk_retries);
+                    let int = |field: &str, v: Option<i64>, d: u32| -> Result<u32, ConfigError> {
+                        let v = v.unwrap_or(d as i64);
+                        u32::try_from(v).map_err(|_| {
+                            ConfigError::new(
+                                f,
+                                format!("{at}.{field}"),
+                                format!("must be in 0..=4294967295, got {v}"),
+                            )
+                        })
+                    };
+                    let quota = match &e.retry_quota {
+                        None => None,
+                        Some(q) => {
+                            let cap = int("retry_quota.capacity", q.capacity, 500)?;
+                            let cost = int("retry_quota.cost", q.cost, 5)?;
+                            if cost == 0 {
+                                return Err(ConfigError::new(
+                                    f,
+                                    format!("{at}.retry_quota.cost"),
+                                    "must be > 0",
+                                ));
+                            }
+                            Some(RetryQuota::new(
+                                cap,
+                                cost,
+                                int("retry_quota.success_increment", q.success_increment, 1)?,
+                            ))
+                        }
+                    };
+                    let throttle = match &e.throttle {
+                        None => None,
+                        Some(t) => {
+                            let k = t.k.unwrap_or(2.0);
+                            if !(k.is_finite() && k >= 1.0) {
+                                return Err(ConfigError::new(
+                                    f,
+                                    format!("{at}.throttle.k"),
+                                    format!("must be >= 1, got {k}"),
+                                ));
+                            }
+                            let w = t.window_s.unwrap_or(120.0);
+                            if !(w.is_finite() && w > 0.0) {
+                                return Err(ConfigError::new(
+                                    f,
+                                    format!("{at}.throttle.window_s"),
+                                    format!("must be > 0, got {w}"),
+                                ));
+                            }
+                            Some(AdaptiveThrottle::new(k, secs(w)))
+                        }
+                    };
                     ClientKind::Pool {
                         workers,
                         retry,
                         sdk: sdk_on.then(|| sdk.clone()),
+                        quota,
+                        throttle,
                     }
                 }
                 "managed" => {
+                    if e.retry_quota.is_some() || e.throttle.is_some() {
+                        return Err(ConfigError::new(
+                            f,
+                            format!("{at}.client"),
+                            "retry_quota and throttle apply to client = \"pool\"; a managed executor paces itself",
+                        ));
+                    }
                     if e.retry.is_some() {
                         return Err(ConfigError::new(
                             f,

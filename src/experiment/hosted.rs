@@ -3,7 +3,6 @@
 
 use super::config::{ClientKind, Experiment, HostedSuite};
 use crate::client::managed::{AimdController, AimdParams};
-use crate::client::policy::{RetryPolicy, SdkRetry};
 use crate::engine::rng::{component, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng, Sampler};
 use crate::hosted::{HostedEndpoint, Reply};
@@ -39,6 +38,10 @@ pub struct HostedResult {
     pub http_requests: u64,
     pub http_429: u64,
     pub sdk_retries: u64,
+    /// Requests the client-side adaptive throttle rejected locally.
+    pub local_rejects: u64,
+    /// Retries the policy wanted but the retry quota could not pay for.
+    pub quota_denied: u64,
     /// 429s by limit name (profile order).
     pub limit_hits: Vec<(String, u64)>,
     /// Managed executor only: final and minimum concurrency window, decreases.
@@ -65,6 +68,8 @@ impl HostedResult {
             http_requests: 0,
             http_429: 0,
             sdk_retries: 0,
+            local_rejects: 0,
+            quota_denied: 0,
             limit_hits: suite
                 .profile
                 .limits
@@ -152,21 +157,7 @@ fn run_one(
     rng: Rng,
 ) -> HostedResult {
     match &e.client {
-        ClientKind::Pool {
-            workers,
-            retry,
-            sdk,
-        } => run_pool(
-            suite,
-            e,
-            endpoint,
-            t0,
-            seed,
-            rng,
-            *workers,
-            retry,
-            sdk.as_ref(),
-        ),
+        ClientKind::Pool { .. } => run_pool(suite, e, endpoint, t0, seed, rng),
         ClientKind::Managed(p) => run_managed(suite, e, endpoint, t0, seed, rng, p),
     }
 }
@@ -210,6 +201,8 @@ enum Ev {
         slot: u32,
         status: u16,
         hint: Option<Nanos>,
+        /// Rejected by the client's own throttle, not by the endpoint.
+        local: bool,
     },
     /// Managed executor: time to look at the queue again.
     Wake,
@@ -255,6 +248,7 @@ fn send(
                     slot,
                     status: 429,
                     hint,
+                    local: false,
                 },
             )
         }
@@ -264,6 +258,7 @@ fn send(
                 slot,
                 status: 500,
                 hint: None,
+                local: false,
             },
         ),
     }
@@ -291,7 +286,6 @@ fn finish_row(res: &mut HostedResult, a: &Active, now: Nanos, status: u16, out: 
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn run_pool(
     suite: &HostedSuite,
     e: &Experiment,
@@ -299,10 +293,21 @@ fn run_pool(
     t0: Nanos,
     seed: u64,
     mut rng: Rng,
-    workers: u32,
-    retry: &RetryPolicy,
-    sdk: Option<&SdkRetry>,
 ) -> HostedResult {
+    let ClientKind::Pool {
+        workers,
+        retry,
+        sdk,
+        quota,
+        throttle,
+    } = &e.client
+    else {
+        unreachable!("run_pool runs pool clients")
+    };
+    let (workers, sdk) = (*workers, sdk.as_ref());
+    // shared by all workers of this client, fresh for each experiment
+    let mut quota = quota.clone();
+    let mut throttle = throttle.clone();
     let mut res = HostedResult::new(&e.name, "pool", suite);
     let mut rows = Rows::new(suite, e.rows, seed);
     let mut q = EventQueue::starting_at(t0);
@@ -319,17 +324,48 @@ fn run_pool(
     while let Some((now, ev)) = q.pop() {
         match ev {
             Ev::Send(w) => {
+                if let Some(t) = throttle.as_mut() {
+                    if unit(&mut rng) < t.reject_probability(now) {
+                        t.record(now, false);
+                        res.local_rejects += 1;
+                        let fail = Ev::Fail {
+                            slot: w,
+                            status: 429,
+                            hint: None,
+                            local: true,
+                        };
+                        q.schedule(now, fail);
+                        continue;
+                    }
+                }
                 let a = slots[w as usize].as_mut().expect("active row");
                 send(endpoint, &mut q, &mut res, e, w, a, now);
             }
             Ev::Done { slot, out } => {
                 let a = slots[slot as usize].take().expect("active row");
                 endpoint.complete(now, cost(e, &a.row), out);
+                if let Some(t) = throttle.as_mut() {
+                    t.record(now, true);
+                }
+                if let Some(qt) = quota.as_mut() {
+                    qt.on_success(a.attempt > 1);
+                }
                 finish_row(&mut res, &a, now, 200, out);
                 last = now;
                 next_row(&mut rows, &mut slots, &mut q, slot, now);
             }
-            Ev::Fail { slot, status, hint } => {
+            Ev::Fail {
+                slot,
+                status,
+                hint,
+                local,
+            } => {
+                if !local {
+                    if let Some(t) = throttle.as_mut() {
+                        // a backend overload rejection is not an accept
+                        t.record(now, status != 429);
+                    }
+                }
                 let a = slots[slot as usize].as_mut().expect("active row");
                 // 1) the SDK's hidden layer
                 if let Some(s) = sdk {
@@ -341,8 +377,14 @@ fn run_pool(
                         continue;
                     }
                 }
-                // 2) the caller's own policy sees the exception
-                if retry.should_retry(a.attempt, status) {
+                // 2) the caller's own policy sees the exception; a retry
+                //    quota, if any, must pay for the retry
+                let wants = retry.should_retry(a.attempt, status);
+                let paid = wants && quota.as_mut().is_none_or(|qt| qt.try_acquire());
+                if wants && !paid {
+                    res.quota_denied += 1;
+                }
+                if paid {
                     let d = retry.delay(a.attempt, a.prev_delay, hint, &mut rng);
                     a.prev_delay = d;
                     a.own_wait += d;
@@ -411,7 +453,9 @@ fn run_managed(
                 finish_row(&mut res, &a, now, 200, out);
                 last = now;
             }
-            Ev::Fail { slot, status, hint } => {
+            Ev::Fail {
+                slot, status, hint, ..
+            } => {
                 let mut a = slots[slot as usize].take().expect("in flight");
                 free.push(slot);
                 inflight -= 1;

@@ -27,6 +27,8 @@ pub const METRICS: &[(&str, &str, i32)] = &[
     ("http_requests", "HTTP requests", 0),
     ("http_429", "HTTP 429s (incl. hidden)", 0),
     ("sdk_retries", "SDK hidden retries", 0),
+    ("local_rejects", "rejected by own throttle", 0),
+    ("quota_denied", "retries refused by quota", 0),
 ];
 
 fn values(r: &HostedResult) -> Vec<f64> {
@@ -54,6 +56,8 @@ fn values(r: &HostedResult) -> Vec<f64> {
         r.http_requests as f64,
         r.http_429 as f64,
         r.sdk_retries as f64,
+        r.local_rejects as f64,
+        r.quota_denied as f64,
     ]
 }
 
