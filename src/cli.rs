@@ -231,28 +231,34 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let dims = parse_vary(&vary)?;
             let fname = file.display().to_string();
             let mut points = Vec::new();
+            let mut cols: &[&str] = report::hosted::SWEEP_COLS;
             for combo in grid(&dims) {
                 let mut all = sets.clone();
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
-                let aggs = match experiment::load(&file, &all)? {
+                let rows = match experiment::load(&file, &all)? {
                     ExperimentFile::Hosted(mut suite) => {
                         suite.retain_only(&only)?;
-                        run_hosted(&suite, seed, seeds)
+                        report::hosted::sweep_rows(&run_hosted(&suite, seed, seeds))
                     }
-                    ExperimentFile::Server(_) | ExperimentFile::Shared(_) => {
+                    ExperimentFile::Server(mut suite) => {
+                        suite.retain_only(&only)?;
+                        cols = report::server::SWEEP_COLS;
+                        report::server::sweep_rows(&report::server::run(&suite, seed, seeds))
+                    }
+                    ExperimentFile::Shared(_) => {
                         return Err(CliError::Config(ConfigError::new(
                             &fname,
                             "kind",
-                            "qsim sweep supports hosted experiments only; vary a server file with qsim run --set",
+                            "qsim sweep runs hosted and server files; for a shared deployment use qsim plan",
                         )))
                     }
                 };
-                points.push((combo, aggs));
+                points.push((combo, rows));
             }
             let text = match format {
-                Format::Table => report::hosted::render_sweep_table(&fname, seed, seeds, &points),
+                Format::Table => report::sweep::render_table(&fname, seed, seeds, &points, cols),
                 Format::Json => {
-                    let mut s = serde_json::to_string_pretty(&report::hosted::render_sweep_json(
+                    let mut s = serde_json::to_string_pretty(&report::sweep::render_json(
                         &fname, seed, seeds, &points,
                     ))
                     .expect("json");

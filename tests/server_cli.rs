@@ -49,6 +49,50 @@ fn json_has_the_server_fields() {
     }
     assert_eq!(sc["per_replica"].as_array().unwrap().len(), 2);
     assert!(sc["snapshots"][0]["waiting"].is_number());
+    // utilisations aggregate as the mean over replicas (regression: the
+    // summed busy time was clamped at 1 before dividing, so two replicas at
+    // 93 % reported 50 %)
+    for k in ["gpu_util", "engine_util"] {
+        let mean = (sc["per_replica"][0][k].as_f64().unwrap()
+            + sc["per_replica"][1][k].as_f64().unwrap())
+            / 2.0;
+        let total = sc["total"][k].as_f64().unwrap();
+        assert!(
+            (total - mean).abs() < 0.002,
+            "{k}: total {total} vs replica mean {mean}"
+        );
+    }
+}
+
+#[test]
+fn sweep_runs_server_files() {
+    let out = Command::cargo_bin("qsim")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "sweep",
+            "experiments/nim-load.toml",
+            "--only",
+            "capacity",
+            "--vary",
+            "replicas=1,2",
+            "--set",
+            "duration_s=60",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pts = v["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 2);
+    let e2e = |i: usize| pts[i]["experiments"][0]["e2e_p50_s"].as_f64().unwrap();
+    assert!(e2e(1) < e2e(0), "a second replica shortens E2E at 1000 RPM");
 }
 
 fn bad(file_text: &str, field: &str) {

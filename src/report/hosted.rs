@@ -184,7 +184,7 @@ fn num(x: f64, d: i32) -> Value {
 }
 
 /// The metrics shown per grid point in a sweep table.
-const SWEEP_COLS: &[&str] = &[
+pub const SWEEP_COLS: &[&str] = &[
     "ok",
     "rejected_429",
     "elapsed_s",
@@ -196,64 +196,16 @@ const SWEEP_COLS: &[&str] = &[
     "throughput_rows_per_s",
 ];
 
-fn metric_index(key: &str) -> usize {
-    METRICS
-        .iter()
-        .position(|m| m.0 == key)
-        .expect("known metric")
-}
-
-/// A sweep point: the overrides applied and the aggregated experiments.
-pub type SweepPoint = (Vec<(String, String)>, Vec<Aggregate>);
-
-pub fn render_sweep_table(file: &str, seed: u64, seeds: u64, points: &[SweepPoint]) -> String {
-    let mut out = format!("sweep of {file}, ");
-    if seeds > 1 {
-        out.push_str(&format!("{seeds} seeds from {seed}: medians\n\n"));
-    } else {
-        out.push_str(&format!("seed {seed}\n\n"));
-    }
-    let Some((first, _)) = points.first() else {
-        return out;
-    };
-    let mut header: Vec<String> = first.iter().map(|(k, _)| k.clone()).collect();
-    header.push("experiment".into());
-    header.extend(SWEEP_COLS.iter().map(|k| k.to_string()));
-    let mut t = Table::new(header);
-    for (combo, aggs) in points {
-        for a in aggs {
-            let mut row: Vec<String> = combo.iter().map(|(_, v)| v.clone()).collect();
-            row.push(a.name.clone());
-            for k in SWEEP_COLS {
-                let (_, _, d) = METRICS[metric_index(k)];
-                row.push(super::fmt_spread(&a.spreads[metric_index(k)], d, 1));
-            }
-            t.row(row);
-        }
-    }
-    out.push_str(&t.render());
-    out
-}
-
-pub fn render_sweep_json(file: &str, seed: u64, seeds: u64, points: &[SweepPoint]) -> Value {
-    let pts: Vec<Value> = points
-        .iter()
-        .map(|(combo, aggs)| {
-            let set: Map<String, Value> =
-                combo.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
-            let exps: Vec<Value> = aggs
+/// Sweep rows: one per experiment, every metric.
+pub fn sweep_rows(aggs: &[Aggregate]) -> Vec<super::sweep::Row> {
+    aggs.iter()
+        .map(|a| super::sweep::Row {
+            name: a.name.clone(),
+            metrics: METRICS
                 .iter()
-                .map(|a| {
-                    let mut o = Map::new();
-                    o.insert("name".into(), json!(a.name));
-                    for (m, (key, _, d)) in METRICS.iter().enumerate() {
-                        o.insert((*key).into(), num(a.spreads[m].median, *d));
-                    }
-                    Value::Object(o)
-                })
-                .collect();
-            json!({ "set": set, "experiments": exps })
+                .zip(&a.spreads)
+                .map(|((k, _, d), s)| (*k, *d, *s))
+                .collect(),
         })
-        .collect();
-    json!({ "file": file, "seed": seed, "seeds": seeds, "points": pts })
+        .collect()
 }

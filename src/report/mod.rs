@@ -2,6 +2,7 @@
 
 pub mod hosted;
 pub mod server;
+pub mod sweep;
 pub mod table;
 
 /// Median and 90 % interval (5th and 95th percentiles, nearest rank) of a sample.

@@ -58,8 +58,9 @@ pub fn values(m: &ReplicaMetrics, until: Nanos, n: usize) -> Vec<f64> {
         m.e2e.mean_s(),
         m.queue_delay.quantile_s(0.5),
         m.queue_delay.quantile_s(0.99),
-        m.gpu_util(until) / n,
-        m.engine_util(until) / n,
+        // busy time summed over `n` replicas, averaged before clamping
+        (m.gpu_busy_ns as f64 / until.max(1) as f64 / n).min(1.0),
+        (m.engine_busy_ns as f64 / until.max(1) as f64 / n).min(1.0),
         m.kv_util(until),
         m.kv_util_max(),
         m.concurrency_mean(until),
@@ -313,6 +314,42 @@ pub fn render_json(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate
 }
 
 /// Run a suite over `seeds` seeds from `seed` and render it (JSON or table).
+/// The metrics shown per grid point in a sweep table.
+pub const SWEEP_COLS: &[&str] = &[
+    "throughput_rpm",
+    "ttft_p50_s",
+    "itl_p50_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
+    "gpu_util",
+    "kv_util",
+    "concurrency_mean",
+    "waiting_mean",
+    "preemptions",
+];
+
+/// Sweep rows: one per scenario, the aggregate over replicas.
+pub fn sweep_rows(aggs: &[Aggregate]) -> Vec<super::sweep::Row> {
+    aggs.iter()
+        .map(|a| super::sweep::Row {
+            name: a.name.clone(),
+            metrics: METRICS
+                .iter()
+                .zip(&a.total)
+                .map(|((k, _, d), s)| (*k, *d, *s))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Run a suite over `seeds` seeds from `seed` and aggregate.
+pub fn run(suite: &ServerSuite, seed: u64, seeds: u64) -> Vec<Aggregate> {
+    let runs: Vec<_> = (0..seeds)
+        .map(|k| crate::experiment::server::run_suite(suite, seed.wrapping_add(k)))
+        .collect();
+    aggregate(suite, &runs)
+}
+
 pub fn run_and_render(
     suite: &ServerSuite,
     file: &str,
@@ -320,10 +357,7 @@ pub fn run_and_render(
     seeds: u64,
     json: bool,
 ) -> String {
-    let runs: Vec<_> = (0..seeds)
-        .map(|k| crate::experiment::server::run_suite(suite, seed.wrapping_add(k)))
-        .collect();
-    let aggs = aggregate(suite, &runs);
+    let aggs = run(suite, seed, seeds);
     if json {
         let mut s =
             serde_json::to_string_pretty(&render_json(suite, file, seed, &aggs)).expect("json");
