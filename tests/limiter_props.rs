@@ -23,7 +23,7 @@ struct Setup {
 fn arb_setup() -> impl Strategy<Value = Setup> {
     (
         any::<u64>(),
-        0usize..3,
+        0usize..4,
         prop::bool::ANY,
         20u64..600,
         50u32..=100,

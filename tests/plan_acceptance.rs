@@ -210,3 +210,43 @@ fn plan_is_deterministic() {
         );
     }
 }
+
+/// `--semantics partitioned` keeps the unreserved pool for unreserved
+/// consumers: in late-joiner the agents' admitted rates are the same before
+/// and after dev joins (each at its floor, ±2 %), at the price of an idle
+/// pool while dev is silent (reserved-only admits only the 80 % reserved).
+#[test]
+fn partitioned_late_joiner_leaves_agents_unchanged() {
+    for seed in SEEDS {
+        let args = PlanArgs {
+            capacity: Some("1000".into()),
+            reserve: Some("30,20,30".into()),
+            semantics: Some("partitioned".into()),
+            seed,
+            ..PlanArgs::default()
+        };
+        let (f, m) = build(&args).unwrap();
+        let runs = simulate(&f, &m, seed, false);
+        let o = scenario(&runs, "late-joiner");
+        for c in o.consumers.iter().filter(|c| c.floor_rpm > 0.0) {
+            // minute 0 also spends the burst; from minute 1 on (dev joins
+            // at 60 s) every agent stays at its floor
+            for m in 1..o.saturated.len() {
+                let got = c.admitted_per_min[m] as f64;
+                assert!(
+                    (got - c.floor_rpm).abs() <= 0.02 * c.floor_rpm,
+                    "seed {seed}: {} minute {m}: {got} vs floor {}",
+                    c.name,
+                    c.floor_rpm
+                );
+            }
+        }
+        let ro = scenario(&runs, "reserved-only");
+        let last = ro.saturated.len() - 1;
+        let total: u64 = ro.consumers.iter().map(|c| c.admitted_per_min[last]).sum();
+        assert!(
+            (790..=810).contains(&total),
+            "seed {seed}: reserved-only admits the reserved 80 %, got {total}"
+        );
+    }
+}

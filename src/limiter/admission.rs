@@ -50,6 +50,13 @@
 //!   window (opened by the first admission after the previous one expired)
 //!   reach `θ·C`.
 //!
+//! - `partitioned`: strict-floors among the reserved consumers only — their
+//!   credits and a bucket `G` of rate `Σ r_i·C` — and the pool (rate
+//!   `(1 − Σ r_i)·C`) for the unreserved consumers only. Floors are
+//!   guaranteed and idle floors are lent among reserved consumers; the
+//!   reserved consumers' total never depends on the unreserved ones, at the
+//!   price of an idle pool while no unreserved consumer sends.
+//!
 //! In every semantics each admitted unit comes out of a capacity bucket, so
 //! over any window `w` the total admitted is at most `C·w + Σ depths`.
 //!
@@ -103,21 +110,24 @@ pub enum Semantics {
     RateLimitOnly,
     StrictFloors,
     LitellmPriority,
+    Partitioned,
 }
 
 impl Semantics {
-    pub const ALL: [Semantics; 3] = [
+    pub const ALL: [Semantics; 4] = [
         Semantics::RateLimitOnly,
         Semantics::StrictFloors,
         Semantics::LitellmPriority,
+        Semantics::Partitioned,
     ];
-    pub const NAMES: &'static str = "rate-limit-only, strict-floors, litellm-priority";
+    pub const NAMES: &'static str = "rate-limit-only, strict-floors, litellm-priority, partitioned";
 
     pub fn name(self) -> &'static str {
         match self {
             Semantics::RateLimitOnly => "rate-limit-only",
             Semantics::StrictFloors => "strict-floors",
             Semantics::LitellmPriority => "litellm-priority",
+            Semantics::Partitioned => "partitioned",
         }
     }
     pub fn parse(s: &str) -> Option<Semantics> {
@@ -132,6 +142,9 @@ impl Semantics {
             }
             Semantics::LitellmPriority => {
                 "anyone may use idle capacity below the saturation threshold; above it, floor + pool only (floors hold only above the threshold)"
+            }
+            Semantics::Partitioned => {
+                "each floor is guaranteed and lent only to other reserved consumers; the unreserved pool serves only unreserved consumers (idle when they are silent)"
             }
         }
     }
@@ -359,7 +372,11 @@ impl AdmissionLimiter {
             d.max(one_sec).max(1) as u64
         };
         let partitioned = cfg.semantics == Semantics::LitellmPriority;
-        let credits = cfg.semantics == Semantics::StrictFloors;
+        let hard = cfg.semantics == Semantics::Partitioned;
+        let credits = matches!(
+            cfg.semantics,
+            Semantics::StrictFloors | Semantics::Partitioned
+        );
         let mut floors = Vec::with_capacity(n);
         for cs in &cfg.consumers {
             if (partitioned || credits) && cs.reserved_bp > 0 {
@@ -382,10 +399,23 @@ impl AdmissionLimiter {
             }
         }
         let (pool, shared) = if credits {
-            // one deployment bucket, at least as deep as all floor credits
+            // one bucket for the credit holders, at least as deep as all
+            // floor credits: the whole deployment (strict-floors), or only
+            // the reserved share with the pool apart (partitioned)
             let sum_d: u64 = floors.iter().flatten().map(|b| b.capacity()).sum();
-            let d = depth(BP_FULL).max(sum_d);
-            (None, Some(sub_bucket(d, c, 1, now)))
+            let g_bp = if hard {
+                cfg.reserved_bp_total()
+            } else {
+                BP_FULL
+            };
+            let g = (g_bp > 0).then(|| {
+                let d = depth(g_bp).max(sum_d);
+                sub_bucket(d, c * g_bp as u128, BP_FULL as u128, now)
+            });
+            let pool_bp = BP_FULL - g_bp;
+            let pool = (hard && pool_bp > 0)
+                .then(|| sub_bucket(depth(pool_bp), c * pool_bp as u128, BP_FULL as u128, now));
+            (pool, g)
         } else {
             let pool_bp = if partitioned {
                 BP_FULL - cfg.reserved_bp_total()
@@ -458,7 +488,7 @@ impl AdmissionLimiter {
     /// (strict-floors), else floors (per consumer, if any) then the pool.
     pub fn capacity_buckets(&self) -> Vec<&TokenBucket> {
         match &self.shared {
-            Some(g) => vec![g],
+            Some(g) => std::iter::once(g).chain(self.pool.iter()).collect(),
             None => self
                 .floors
                 .iter()
@@ -559,6 +589,20 @@ impl AdmissionLimiter {
     /// Earliest time ≥ `from` at which `need` units can come out of capacity
     /// for consumer `c`, and the source if that is `from` itself.
     fn capacity_source(&self, from: Nanos, c: usize, need: u64) -> (Option<Source>, Nanos) {
+        // partitioned: an unreserved consumer draws on the pool only
+        if self.cfg.semantics == Semantics::Partitioned && self.floors[c].is_none() {
+            return match &self.pool {
+                None => (None, NEVER),
+                Some(p) => {
+                    let t = p.earliest(from, need);
+                    if t <= from {
+                        (Some(Source::Pool), from)
+                    } else {
+                        (None, t)
+                    }
+                }
+            };
+        }
         if let Some(g) = &self.shared {
             // admit iff G − need ≥ Σ credits − own credits used. Both sides
             // only grow with time (until G is full), so iterate to the least

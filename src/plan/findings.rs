@@ -115,6 +115,10 @@ pub fn static_findings(file: &SharedFile, need: Option<&[(String, f64)]>) -> Vec
                 th * 100.0
             ),
         )),
+        Semantics::Partitioned if !reserved.is_empty() => v.push(f(
+            Level::Info,
+            "semantics partitioned: the unreserved pool is idle whenever no unreserved consumer sends, so reserved consumers never exceed their floors in total; use strict-floors to lend it out".into(),
+        )),
         _ => {}
     }
     if l.consumers.len() == 1 {
