@@ -143,10 +143,4 @@ impl HostedProfile {
             server_error_rate: raw.server_error_rate,
         })
     }
-
-    /// The limit that would reject a request whose `max_tokens` alone
-    /// exceeds it (it could never be admitted).
-    pub fn limit_name(&self, i: usize) -> &str {
-        &self.limits[i].name
-    }
 }
