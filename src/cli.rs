@@ -177,14 +177,9 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     let aggs = run_hosted(&suite, seed, seeds);
                     match format {
                         Format::Table => report::hosted::render_table(&suite, &fname, seed, &aggs),
-                        Format::Json => {
-                            let mut s = serde_json::to_string_pretty(&report::hosted::render_json(
-                                &suite, &fname, seed, &aggs,
-                            ))
-                            .expect("json");
-                            s.push('\n');
-                            s
-                        }
+                        Format::Json => report::json_text(&report::hosted::render_json(
+                            &suite, &fname, seed, &aggs,
+                        )),
                     }
                 }
                 ExperimentFile::Server(mut suite) => {
@@ -258,12 +253,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let text = match format {
                 Format::Table => report::sweep::render_table(&fname, seed, seeds, &points, cols),
                 Format::Json => {
-                    let mut s = serde_json::to_string_pretty(&report::sweep::render_json(
-                        &fname, seed, seeds, &points,
-                    ))
-                    .expect("json");
-                    s.push('\n');
-                    s
+                    report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
                 }
             };
             emit(&text, out.as_deref())

@@ -434,9 +434,7 @@ pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
         inverse: inverse_json,
     };
     Ok(if as_json {
-        let mut s = serde_json::to_string_pretty(&render::json(&plan)).expect("json");
-        s.push('\n');
-        s
+        crate::report::json_text(&render::json(&plan))
     } else {
         render::table(&plan)
     })

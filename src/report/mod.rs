@@ -71,6 +71,13 @@ pub fn header(title: &str, what: &str, seed: u64, runs: usize) -> String {
     out
 }
 
+/// A JSON report as text: pretty-printed, with a final newline.
+pub fn json_text(v: &serde_json::Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).expect("a JSON value always serializes");
+    s.push('\n');
+    s
+}
+
 /// Round to `d` decimals for stable, readable JSON.
 pub fn round(x: f64, d: i32) -> f64 {
     let m = 10f64.powi(d);

@@ -359,10 +359,7 @@ pub fn run_and_render(
 ) -> String {
     let aggs = run(suite, seed, seeds);
     if json {
-        let mut s =
-            serde_json::to_string_pretty(&render_json(suite, file, seed, &aggs)).expect("json");
-        s.push('\n');
-        s
+        super::json_text(&render_json(suite, file, seed, &aggs))
     } else {
         render_table(suite, file, seed, &aggs)
     }
