@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
 export CARGO_TERM_COLOR=never
 cargo fmt --check
-cargo test --release --locked
+cargo test --release --locked --workspace
 # benches must keep compiling (they are run by hand: cargo bench)
-cargo bench --locked --no-run
+cargo bench --locked --workspace --no-run

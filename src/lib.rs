@@ -20,9 +20,10 @@ pub mod embedded;
 pub mod engine;
 pub mod experiment;
 pub mod hosted;
-pub mod limiter;
 pub mod plan;
 pub mod report;
 pub mod server;
-pub mod time;
 pub mod workload;
+
+// The I/O-free core, re-exported under the paths the simulator has always used.
+pub use qsim_core::{limiter, time, Uniform};

@@ -69,7 +69,10 @@ fn nim_load() {
 
 #[test]
 fn plan_default() {
-    check("plan", &["plan", "--capacity", "1000", "--reserve", "30,20,30"]);
+    check(
+        "plan",
+        &["plan", "--capacity", "1000", "--reserve", "30,20,30"],
+    );
 }
 
 #[test]

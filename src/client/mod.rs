@@ -1,11 +1,8 @@
-//! Client-side models: retry policies, the SDK's hidden retry layer,
-//! client-side throttles (AWS retry quota, Google SRE adaptive throttling),
-//! and the managed batch executor's adaptive concurrency controller.
+//! Client-side models. The state machines live in the I/O-free core
+//! (`qsim_core::client`); this module adds what the simulator needs around
+//! them: the TOML form of a retry policy.
 
-pub mod managed;
-pub mod policy;
-pub mod throttle;
+pub use qsim_core::client::*;
 
-pub use managed::AimdController;
-pub use policy::{Backoff, RetryPolicy, SdkRetry, StatusSet};
-pub use throttle::{AdaptiveThrottle, RetryQuota};
+pub mod raw;
+pub use raw::RawRetry;

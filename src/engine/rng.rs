@@ -33,6 +33,12 @@ pub fn unit(rng: &mut Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// The core's [`qsim_core::Uniform`] over a stream: the same draws as [`unit`].
+#[inline]
+pub fn draws(rng: &mut Rng) -> impl FnMut() -> f64 + '_ {
+    move || unit(rng)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

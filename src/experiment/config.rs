@@ -2,8 +2,9 @@
 //! against one endpoint profile, run one after another with a cool-down.
 
 use crate::client::managed::AimdParams;
-use crate::client::policy::{RawRetry, RetryPolicy, SdkRetry};
+use crate::client::policy::{RetryPolicy, SdkRetry};
 use crate::client::throttle::{AdaptiveThrottle, RetryQuota};
+use crate::client::RawRetry;
 use crate::config::{from_value, read_toml, resolve_relative, source_exists, ConfigError};
 use crate::engine::{RawDist, Sampler};
 use crate::hosted::HostedProfile;

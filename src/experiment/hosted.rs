@@ -3,7 +3,7 @@
 
 use super::config::{ClientKind, Experiment, HostedSuite};
 use crate::client::managed::{AimdController, AimdParams};
-use crate::engine::rng::{component, stream, unit};
+use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng, Sampler};
 use crate::hosted::{HostedEndpoint, Reply};
 use crate::limiter::rates::Cost;
@@ -370,7 +370,7 @@ fn run_pool(
                 // 1) the SDK's hidden layer
                 if let Some(s) = sdk {
                     if s.should_retry(a.sdk_n, status, hint) {
-                        let d = s.delay(a.sdk_n, hint, &mut rng);
+                        let d = s.delay(a.sdk_n, hint, &mut draws(&mut rng));
                         a.sdk_n += 1;
                         res.sdk_retries += 1;
                         q.schedule(now + d, Ev::Send(slot));
@@ -385,7 +385,7 @@ fn run_pool(
                     res.quota_denied += 1;
                 }
                 if paid {
-                    let d = retry.delay(a.attempt, a.prev_delay, hint, &mut rng);
+                    let d = retry.delay(a.attempt, a.prev_delay, hint, &mut draws(&mut rng));
                     a.prev_delay = d;
                     a.own_wait += d;
                     a.attempt += 1;

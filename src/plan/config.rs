@@ -3,7 +3,8 @@
 //! scenarios. `experiments/shared-deployment.toml` (seed 003) is embedded in
 //! the binary as the default for `qsim plan`.
 
-use crate::client::policy::{RawRetry, RetryPolicy};
+use crate::client::policy::RetryPolicy;
+use crate::client::RawRetry;
 use crate::config::{from_value, parse_toml, ConfigError};
 use crate::engine::{RawDist, Sampler};
 use crate::limiter::admission::{

@@ -7,7 +7,7 @@
 //! limiter matters).
 
 use super::config::{Arrival, Scenario, SharedFile};
-use crate::engine::rng::{component, stream, unit};
+use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng};
 use crate::limiter::admission::{AdmissionLimiter, Decision, Grant, Limit, LimiterConfig};
 use crate::limiter::rates::OutputAccounting;
@@ -457,9 +457,9 @@ pub fn run_scenario(
                 let l = &sc.loads[r.load as usize];
                 if l.retry.should_retry(r.attempt, 429) {
                     let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
-                    let d = l
-                        .retry
-                        .delay(r.attempt, r.prev_delay, hint, &mut client_rng);
+                    let d =
+                        l.retry
+                            .delay(r.attempt, r.prev_delay, hint, &mut draws(&mut client_rng));
                     r.prev_delay = d;
                     q.schedule(now + d, Ev::Attempt { req });
                 } else {

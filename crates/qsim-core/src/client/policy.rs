@@ -1,10 +1,8 @@
 //! Client retry policies: the caller's own backoff and the SDK's hidden
 //! retry layer. Pure functions of (attempt, previous delay, hint, rng).
 
-use crate::config::ConfigError;
-use crate::engine::rng::{unit, Rng};
 use crate::time::{secs, Nanos};
-use serde::Deserialize;
+use crate::Uniform;
 
 /// Which HTTP statuses a layer retries.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -103,7 +101,13 @@ impl RetryPolicy {
 
     /// The delay after failed attempt number `attempt` (1-based), given the
     /// previous delay (decorrelated jitter) and the response's hint.
-    pub fn delay(&self, attempt: u32, prev: Nanos, hint: Option<Nanos>, rng: &mut Rng) -> Nanos {
+    pub fn delay(
+        &self,
+        attempt: u32,
+        prev: Nanos,
+        hint: Option<Nanos>,
+        rng: &mut impl Uniform,
+    ) -> Nanos {
         let n = attempt.saturating_sub(1).min(62) as i32;
         let hint = if self.honor_hint { hint } else { None };
         match self.backoff {
@@ -111,19 +115,19 @@ impl RetryPolicy {
             Backoff::Constant { delay } => hint.unwrap_or(secs(delay)),
             Backoff::Exponential { base, cap, jitter } => {
                 let core = hint.unwrap_or_else(|| secs((base * 2f64.powi(n)).min(cap)));
-                core + secs(jitter * unit(rng))
+                core + secs(jitter * rng.unit())
             }
             Backoff::FullJitter { base, cap } => {
-                hint.unwrap_or_else(|| secs(unit(rng) * (base * 2f64.powi(n)).min(cap)))
+                hint.unwrap_or_else(|| secs(rng.unit() * (base * 2f64.powi(n)).min(cap)))
             }
             Backoff::EqualJitter { base, cap } => hint.unwrap_or_else(|| {
                 let v = (base * 2f64.powi(n)).min(cap);
-                secs(v / 2.0 + unit(rng) * v / 2.0)
+                secs(v / 2.0 + rng.unit() * v / 2.0)
             }),
             Backoff::Decorrelated { base, cap } => hint.unwrap_or_else(|| {
                 let prev_s = if prev == 0 { base } else { prev as f64 / 1e9 };
                 let hi = (3.0 * prev_s).max(base);
-                secs((base + unit(rng) * (hi - base)).min(cap))
+                secs((base + rng.unit() * (hi - base)).min(cap))
             }),
         }
     }
@@ -170,101 +174,21 @@ impl SdkRetry {
     }
 
     /// Delay before SDK retry number `n` (0-based).
-    pub fn delay(&self, n: u32, hint: Option<Nanos>, rng: &mut Rng) -> Nanos {
+    pub fn delay(&self, n: u32, hint: Option<Nanos>, rng: &mut impl Uniform) -> Nanos {
         if let Some(h) = hint {
             if h > 0 && h <= secs(self.hint_max) {
                 return h;
             }
         }
         let d = (self.initial * 2f64.powi(n.min(62) as i32)).min(self.max_delay);
-        secs(d * (1.0 - 0.25 * unit(rng)))
+        secs(d * (1.0 - 0.25 * rng.unit()))
     }
 }
 
 /// A retry policy as written in an experiment file.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRetry {
-    /// none | constant | exponential | full_jitter | equal_jitter | decorrelated
-    pub backoff: String,
-    #[serde(default)]
-    pub base_s: Option<f64>,
-    #[serde(default)]
-    pub cap_s: Option<f64>,
-    #[serde(default)]
-    pub jitter_s: Option<f64>,
-    #[serde(default)]
-    pub delay_s: Option<f64>,
-    #[serde(default)]
-    pub max_attempts: Option<i64>,
-    #[serde(default)]
-    pub retry_on: Option<Vec<String>>,
-    #[serde(default)]
-    pub honor_hint: Option<bool>,
-}
-
-impl RawRetry {
-    pub fn validate(&self, file: &str, at: &str) -> Result<RetryPolicy, ConfigError> {
-        let err = |f: &str, r: String| ConfigError::new(file, format!("{at}.{f}"), r);
-        let num = |f: &str, v: Option<f64>, default: f64| -> Result<f64, ConfigError> {
-            let v = v.unwrap_or(default);
-            if v.is_finite() && v >= 0.0 {
-                Ok(v)
-            } else {
-                Err(err(f, format!("must be a number >= 0, got {v}")))
-            }
-        };
-        let base = num("base_s", self.base_s, 1.0)?;
-        let cap = num("cap_s", self.cap_s, 32.0)?;
-        let backoff = match self.backoff.as_str() {
-            "none" => Backoff::None,
-            "constant" => Backoff::Constant {
-                delay: num("delay_s", self.delay_s, 1.0)?,
-            },
-            "exponential" => Backoff::Exponential {
-                base,
-                cap,
-                jitter: num("jitter_s", self.jitter_s, 1.0)?,
-            },
-            "full_jitter" => Backoff::FullJitter { base, cap },
-            "equal_jitter" => Backoff::EqualJitter { base, cap },
-            "decorrelated" => Backoff::Decorrelated { base, cap },
-            other => {
-                return Err(err(
-                    "backoff",
-                    format!(
-                        "unknown backoff {other:?}; expected one of none, constant, exponential, full_jitter, equal_jitter, decorrelated"
-                    ),
-                ))
-            }
-        };
-        let default_attempts = if backoff == Backoff::None { 1 } else { 8 };
-        let max_attempts = self.max_attempts.unwrap_or(default_attempts);
-        if !(1..=1000).contains(&max_attempts) {
-            return Err(err(
-                "max_attempts",
-                format!("must be in 1..=1000, got {max_attempts}"),
-            ));
-        }
-        let retry_on = StatusSet::parse(
-            self.retry_on
-                .as_deref()
-                .unwrap_or(&["429".to_string(), "5xx".to_string()]),
-        )
-        .map_err(|r| err("retry_on", r))?;
-        Ok(RetryPolicy {
-            backoff,
-            max_attempts: max_attempts as u32,
-            retry_on,
-            honor_hint: self.honor_hint.unwrap_or(true),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::rng::stream;
     use crate::time::NS_PER_SEC;
 
     fn pol(b: Backoff) -> RetryPolicy {
@@ -283,7 +207,7 @@ mod tests {
             cap: 32.0,
             jitter: 1.0,
         });
-        let mut r = stream(1, 0, 0);
+        let mut r = crate::test_rng(1);
         for (attempt, lo) in [(1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0), (7, 32.0)] {
             let d = p.delay(attempt, 0, None, &mut r) as f64 / 1e9;
             assert!(d >= lo && d < lo + 1.0, "attempt {attempt}: {d}");
@@ -299,7 +223,7 @@ mod tests {
 
     #[test]
     fn jitter_families_stay_in_range() {
-        let mut r = stream(2, 0, 0);
+        let mut r = crate::test_rng(2);
         for _ in 0..1000 {
             let d = pol(Backoff::FullJitter {
                 base: 1.0,
@@ -325,7 +249,7 @@ mod tests {
     #[test]
     fn sdk_defaults() {
         let s = SdkRetry::default();
-        let mut r = stream(3, 0, 0);
+        let mut r = crate::test_rng(3);
         for _ in 0..100 {
             let d0 = s.delay(0, None, &mut r) as f64 / 1e9;
             let d1 = s.delay(1, None, &mut r) as f64 / 1e9;
