@@ -5,6 +5,7 @@ use crate::client::managed::AimdParams;
 use crate::client::policy::{RetryPolicy, SdkRetry};
 use crate::client::throttle::{AdaptiveThrottle, RetryQuota};
 use crate::client::RawRetry;
+use crate::client::{CallerPolicy, PoolShared};
 use crate::config::{from_value, read_toml, resolve_relative, source_exists, ConfigError};
 use crate::engine::{RawDist, Sampler};
 use crate::hosted::HostedProfile;
@@ -101,10 +102,11 @@ pub enum ClientKind {
     /// a worker takes the next row when its call (with all retries) ends.
     Pool {
         workers: u32,
-        retry: RetryPolicy,
-        sdk: Option<SdkRetry>,
-        quota: Option<RetryQuota>,
-        throttle: Option<AdaptiveThrottle>,
+        /// The caller's layers: own retry policy and the SDK's hidden retries.
+        caller: CallerPolicy,
+        /// The retry quota and adaptive throttle shared by the workers
+        /// (cloned fresh for each run).
+        shared: PoolShared,
     },
     /// A managed batch executor (ai_query) with AIMD concurrency.
     Managed(AimdParams),
@@ -401,10 +403,11 @@ impl HostedSuite {
                     };
                     ClientKind::Pool {
                         workers,
-                        retry,
-                        sdk: sdk_on.then(|| sdk.clone()),
-                        quota,
-                        throttle,
+                        caller: CallerPolicy {
+                            retry,
+                            sdk: sdk_on.then(|| sdk.clone()),
+                        },
+                        shared: PoolShared { quota, throttle },
                     }
                 }
                 "managed" => {

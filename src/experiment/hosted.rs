@@ -2,14 +2,15 @@
 //! moves clients and the endpoint through virtual time.
 
 use super::config::{ClientKind, Experiment, HostedSuite};
-use crate::client::managed::{AimdController, AimdParams};
-use crate::engine::rng::{component, draws, stream, unit};
+use crate::client::managed::AimdParams;
+use crate::client::{
+    Call, Layer, Managed, ManagedNext, Next, Outcome, Reply as CallReply, Send as CallSend,
+};
+use crate::engine::rng::{component, draws, stream};
 use crate::engine::{DurationHist, EventQueue, Rng, Sampler};
 use crate::hosted::{HostedEndpoint, Reply};
 use crate::limiter::rates::Cost;
-use crate::time::{secs, Nanos};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use crate::time::Nanos;
 
 /// What one experiment measured (the article's `show()` plus more).
 #[derive(Debug, Clone)]
@@ -162,47 +163,22 @@ fn run_one(
     }
 }
 
-/// One row being worked on.
+/// One row being worked on: the row and its call state (the core's caller
+/// state machine).
 #[derive(Debug, Clone, Copy)]
 struct Active {
     row: Row,
-    first_send: Nanos,
-    sent_at: Nanos,
-    /// Caller-level attempt number (1-based).
-    attempt: u32,
-    /// SDK retries used within the current caller attempt.
-    sdk_n: u32,
-    own_wait: Nanos,
-    prev_delay: Nanos,
-}
-
-impl Active {
-    fn new(row: Row, now: Nanos) -> Self {
-        Active {
-            row,
-            first_send: now,
-            sent_at: now,
-            attempt: 1,
-            sdk_n: 0,
-            own_wait: 0,
-            prev_delay: 0,
-        }
-    }
+    call: Call,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     Send(u32),
-    Done {
+    /// The reply to slot's attempt arrives (`out`: output tokens of a success).
+    Reply {
         slot: u32,
+        reply: CallReply,
         out: u64,
-    },
-    Fail {
-        slot: u32,
-        status: u16,
-        hint: Option<Nanos>,
-        /// Rejected by the client's own throttle, not by the endpoint.
-        local: bool,
     },
     /// Managed executor: time to look at the queue again.
     Wake,
@@ -215,69 +191,58 @@ fn cost(e: &Experiment, row: &Row) -> Cost {
     }
 }
 
-/// Send an HTTP request for the row in `slot` at `now`.
+/// Send an HTTP request for the row in `slot` at `now`; its reply is an
+/// event at the time the endpoint answers.
 fn send(
     endpoint: &mut HostedEndpoint,
     q: &mut EventQueue<Ev>,
     res: &mut HostedResult,
     e: &Experiment,
     slot: u32,
-    a: &mut Active,
+    row: &Row,
     now: Nanos,
 ) {
-    a.sent_at = now;
     res.http_requests += 1;
-    match endpoint.call(now, cost(e, &a.row), a.row.natural) {
+    let (at, reply, out) = match endpoint.call(now, cost(e, row), row.natural) {
         Reply::Ok {
             done_at,
             output_tokens,
             ..
-        } => q.schedule(
-            done_at,
-            Ev::Done {
-                slot,
-                out: output_tokens,
-            },
-        ),
+        } => (done_at, CallReply::Ok, output_tokens),
         Reply::RateLimited { at, limit, hint } => {
             res.http_429 += 1;
             res.limit_hits[limit].1 += 1;
-            q.schedule(
-                at,
-                Ev::Fail {
-                    slot,
-                    status: 429,
-                    hint,
-                    local: false,
-                },
-            )
+            let r = CallReply::Error { status: 429, hint };
+            (at, r, 0)
         }
-        Reply::ServerError { at } => q.schedule(
-            at,
-            Ev::Fail {
-                slot,
+        Reply::ServerError { at } => {
+            let r = CallReply::Error {
                 status: 500,
                 hint: None,
-                local: false,
-            },
-        ),
-    }
+            };
+            (at, r, 0)
+        }
+    };
+    q.schedule(at, Ev::Reply { slot, reply, out });
 }
 
-fn finish_row(res: &mut HostedResult, a: &Active, now: Nanos, status: u16, out: u64) {
+fn finish_row(res: &mut HostedResult, row: &Row, o: &Outcome, out: u64) {
     res.total += 1;
-    res.latency.record(now - a.first_send);
-    res.own_wait += a.own_wait;
-    res.max_wait = res.max_wait.max(a.own_wait);
-    res.max_attempts = res.max_attempts.max(a.attempt);
-    if a.attempt > 1 {
+    res.latency.record(o.latency);
+    res.own_wait += o.own_wait;
+    res.max_wait = res.max_wait.max(o.own_wait);
+    res.max_attempts = res.max_attempts.max(o.attempts);
+    if o.attempts > 1 {
         res.retried += 1;
     }
-    match status {
+    if o.quota_denied {
+        res.quota_denied += 1;
+    }
+    match o.status {
         200 => {
             res.ok += 1;
             res.output_tokens += out;
-            if out < a.row.natural {
+            if out < row.natural {
                 res.truncated += 1;
             }
         }
@@ -296,27 +261,26 @@ fn run_pool(
 ) -> HostedResult {
     let ClientKind::Pool {
         workers,
-        retry,
-        sdk,
-        quota,
-        throttle,
+        caller,
+        shared,
     } = &e.client
     else {
         unreachable!("run_pool runs pool clients")
     };
-    let (workers, sdk) = (*workers, sdk.as_ref());
     // shared by all workers of this client, fresh for each experiment
-    let mut quota = quota.clone();
-    let mut throttle = throttle.clone();
+    let mut shared = shared.clone();
     let mut res = HostedResult::new(&e.name, "pool", suite);
     let mut rows = Rows::new(suite, e.rows, seed);
     let mut q = EventQueue::starting_at(t0);
-    let mut slots: Vec<Option<Active>> = vec![None; workers as usize];
+    let mut slots: Vec<Option<Active>> = vec![None; *workers as usize];
     // ThreadPoolExecutor.map submits every row up front; idle threads pick
     // them up in order, all at t0.
     for (w, s) in slots.iter_mut().enumerate() {
         if let Some(row) = rows.take() {
-            *s = Some(Active::new(row, t0));
+            *s = Some(Active {
+                row,
+                call: Call::start(t0),
+            });
             q.schedule(t0, Ev::Send(w as u32));
         }
     }
@@ -324,98 +288,55 @@ fn run_pool(
     while let Some((now, ev)) = q.pop() {
         match ev {
             Ev::Send(w) => {
-                if let Some(t) = throttle.as_mut() {
-                    if unit(&mut rng) < t.reject_probability(now) {
-                        t.record(now, false);
-                        res.local_rejects += 1;
-                        let fail = Ev::Fail {
-                            slot: w,
-                            status: 429,
-                            hint: None,
-                            local: true,
-                        };
-                        q.schedule(now, fail);
-                        continue;
-                    }
-                }
                 let a = slots[w as usize].as_mut().expect("active row");
-                send(endpoint, &mut q, &mut res, e, w, a, now);
-            }
-            Ev::Done { slot, out } => {
-                let a = slots[slot as usize].take().expect("active row");
-                endpoint.complete(now, cost(e, &a.row), out);
-                if let Some(t) = throttle.as_mut() {
-                    t.record(now, true);
-                }
-                if let Some(qt) = quota.as_mut() {
-                    qt.on_success(a.attempt > 1);
-                }
-                finish_row(&mut res, &a, now, 200, out);
-                last = now;
-                next_row(&mut rows, &mut slots, &mut q, slot, now);
-            }
-            Ev::Fail {
-                slot,
-                status,
-                hint,
-                local,
-            } => {
-                if !local {
-                    if let Some(t) = throttle.as_mut() {
-                        // a backend overload rejection is not an accept
-                        t.record(now, status != 429);
+                match a.call.on_send(now, &mut shared, &mut draws(&mut rng)) {
+                    CallSend::Go => send(endpoint, &mut q, &mut res, e, w, &a.row, now),
+                    CallSend::LocalReject => {
+                        res.local_rejects += 1;
+                        let reply = CallReply::LocalReject;
+                        q.schedule(
+                            now,
+                            Ev::Reply {
+                                slot: w,
+                                reply,
+                                out: 0,
+                            },
+                        );
                     }
                 }
+            }
+            Ev::Reply { slot, reply, out } => {
                 let a = slots[slot as usize].as_mut().expect("active row");
-                // 1) the SDK's hidden layer
-                if let Some(s) = sdk {
-                    if s.should_retry(a.sdk_n, status, hint) {
-                        let d = s.delay(a.sdk_n, hint, &mut draws(&mut rng));
-                        a.sdk_n += 1;
-                        res.sdk_retries += 1;
-                        q.schedule(now + d, Ev::Send(slot));
-                        continue;
+                if reply == CallReply::Ok {
+                    endpoint.complete(now, cost(e, &a.row), out);
+                }
+                match a
+                    .call
+                    .on_reply(now, reply, caller, &mut shared, &mut draws(&mut rng))
+                {
+                    Next::SendAt { at, layer } => {
+                        if layer == Layer::Sdk {
+                            res.sdk_retries += 1;
+                        }
+                        q.schedule(at, Ev::Send(slot));
+                    }
+                    Next::Done(o) => {
+                        let a = slots[slot as usize].take().expect("active row");
+                        finish_row(&mut res, &a.row, &o, out);
+                        last = now;
+                        if let Some(row) = rows.take() {
+                            let call = Call::start(now);
+                            slots[slot as usize] = Some(Active { row, call });
+                            q.schedule(now, Ev::Send(slot));
+                        }
                     }
                 }
-                // 2) the caller's own policy sees the exception; a retry
-                //    quota, if any, must pay for the retry
-                let wants = retry.should_retry(a.attempt, status);
-                let paid = wants && quota.as_mut().is_none_or(|qt| qt.try_acquire());
-                if wants && !paid {
-                    res.quota_denied += 1;
-                }
-                if paid {
-                    let d = retry.delay(a.attempt, a.prev_delay, hint, &mut draws(&mut rng));
-                    a.prev_delay = d;
-                    a.own_wait += d;
-                    a.attempt += 1;
-                    a.sdk_n = 0;
-                    q.schedule(now + d, Ev::Send(slot));
-                    continue;
-                }
-                let a = slots[slot as usize].take().expect("active row");
-                finish_row(&mut res, &a, now, status, 0);
-                last = now;
-                next_row(&mut rows, &mut slots, &mut q, slot, now);
             }
             Ev::Wake => unreachable!("pool schedules no wake-ups"),
         }
     }
     res.elapsed = last - t0;
     res
-}
-
-fn next_row(
-    rows: &mut Rows,
-    slots: &mut [Option<Active>],
-    q: &mut EventQueue<Ev>,
-    slot: u32,
-    now: Nanos,
-) {
-    if let Some(row) = rows.take() {
-        slots[slot as usize] = Some(Active::new(row, now));
-        q.schedule(now, Ev::Send(slot));
-    }
 }
 
 fn run_managed(
@@ -429,66 +350,48 @@ fn run_managed(
 ) -> HostedResult {
     let mut res = HostedResult::new(&e.name, "managed", suite);
     let mut rows = Rows::new(suite, e.rows, seed);
-    let mut ctl = AimdController::new(p.clone());
+    let mut exec: Managed<Row> = Managed::new(p.clone());
     let mut q = EventQueue::starting_at(t0);
     // in-flight rows live in slots; free slot indices are reused
     let mut slots: Vec<Option<Active>> = Vec::new();
     let mut free: Vec<u32> = Vec::new();
-    let mut inflight = 0usize;
-    // throttled rows waiting to be eligible again: (eligible_at, seq)
-    let mut waiting: BinaryHeap<Reverse<(Nanos, u64)>> = BinaryHeap::new();
-    let mut parked: std::collections::BTreeMap<u64, Active> = std::collections::BTreeMap::new();
-    let mut seq = 0u64;
     let mut last = t0;
     q.schedule(t0, Ev::Wake);
     while let Some((now, ev)) = q.pop() {
         match ev {
             Ev::Wake | Ev::Send(_) => {}
-            Ev::Done { slot, out } => {
+            Ev::Reply { slot, reply, out } => {
                 let a = slots[slot as usize].take().expect("in flight");
                 free.push(slot);
-                inflight -= 1;
-                endpoint.complete(now, cost(e, &a.row), out);
-                ctl.on_success();
-                finish_row(&mut res, &a, now, 200, out);
-                last = now;
-            }
-            Ev::Fail {
-                slot, status, hint, ..
-            } => {
-                let mut a = slots[slot as usize].take().expect("in flight");
-                free.push(slot);
-                inflight -= 1;
-                if status == 429 {
-                    ctl.on_throttle(now, a.sent_at);
-                }
-                if a.attempt >= p.max_attempts {
-                    finish_row(&mut res, &a, now, status, 0);
-                    last = now;
-                } else {
-                    let d = hint.unwrap_or_else(|| {
-                        let n = (a.attempt - 1).min(62) as i32;
-                        let base = (p.retry_base_s * 2f64.powi(n)).min(p.retry_cap_s);
-                        secs(base * (0.5 + 0.5 * unit(&mut rng)))
-                    });
-                    a.attempt += 1;
-                    waiting.push(Reverse((now + d, seq)));
-                    parked.insert(seq, a);
-                    seq += 1;
-                    q.schedule(now + d, Ev::Wake);
+                let (status, hint) = match reply {
+                    CallReply::Ok => {
+                        endpoint.complete(now, cost(e, &a.row), out);
+                        let o = exec.on_success(now, &a.call);
+                        finish_row(&mut res, &a.row, &o, out);
+                        last = now;
+                        (200, None)
+                    }
+                    CallReply::Error { status, hint } => (status, hint),
+                    CallReply::LocalReject => unreachable!("a managed executor has no throttle"),
+                };
+                if status != 200 {
+                    let r = exec.on_failure(now, a.call, a.row, status, hint, &mut draws(&mut rng));
+                    match r {
+                        ManagedNext::Done(o) => {
+                            finish_row(&mut res, &a.row, &o, 0);
+                            last = now;
+                        }
+                        ManagedNext::EligibleAt(t) => q.schedule(t, Ev::Wake),
+                    }
                 }
             }
         }
         // dispatch while the window allows: eligible retries first, then new rows
-        while inflight < ctl.limit() {
-            let mut a = match waiting.peek() {
-                Some(Reverse((t, s))) if *t <= now => {
-                    let s = *s;
-                    waiting.pop();
-                    parked.remove(&s).expect("parked row")
-                }
-                _ => match rows.take() {
-                    Some(row) => Active::new(row, now),
+        while exec.has_room() {
+            let (mut call, row) = match exec.take_eligible(now) {
+                Some(x) => x,
+                None => match rows.take() {
+                    Some(row) => (Call::start(now), row),
                     None => break,
                 },
             };
@@ -496,12 +399,12 @@ fn run_managed(
                 slots.push(None);
                 (slots.len() - 1) as u32
             });
-            inflight += 1;
-            send(endpoint, &mut q, &mut res, e, slot, &mut a, now);
-            slots[slot as usize] = Some(a);
+            exec.on_send(now, &mut call);
+            send(endpoint, &mut q, &mut res, e, slot, &row, now);
+            slots[slot as usize] = Some(Active { row, call });
         }
     }
-    res.final_concurrency = Some(ctl.window());
+    res.final_concurrency = Some(exec.window());
     res.elapsed = last - t0;
     res
 }
