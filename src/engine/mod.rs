@@ -7,6 +7,6 @@ pub mod rng;
 pub mod stats;
 
 pub use dist::{RawDist, Sampler};
-pub use queue::EventQueue;
+pub use queue::{EventQueue, NoDeadlines, Timed};
 pub use rng::Rng;
 pub use stats::DurationHist;

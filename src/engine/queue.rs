@@ -1,7 +1,32 @@
-//! The one event queue: a binary heap keyed by (time, insertion sequence).
+//! The one event queue: a binary heap keyed by (time, insertion sequence),
+//! and the one event-loop contract every driver uses.
 //!
 //! Events at equal times pop in first-in first-out order, which makes every
 //! run a deterministic function of its inputs (cf. nexosim's priority queue).
+//!
+//! # The event-loop contract
+//!
+//! A driver owns one `EventQueue` of its own events (arrivals, sends,
+//! replies, snapshots) and one sans-IO component with internal deadlines
+//! ([`Timed`]: the server cluster, the managed executor's re-queued rows,
+//! the ideal backend). [`EventQueue::next_time`] is the earliest of the two;
+//! [`EventQueue::step`] runs it:
+//!
+//! - **at equal times the component's deadline runs first**, then queued
+//!   events in insertion order (FIFO); so an event at `t` sees the component
+//!   already advanced to `t` with its completions ready to drain;
+//! - after every step the driver drains the component's outputs
+//!   (completions) before the next step;
+//! - the clock never runs backwards: the queue's `now` is the time of the
+//!   last step, and events scheduled in the past are clamped to it.
+//!
+//! ```text
+//! while let Some(t) = q.next_time(&component) {
+//!     if t > end { break }
+//!     if let (now, Some(ev)) = q.step(&mut component).unwrap() { handle(now, ev) }
+//!     drain(&mut component)
+//! }
+//! ```
 
 use crate::time::Nanos;
 use std::cmp::Ordering;
@@ -32,6 +57,24 @@ impl<E> Ord for Entry<E> {
             .cmp(&self.time)
             .then_with(|| other.seq.cmp(&self.seq))
     }
+}
+
+/// A sans-IO component with internal deadlines, driven by the event loop.
+pub trait Timed {
+    /// The component's next internal deadline, if any.
+    fn poll_timeout(&self) -> Option<Nanos>;
+    /// Run everything due at or before `now`.
+    fn handle_timeout(&mut self, now: Nanos);
+}
+
+/// A component without deadlines (a driver whose only events are its own).
+pub struct NoDeadlines;
+
+impl Timed for NoDeadlines {
+    fn poll_timeout(&self) -> Option<Nanos> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Nanos) {}
 }
 
 /// A future-event list with a virtual clock.
@@ -107,6 +150,33 @@ impl<E> EventQueue<E> {
         self.heap.peek().map(|e| e.time)
     }
 
+    /// The time of the next step: the earlier of the next queued event and
+    /// the component's deadline.
+    #[inline]
+    pub fn next_time<C: Timed + ?Sized>(&self, c: &C) -> Option<Nanos> {
+        match (self.peek_time(), c.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b.max(self.now))),
+            (a, b) => a.or(b.map(|b| b.max(self.now))),
+        }
+    }
+
+    /// Run the next step of the contract: the component's deadline if it is
+    /// due no later than the next event (component first at equal times) —
+    /// returning `(t, None)` — else pop the next event — `(t, Some(event))`.
+    #[inline]
+    pub fn step<C: Timed + ?Sized>(&mut self, c: &mut C) -> Option<(Nanos, Option<E>)> {
+        let tq = self.peek_time();
+        match c.poll_timeout() {
+            Some(tc) if tq.is_none_or(|tq| tc <= tq) => {
+                let tc = tc.max(self.now);
+                self.now = tc;
+                c.handle_timeout(tc);
+                Some((tc, None))
+            }
+            _ => self.pop().map(|(t, e)| (t, Some(e))),
+        }
+    }
+
     #[inline]
     pub fn len(&self) -> usize {
         self.heap.len()
@@ -135,6 +205,45 @@ mod tests {
             order,
             vec![(5, "a"), (7, "c"), (10, "b1"), (10, "b2"), (10, "b3")]
         );
+        assert_eq!(q.now(), 10);
+    }
+
+    struct Deadlines(Vec<Nanos>, Vec<Nanos>);
+    impl Timed for Deadlines {
+        fn poll_timeout(&self) -> Option<Nanos> {
+            self.0.first().copied()
+        }
+        fn handle_timeout(&mut self, now: Nanos) {
+            while self.0.first().is_some_and(|&t| t <= now) {
+                self.1.push(self.0.remove(0));
+            }
+        }
+    }
+
+    #[test]
+    fn component_first_at_equal_times_then_fifo() {
+        let mut q = EventQueue::new();
+        let mut c = Deadlines(vec![5, 10], vec![]);
+        q.schedule(10, "e1");
+        q.schedule(3, "e0");
+        q.schedule(10, "e2");
+        let mut seen = vec![];
+        while let Some(t) = q.next_time(&c) {
+            let (now, ev) = q.step(&mut c).unwrap();
+            assert_eq!(now, t);
+            seen.push((now, ev.unwrap_or("timeout")));
+        }
+        assert_eq!(
+            seen,
+            vec![
+                (3, "e0"),
+                (5, "timeout"),
+                (10, "timeout"),
+                (10, "e1"),
+                (10, "e2")
+            ]
+        );
+        assert_eq!(c.1, vec![5, 10]);
         assert_eq!(q.now(), 10);
     }
 

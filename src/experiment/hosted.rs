@@ -7,7 +7,7 @@ use crate::client::{
     Call, Layer, Managed, ManagedNext, Next, Outcome, Reply as CallReply, Send as CallSend,
 };
 use crate::engine::rng::{component, draws, stream};
-use crate::engine::{DurationHist, EventQueue, Rng, Sampler};
+use crate::engine::{DurationHist, EventQueue, NoDeadlines, Rng, Sampler, Timed};
 use crate::hosted::{HostedEndpoint, Reply};
 use crate::limiter::rates::Cost;
 use crate::time::Nanos;
@@ -180,8 +180,6 @@ enum Ev {
         reply: CallReply,
         out: u64,
     },
-    /// Managed executor: time to look at the queue again.
-    Wake,
 }
 
 fn cost(e: &Experiment, row: &Row) -> Cost {
@@ -285,7 +283,8 @@ fn run_pool(
         }
     }
     let mut last = t0;
-    while let Some((now, ev)) = q.pop() {
+    // the engine's contract with no component deadlines: events in (time, FIFO) order
+    while let Some((now, Some(ev))) = q.step(&mut NoDeadlines) {
         match ev {
             Ev::Send(w) => {
                 let a = slots[w as usize].as_mut().expect("active row");
@@ -332,11 +331,20 @@ fn run_pool(
                     }
                 }
             }
-            Ev::Wake => unreachable!("pool schedules no wake-ups"),
         }
     }
     res.elapsed = last - t0;
     res
+}
+
+/// The managed executor's re-queued rows are its deadlines: at each
+/// eligibility time the driver dispatches again (only while the window has
+/// room; a full window waits for a reply, which is an event).
+impl<T> Timed for Managed<T> {
+    fn poll_timeout(&self) -> Option<Nanos> {
+        Managed::poll_timeout(self).filter(|_| self.has_room())
+    }
+    fn handle_timeout(&mut self, _now: Nanos) {}
 }
 
 fn run_managed(
@@ -356,36 +364,8 @@ fn run_managed(
     let mut slots: Vec<Option<Active>> = Vec::new();
     let mut free: Vec<u32> = Vec::new();
     let mut last = t0;
-    q.schedule(t0, Ev::Wake);
-    while let Some((now, ev)) = q.pop() {
-        match ev {
-            Ev::Wake | Ev::Send(_) => {}
-            Ev::Reply { slot, reply, out } => {
-                let a = slots[slot as usize].take().expect("in flight");
-                free.push(slot);
-                let (status, hint) = match reply {
-                    CallReply::Ok => {
-                        endpoint.complete(now, cost(e, &a.row), out);
-                        let o = exec.on_success(now, &a.call);
-                        finish_row(&mut res, &a.row, &o, out);
-                        last = now;
-                        (200, None)
-                    }
-                    CallReply::Error { status, hint } => (status, hint),
-                    CallReply::LocalReject => unreachable!("a managed executor has no throttle"),
-                };
-                if status != 200 {
-                    let r = exec.on_failure(now, a.call, a.row, status, hint, &mut draws(&mut rng));
-                    match r {
-                        ManagedNext::Done(o) => {
-                            finish_row(&mut res, &a.row, &o, 0);
-                            last = now;
-                        }
-                        ManagedNext::EligibleAt(t) => q.schedule(t, Ev::Wake),
-                    }
-                }
-            }
-        }
+    let mut now = t0;
+    loop {
         // dispatch while the window allows: eligible retries first, then new rows
         while exec.has_room() {
             let (mut call, row) = match exec.take_eligible(now) {
@@ -402,6 +382,35 @@ fn run_managed(
             exec.on_send(now, &mut call);
             send(endpoint, &mut q, &mut res, e, slot, &row, now);
             slots[slot as usize] = Some(Active { row, call });
+        }
+        // the engine's contract: re-queued rows' eligibility (the executor's
+        // deadline) first at equal times, then replies in order
+        let Some((t, ev)) = q.step(&mut exec) else {
+            break;
+        };
+        now = t;
+        let Some(Ev::Reply { slot, reply, out }) = ev else {
+            continue;
+        };
+        let a = slots[slot as usize].take().expect("in flight");
+        free.push(slot);
+        let (status, hint) = match reply {
+            CallReply::Ok => {
+                endpoint.complete(now, cost(e, &a.row), out);
+                let o = exec.on_success(now, &a.call);
+                finish_row(&mut res, &a.row, &o, out);
+                last = now;
+                continue;
+            }
+            CallReply::Error { status, hint } => (status, hint),
+            CallReply::LocalReject => unreachable!("a managed executor has no throttle"),
+        };
+        match exec.on_failure(now, a.call, a.row, status, hint, &mut draws(&mut rng)) {
+            ManagedNext::Done(o) => {
+                finish_row(&mut res, &a.row, &o, 0);
+                last = now;
+            }
+            ManagedNext::EligibleAt(_) => {}
         }
     }
     res.final_concurrency = Some(exec.window());

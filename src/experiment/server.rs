@@ -3,7 +3,7 @@
 //! runs them on one event queue.
 
 use crate::config::{from_value, resolve_relative, ConfigError};
-use crate::engine::{DurationHist, EventQueue, RawDist, Sampler};
+use crate::engine::{DurationHist, EventQueue, RawDist, Sampler, Timed};
 use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, ServerProfile};
 use crate::time::{secs, Nanos, NEVER};
 use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
@@ -393,6 +393,15 @@ enum Ev {
     Snapshot,
 }
 
+impl Timed for Cluster {
+    fn poll_timeout(&self) -> Option<Nanos> {
+        Cluster::poll_timeout(self)
+    }
+    fn handle_timeout(&mut self, now: Nanos) {
+        Cluster::handle_timeout(self, now)
+    }
+}
+
 /// Run every scenario (each on a fresh cluster).
 pub fn run_suite(suite: &ServerSuite, seed: u64) -> Vec<ServerResult> {
     suite
@@ -460,17 +469,15 @@ pub fn run_scenario(
     let mut snaps = Vec::with_capacity(s.snapshots.len());
     let mut last = 0;
     let (mut prev_t, mut prev_busy): (Nanos, u128) = (0, 0);
-    loop {
-        let tq = q.peek_time().unwrap_or(NEVER);
-        let tc = cluster.poll_timeout().unwrap_or(NEVER);
-        let t = tq.min(tc);
-        if t == NEVER || (t > end && !(s.drain && cluster.outstanding() > 0)) {
+    // the engine's event-loop contract: the cluster's deadline first at
+    // equal times, then this driver's events FIFO; completions drained after
+    // every step
+    while let Some(t) = q.next_time(&cluster) {
+        if t > end && !(s.drain && cluster.outstanding() > 0) {
             break;
         }
-        if tc <= tq {
-            cluster.handle_timeout(tc);
-        } else {
-            let (now, ev) = q.pop().expect("peeked");
+        let (now, ev) = q.step(&mut cluster).expect("a step is due");
+        if let Some(ev) = ev {
             match ev {
                 Ev::Arrival => {
                     let src = open.as_mut().expect("open loop");
