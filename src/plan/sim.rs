@@ -9,7 +9,7 @@
 use super::config::{Arrival, Scenario, SharedFile};
 use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng};
-use crate::limiter::admission::{AdmissionLimiter, Decision, Grant, Limit, LimiterConfig};
+use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
 use crate::limiter::rates::OutputAccounting;
 use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
 use std::cmp::Reverse;
@@ -266,7 +266,8 @@ pub fn run_scenario(
     let n = cfg.consumers.len();
     let minutes = sc.duration.div_ceil(MINUTE) as usize;
     let seconds = sc.duration.div_ceil(NS_PER_SEC) as usize;
-    let mut lim = limiter.map(|c| AdmissionLimiter::new(c.clone(), 0));
+    // the configuration was validated when the file or flags were read
+    let mut lim = limiter.map(|c| Limiter::new(c.clone(), 0).expect("validated limiter config"));
     let scope = |k: u64| ((si as u64) << 24) | k;
     let mut tok_rng: Vec<Rng> = (0..n)
         .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
@@ -330,7 +331,7 @@ pub fn run_scenario(
         })
         .collect();
     let mut cap_denied_sec = vec![false; seconds];
-    let depth = lim.as_ref().map_or(0, |l| l.total_depth());
+    let depth = lim.as_ref().map_or(0, |l| l.params().total_depth());
     let mut burst_used = 0u64;
     let mut reqs: Vec<Req> = Vec::new();
     let mut server = ServerOutcome {
@@ -428,6 +429,7 @@ pub fn run_scenario(
                         source: crate::limiter::admission::Source::Pool,
                         input_tokens: r.input as u64,
                         max_tokens: file.max_tokens,
+                        lease_until: NEVER,
                     }),
                 };
                 match decision {

@@ -9,6 +9,89 @@
 use crate::time::{Nanos, NEVER};
 use serde::{Deserialize, Serialize};
 
+/// The fixed part of a token bucket: `capacity` tokens per `window`. Its
+/// methods work on a bare level (token·ns), so a limiter can keep the specs in
+/// its immutable parameters and only the levels in its state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketSpec {
+    capacity: u64,
+    window: Nanos,
+}
+
+impl BucketSpec {
+    /// `capacity` and `window` must be > 0.
+    pub fn new(capacity: u64, window: Nanos) -> Result<Self, String> {
+        if capacity == 0 || window == 0 {
+            return Err(format!(
+                "a token bucket needs capacity > 0 and window > 0, got {capacity} per {window} ns"
+            ));
+        }
+        Ok(BucketSpec { capacity, window })
+    }
+    /// Like [`new`](Self::new), with a zero capacity or window raised to 1.
+    pub fn at_least_one(capacity: u64, window: Nanos) -> Self {
+        BucketSpec {
+            capacity: capacity.max(1),
+            window: window.max(1),
+        }
+    }
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    pub fn window(&self) -> Nanos {
+        self.window
+    }
+    /// The level (token·ns) of a full bucket.
+    #[inline]
+    pub fn full_level(&self) -> i128 {
+        self.capacity as i128 * self.window as i128
+    }
+    /// The level at `to` of a bucket that held `level` at `from` (refill,
+    /// capped at capacity; `to ≤ from` changes nothing).
+    #[inline]
+    pub fn refill(&self, level: i128, from: Nanos, to: Nanos) -> i128 {
+        if to > from {
+            (level + (to - from) as i128 * self.capacity as i128).min(self.full_level())
+        } else {
+            level
+        }
+    }
+    /// Whole tokens in `level` (negative while in debt).
+    #[inline]
+    pub fn whole(&self, level: i128) -> i64 {
+        level.div_euclid(self.window as i128) as i64
+    }
+    /// Fraction of capacity in `level`, in [-inf, 1].
+    pub fn fraction(&self, level: i128) -> f64 {
+        level as f64 / self.full_level() as f64
+    }
+    /// Earliest time ≥ `at` at which `n` tokens are available, given the
+    /// `level` at `at`; `NEVER` if `n` exceeds the capacity.
+    pub fn earliest(&self, level: i128, at: Nanos, n: u64) -> Nanos {
+        if n > self.capacity {
+            return NEVER;
+        }
+        let need = n as i128 * self.window as i128 - level;
+        if need <= 0 {
+            return at;
+        }
+        let dt = (need + self.capacity as i128 - 1) / self.capacity as i128;
+        at.saturating_add(dt.min(u64::MAX as i128) as u64)
+    }
+    /// Take `n` tokens unconditionally (the level may go negative).
+    #[inline]
+    pub fn take(&self, level: &mut i128, n: u64) {
+        *level -= n as i128 * self.window as i128;
+    }
+    /// Give back `n` tokens; the level never exceeds capacity.
+    #[inline]
+    pub fn refund(&self, level: &mut i128, n: u64) {
+        *level = (*level + n as i128 * self.window as i128).min(self.full_level());
+    }
+}
+
+/// A [`BucketSpec`] with its own level and time (the provider limits keep
+/// one per limit).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenBucket {
     capacity: u64,
@@ -20,20 +103,23 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket at time `now`. `capacity` and `window` must be > 0.
-    pub fn full(capacity: u64, window: Nanos, now: Nanos) -> Self {
-        assert!(
-            capacity > 0 && window > 0,
-            "bucket needs capacity and window"
-        );
+    /// A full bucket at time `now`.
+    pub fn full(spec: BucketSpec, now: Nanos) -> Self {
         TokenBucket {
-            capacity,
-            window,
-            level: capacity as i128 * window as i128,
+            capacity: spec.capacity,
+            window: spec.window,
+            level: spec.full_level(),
             last: now,
         }
     }
 
+    #[inline]
+    pub fn spec(&self) -> BucketSpec {
+        BucketSpec {
+            capacity: self.capacity,
+            window: self.window,
+        }
+    }
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
@@ -41,49 +127,32 @@ impl TokenBucket {
         self.window
     }
 
-    #[inline]
-    fn max_level(&self) -> i128 {
-        self.capacity as i128 * self.window as i128
-    }
-
     /// Apply refill up to `now` (a `now` in the past is ignored).
     #[inline]
     pub fn advance(&mut self, now: Nanos) {
         if now > self.last {
-            let dt = (now - self.last) as i128;
-            self.level = (self.level + dt * self.capacity as i128).min(self.max_level());
+            self.level = self.spec().refill(self.level, self.last, now);
             self.last = now;
         }
     }
 
     /// Whole tokens available at `now` (negative while in debt).
     pub fn available(&self, now: Nanos) -> i64 {
-        let mut b = self.clone();
-        b.advance(now);
-        b.level.div_euclid(self.window as i128) as i64
+        let s = self.spec();
+        s.whole(s.refill(self.level, self.last, now))
     }
 
     /// Fraction of capacity available at `now`, in [-inf, 1].
     pub fn fill_fraction(&self, now: Nanos) -> f64 {
-        let mut b = self.clone();
-        b.advance(now);
-        b.level as f64 / self.max_level() as f64
+        let s = self.spec();
+        s.fraction(s.refill(self.level, self.last, now))
     }
 
     /// Earliest time at which `n` tokens are available, or `NEVER` if `n`
     /// exceeds the capacity. `now` itself if they are available already.
     pub fn earliest(&self, now: Nanos, n: u64) -> Nanos {
-        if n > self.capacity {
-            return NEVER;
-        }
-        let mut b = self.clone();
-        b.advance(now);
-        let need = n as i128 * self.window as i128 - b.level;
-        if need <= 0 {
-            return now.max(b.last);
-        }
-        let dt = (need + self.capacity as i128 - 1) / self.capacity as i128;
-        b.last.saturating_add(dt.min(u64::MAX as i128) as u64)
+        let s = self.spec();
+        s.earliest(s.refill(self.level, self.last, now), now.max(self.last), n)
     }
 
     /// Can `n` tokens be taken at `now`? `Err(t)` gives the earliest time they can.
@@ -108,14 +177,14 @@ impl TokenBucket {
     #[inline]
     pub fn force_take(&mut self, now: Nanos, n: u64) {
         self.advance(now);
-        self.level -= n as i128 * self.window as i128;
+        self.spec().take(&mut self.level, n);
     }
 
     /// Give back `n` tokens at `now`; the level never exceeds capacity.
     #[inline]
     pub fn refund(&mut self, now: Nanos, n: u64) {
         self.advance(now);
-        self.level = (self.level + n as i128 * self.window as i128).min(self.max_level());
+        self.spec().refund(&mut self.level, n);
     }
 }
 
@@ -128,7 +197,7 @@ mod tests {
 
     #[test]
     fn take_refill_refund() {
-        let mut b = TokenBucket::full(20_000, MIN, 0);
+        let mut b = TokenBucket::full(BucketSpec::new(20_000, MIN).unwrap(), 0);
         assert_eq!(b.available(0), 20_000);
         for _ in 0..78 {
             b.try_take(0, 256).unwrap();
@@ -145,15 +214,21 @@ mod tests {
 
     #[test]
     fn over_capacity_is_never() {
-        let b = TokenBucket::full(100, MIN, 0);
+        let b = TokenBucket::full(BucketSpec::new(100, MIN).unwrap(), 0);
         assert_eq!(b.check(0, 101), Err(NEVER));
     }
 
     #[test]
     fn debt_then_recovery() {
-        let mut b = TokenBucket::full(60, MIN, 0);
+        let mut b = TokenBucket::full(BucketSpec::new(60, MIN).unwrap(), 0);
         b.force_take(0, 120); // 60 in debt
         assert_eq!(b.available(0), -60);
         assert_eq!(b.earliest(0, 1), 61 * NS_PER_SEC);
+    }
+
+    #[test]
+    fn zero_capacity_or_window_is_an_error() {
+        assert!(BucketSpec::new(0, MIN).is_err());
+        assert!(BucketSpec::new(10, 0).is_err());
     }
 }

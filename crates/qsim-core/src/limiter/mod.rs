@@ -6,5 +6,7 @@ pub mod admission;
 pub mod bucket;
 pub mod rates;
 
-pub use admission::{AdmissionLimiter, Decision, Grant, Limit, LimiterConfig, Semantics, Unit};
-pub use bucket::TokenBucket;
+pub use admission::{
+    Decision, Grant, Limit, Limiter, LimiterConfig, Params, Semantics, State, Unit,
+};
+pub use bucket::{BucketSpec, TokenBucket};

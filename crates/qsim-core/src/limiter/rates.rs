@@ -5,7 +5,7 @@
 //! for provider limits and the admission limiter uses it for per-consumer and
 //! deployment limits.
 
-use super::bucket::TokenBucket;
+use super::bucket::{BucketSpec, TokenBucket};
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 
@@ -108,11 +108,27 @@ impl LimitSpec {
 }
 
 impl RateLimits {
-    /// All buckets full at `now`.
+    /// All buckets full at `now`; every limit and window must be > 0.
+    pub fn try_new(specs: Vec<LimitSpec>, now: Nanos) -> Result<Self, String> {
+        let buckets = specs
+            .iter()
+            .map(|s| {
+                BucketSpec::new(s.limit, s.window)
+                    .map(|b| TokenBucket::full(b, now))
+                    .map_err(|e| format!("limit {:?}: {e}", s.name))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(RateLimits { specs, buckets })
+    }
+
+    /// All buckets full at `now`, for specs already validated (the hosted
+    /// profiles check limit > 0 and window > 0). Never panics: a zero limit
+    /// or window is raised to 1; use [`try_new`](Self::try_new) for an error
+    /// instead.
     pub fn new(specs: Vec<LimitSpec>, now: Nanos) -> Self {
         let buckets = specs
             .iter()
-            .map(|s| TokenBucket::full(s.limit, s.window, now))
+            .map(|s| TokenBucket::full(BucketSpec::at_least_one(s.limit, s.window), now))
             .collect();
         RateLimits { specs, buckets }
     }
