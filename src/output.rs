@@ -223,16 +223,19 @@ pub fn write_file(path: &Path, text: &str, force: bool) -> Result<(), OutputErro
         what: format!("--out {}", path.display()),
         reason: io_reason(&e),
     };
-    file.write_all(text.as_bytes()).map_err(werr)?;
-    file.sync_all().map_err(werr)?;
-    drop(file);
     if force {
-        // keep the permissions of the file being replaced
+        // keep the permissions of the file being replaced (set before the
+        // text is written, so it is never readable more widely)
         if let Ok(m) = fs::metadata(&target) {
             if m.is_file() {
                 let _ = fs::set_permissions(&tmp, m.permissions());
             }
         }
+    }
+    file.write_all(text.as_bytes()).map_err(werr)?;
+    file.sync_all().map_err(werr)?;
+    drop(file);
+    if force {
         // re-check right before the rename: only a regular file is replaced
         check_target(path, true)?;
         fs::rename(&tmp, &target).map_err(|e| bad(path, io_reason(&e)))?;
