@@ -2,9 +2,9 @@
 
 use crate::config::ConfigError;
 use crate::experiment::{self, ExperimentFile};
+use crate::output::{self, OutputError};
 use crate::report;
 use clap::{Parser, Subcommand, ValueEnum};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
@@ -28,10 +28,10 @@ pub enum Format {
 #[derive(clap::Args, Debug)]
 pub struct RunOpts {
     /// Seed of the first run.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
     /// Number of seeds (seed, seed+1, …); reports median and 90 % interval.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub seeds: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -43,9 +43,13 @@ pub struct RunOpts {
     /// Run only these experiments of the file (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Write the report to this file (atomically) instead of stdout.
+    /// Write the report to this file (atomically) instead of stdout. Only a
+    /// regular file is written; a symbolic link is written through.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Replace the --out file if it exists.
+    #[arg(long)]
+    pub force: bool,
 }
 
 // parsed once per process: the size difference between variants is irrelevant
@@ -70,16 +74,21 @@ pub enum Cmd {
         #[command(flatten)]
         opts: RunOpts,
     },
-    /// Plan a shared deployment: reservations, findings, and the six seed
-    /// scenarios simulated through the admission limiter (no files needed).
+    /// Plan a shared deployment: reservations, findings, and the six
+    /// scenarios of the shared-deployment article simulated through the
+    /// admission limiter (no files needed).
     Plan {
         #[command(flatten)]
         args: crate::plan::PlanArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// Write the report to this file (atomically) instead of stdout.
+        /// Write the report to this file (atomically) instead of stdout. Only
+        /// a regular file is written; a symbolic link is written through.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Replace the --out file if it exists.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -89,6 +98,14 @@ pub enum Cmd {
 pub enum CliError {
     Config(ConfigError),
     Io(String),
+    /// Writing the report failed: exit 2 for a bad `--out`, else 1.
+    Output(OutputError),
+}
+
+impl From<OutputError> for CliError {
+    fn from(e: OutputError) -> Self {
+        CliError::Output(e)
+    }
 }
 
 impl From<ConfigError> for CliError {
@@ -102,6 +119,7 @@ impl CliError {
         match self {
             CliError::Config(_) => 2,
             CliError::Io(_) => 1,
+            CliError::Output(e) => e.exit_code(),
         }
     }
 }
@@ -111,51 +129,51 @@ impl std::fmt::Display for CliError {
         match self {
             CliError::Config(e) => write!(f, "{e}"),
             CliError::Io(e) => write!(f, "{e}"),
+            CliError::Output(e) => write!(f, "{e}"),
         }
     }
 }
 
-/// Write `text` to `out` atomically (temp file + rename), or to stdout.
-pub fn emit(text: &str, out: Option<&Path>) -> Result<(), CliError> {
-    match out {
-        None => {
-            let mut so = std::io::stdout().lock();
-            // a closed pipe is not an error worth a panic
-            let _ = so.write_all(text.as_bytes());
-            Ok(())
-        }
-        Some(p) => {
-            let dir = p
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            if !dir.is_dir() {
-                return Err(CliError::Config(ConfigError::new(
-                    "--out",
-                    "",
-                    format!("directory {} does not exist", dir.display()),
-                )));
-            }
-            let tmp = dir.join(format!(
-                ".{}.tmp-{}",
-                p.file_name().and_then(|s| s.to_str()).unwrap_or("qsim-out"),
-                std::process::id()
-            ));
-            std::fs::write(&tmp, text)
-                .and_then(|_| std::fs::rename(&tmp, p))
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&tmp);
-                    CliError::Io(format!("--out {}: {e}", p.display()))
-                })
-        }
+/// Write `text` to `out` (see [`crate::output`] for the rules), or to stdout.
+pub fn emit(text: &str, out: Option<&Path>, force: bool) -> Result<(), CliError> {
+    Ok(output::emit(text, out, force)?)
+}
+
+/// A clap usage error as one line (without the usage block): exit 2.
+pub fn usage_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_string())
+        .collect();
+    parts.push("try --help".into());
+    parts.join("; ")
+}
+
+/// Refuse a bad `--out` before any simulation runs.
+fn check_out(out: Option<&Path>, force: bool) -> Result<(), CliError> {
+    if let Some(p) = out {
+        output::check_target(p, force)?;
     }
+    Ok(())
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
-        Cmd::Plan { args, format, out } => {
-            let text = crate::plan::run_cli(&args, format == Format::Json)?;
-            emit(&text, out.as_deref())
+        Cmd::Plan {
+            args,
+            format,
+            out,
+            force,
+        } => {
+            check_out(out.as_deref(), force)?;
+            let text = crate::plan::run_cli(&args, format == Format::Json)
+                .map_err(|e| name_fields(e, None, &[]))?;
+            emit(&text, out.as_deref(), force)
         }
         Cmd::Run {
             file,
@@ -167,9 +185,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     sets,
                     only,
                     out,
+                    force,
                 },
         } => {
-            let ef = experiment::load(&file, &sets)?;
+            check_out(out.as_deref(), force)?;
+            let ef = load_experiment(&file, &sets)?;
             let fname = file.display().to_string();
             let text = match ef {
                 ExperimentFile::Hosted(mut suite) => {
@@ -205,10 +225,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         seed,
                         ..Default::default()
                     };
-                    crate::plan::run_cli(&args, format == Format::Json)?
+                    crate::plan::run_cli(&args, format == Format::Json)
+                        .map_err(|e| name_fields(e, None, &[]))?
                 }
             };
-            emit(&text, out.as_deref())
+            emit(&text, out.as_deref(), force)
         }
         Cmd::Sweep {
             file,
@@ -221,16 +242,30 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     sets,
                     only,
                     out,
+                    force,
                 },
         } => {
+            check_out(out.as_deref(), force)?;
             let dims = parse_vary(&vary)?;
             let fname = file.display().to_string();
+            // a shared file takes no overrides: say so before the grid's
+            // `--set`s are refused
+            if let Ok(v) = crate::config::read_toml(&file) {
+                if v.get("kind").and_then(|k| k.as_str()) == Some("shared") {
+                    return Err(ConfigError::new(
+                        &fname,
+                        "kind",
+                        "qsim sweep runs hosted and server files; for a shared deployment (kind = \"shared\") use qsim plan",
+                    )
+                    .into());
+                }
+            }
             let mut points = Vec::new();
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;
             for combo in grid(&dims) {
                 let mut all = sets.clone();
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
-                let rows = match experiment::load(&file, &all)? {
+                let rows = match load_experiment(&file, &all)? {
                     ExperimentFile::Hosted(mut suite) => {
                         suite.retain_only(&only)?;
                         report::hosted::sweep_rows(&run_hosted(&suite, seed, seeds))
@@ -256,8 +291,81 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
                 }
             };
-            emit(&text, out.as_deref())
+            emit(&text, out.as_deref(), force)
         }
+    }
+}
+
+/// Load an experiment file for `run` and `sweep`. A server or hosted-API
+/// profile given in its place is named as such, and field paths name array
+/// items by their `name` ([`name_fields`]).
+pub fn load_experiment(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
+    experiment::load(file, sets).map_err(|e| {
+        let src = file.display().to_string();
+        if e.source == src {
+            if let Some(w) = crate::config::read_toml(file)
+                .ok()
+                .and_then(|v| crate::config::profile_not_experiment(&src, &v))
+            {
+                return w;
+            }
+        }
+        name_fields(e, Some(file), sets)
+    })
+}
+
+/// Rewrite an error's field path to name array items (`scenario.heavy.rpm`,
+/// not `scenario.2.rpm`), reading the document it is about: `file` with the
+/// `--set` overrides if the error is about it, else the file (or embedded
+/// file) the error names.
+pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> ConfigError {
+    if !e.field.split('.').any(|s| s.parse::<usize>().is_ok()) {
+        return e;
+    }
+    let doc = match file {
+        Some(f) if f.display().to_string() == e.source => {
+            crate::config::read_toml(f).ok().map(|mut v| {
+                for s in sets {
+                    let _ = crate::config::apply_set(&mut v, s);
+                }
+                v
+            })
+        }
+        _ => {
+            let name = e
+                .source
+                .strip_suffix(" (embedded)")
+                .map(|n| PathBuf::from(format!("{}{n}", crate::embedded::PREFIX)));
+            let p = name.unwrap_or_else(|| PathBuf::from(&e.source));
+            if crate::config::source_exists(&p) {
+                crate::config::read_toml(&p).ok()
+            } else {
+                None
+            }
+        }
+    };
+    match doc {
+        Some(v) => e.named_in(&v),
+        None => e,
+    }
+}
+
+/// Clap value parser of a duration flag (`--e2e-p95`): a number with the
+/// unit `s` or `ms` (no unit: seconds); the unit is explained when wrong.
+pub fn duration_arg(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(num_end);
+    let units = "accepted units are s and ms (e.g. 2s, 1500ms; a bare number is seconds)";
+    if !matches!(unit.trim(), "" | "s" | "ms") {
+        return Err(format!("unknown unit {:?}: {units}", unit.trim()));
+    }
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(s.to_string()),
+        Ok(_) => Err(format!("must be a duration > 0; {units}")),
+        Err(_) => Err(format!("{s:?} is not a duration; {units}")),
     }
 }
 
@@ -287,9 +395,26 @@ fn parse_vary(vary: &[String]) -> Result<Vec<(String, Vec<String>)>, CliError> {
             if k.trim().is_empty() || vals.iter().any(|x| x.is_empty()) {
                 return Err(bad("empty path or value"));
             }
+            for (i, x) in vals.iter().enumerate() {
+                if vals[..i].contains(x) {
+                    return Err(bad(&format!("value {x} given twice")));
+                }
+            }
             Ok((k.trim().to_string(), vals))
         })
-        .collect()
+        .collect::<Result<Vec<_>, CliError>>()
+        .and_then(|dims| {
+            for (i, (k, _)) in dims.iter().enumerate() {
+                if dims[..i].iter().any(|(o, _)| o == k) {
+                    return Err(CliError::Config(ConfigError::new(
+                        format!("--vary {k}"),
+                        "",
+                        "path varied twice; give all its values in one --vary",
+                    )));
+                }
+            }
+            Ok(dims)
+        })
 }
 
 /// The Cartesian product of the dimensions, first dimension outermost.

@@ -1,6 +1,13 @@
 //! Configuration loading: TOML files → `toml::Value` (with `--set`
 //! overrides) → serde `Raw*` structs (`deny_unknown_fields`) → validated
 //! types. Every error names the file, the field path and the reason.
+//!
+//! Errors print as one line, `qsim: <file>: <field path>: <reason>`. Field
+//! paths have one style: dotted, an array item by its index
+//! (`experiment.0.retry.base_s`; [`ConfigError::new`] rewrites serde's
+//! `experiment[0]` so), and the CLI then names items that have a `name`
+//! by it ([`ConfigError::named_in`]: `experiment.exp2-backoff.retry.base_s`,
+//! `scenario.heavy.rpm`). A flag is a source of its own: `qsim: --out x: …`.
 
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -11,7 +18,9 @@ use std::path::{Path, PathBuf};
 pub struct ConfigError {
     /// The file (or `--flag`) the error is about.
     pub source: String,
-    /// Dotted path of the offending field, empty if it concerns the whole source.
+    /// Dotted path of the offending field (array items by index, or by
+    /// name after [`ConfigError::named_in`]), empty if it concerns the
+    /// whole source.
     pub field: String,
     pub reason: String,
 }
@@ -24,16 +33,51 @@ impl ConfigError {
     ) -> Self {
         ConfigError {
             source: source.into(),
-            field: field.into(),
+            field: dotted(&field.into()),
             reason: reason.into(),
         }
+    }
+
+    /// Name array items by their `name` in the field path: with `root` the
+    /// document the error is about, `experiment.1.retry.base_s` becomes
+    /// `experiment.exp2-backoff.retry.base_s`. Items without a name, or
+    /// whose name is not unique in their array, keep their index.
+    pub fn named_in(mut self, root: &toml::Value) -> Self {
+        if self.field.is_empty() {
+            return self;
+        }
+        let mut cur = Some(root);
+        let mut out: Vec<String> = Vec::new();
+        for seg in self.field.split('.') {
+            let mut label = seg.to_string();
+            cur = match (cur, seg.parse::<usize>()) {
+                (Some(toml::Value::Array(a)), Ok(i)) => {
+                    fn name_of(v: &toml::Value) -> Option<&str> {
+                        v.get("name").and_then(|n| n.as_str())
+                    }
+                    if let Some(n) = a.get(i).and_then(name_of) {
+                        if !n.is_empty() && a.iter().filter(|v| name_of(v) == Some(n)).count() == 1
+                        {
+                            label = path_label(n);
+                        }
+                    }
+                    a.get(i)
+                }
+                (Some(v @ toml::Value::Table(_)), _) => v.get(seg),
+                _ => None,
+            };
+            out.push(label);
+        }
+        self.field = out.join(".");
+        self
     }
 
     /// Prefix the field path with `prefix` (for nested validation).
     pub fn under(mut self, prefix: &str) -> Self {
         if !prefix.is_empty() {
+            let prefix = dotted(prefix);
             self.field = if self.field.is_empty() {
-                prefix.to_string()
+                prefix
             } else {
                 format!("{prefix}.{}", self.field)
             };
@@ -42,18 +86,87 @@ impl ConfigError {
     }
 }
 
+/// `a[0].b` → `a.0.b`: the one path style.
+fn dotted(field: &str) -> String {
+    if field.contains('[') {
+        field
+            .replace("].", ".")
+            .replace(['[', ']'], ".")
+            .trim_end_matches('.')
+            .to_string()
+    } else {
+        field.to_string()
+    }
+}
+
+/// An item name as a path segment: quoted if it could be misread.
+fn path_label(name: &str) -> String {
+    if name.contains(['.', ' ', '"', ':']) || name.parse::<usize>().is_ok() {
+        format!("{name:?}")
+    } else {
+        name.to_string()
+    }
+}
+
+/// Squash a (possibly multi-line) message into one line.
+pub fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reason = one_line(&self.reason);
         if self.field.is_empty() {
-            write!(f, "{}: {}", self.source, self.reason)
+            write!(f, "{}: {}", self.source, reason)
         } else {
-            write!(
-                f,
-                "{}: field `{}`: {}",
-                self.source, self.field, self.reason
-            )
+            write!(f, "{}: {}: {}", self.source, self.field, reason)
         }
     }
+}
+
+/// A model file given where an experiment file is expected: the error that
+/// says so, if `v` (the document of `source`) looks like a server or a
+/// hosted-API profile rather than an experiment.
+pub fn profile_not_experiment(source: &str, v: &toml::Value) -> Option<ConfigError> {
+    let has = |k: &str| v.get(k).is_some();
+    match v.get("kind").and_then(|k| k.as_str()) {
+        Some("server")
+            if !has("scenario") && ["scheduler", "kv_cache", "iteration"].iter().any(|k| has(k)) =>
+        {
+            Some(ConfigError::new(
+                source,
+                "",
+                "this is a server profile (kind = \"server\"), not an experiment file; an experiment file names it with `server = \"...\"` (see experiments/nim-load.toml), or pass it to qsim plan --model",
+            ))
+        }
+        Some("hosted")
+            if !has("experiment") && ["limits", "rejection", "latency"].iter().any(|k| has(k)) =>
+        {
+            Some(ConfigError::new(
+                source,
+                "",
+                "this is a hosted-API profile (kind = \"hosted\"), not an experiment file; an experiment file names it with `endpoint = \"...\"` (see experiments/fmapi-pacing.toml)",
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Validate a duration in seconds read from a file or flag: finite, at
+/// least 0 (above 0 if `positive`) and at most [`crate::time::MAX_SECS`],
+/// so that it and sums of many such durations fit the nanosecond clock.
+pub fn duration_s(source: &str, field: &str, v: f64, positive: bool) -> Result<f64, ConfigError> {
+    let r = if positive {
+        crate::time::try_secs_positive(v)
+    } else {
+        crate::time::try_secs(v)
+    };
+    r.map(|_| v)
+        .map_err(|e| ConfigError::new(source, field, e.to_string()))
 }
 
 impl std::error::Error for ConfigError {}

@@ -1,9 +1,18 @@
 use clap::Parser;
 
 fn main() {
-    let cli = qsim::cli::Cli::parse();
+    let cli = match qsim::cli::Cli::try_parse() {
+        Ok(c) => c,
+        // --help and --version print as clap prints them (exit 0)
+        Err(e) if !e.use_stderr() => e.exit(),
+        // usage errors: one line, exit 2
+        Err(e) => {
+            eprintln!("qsim: {}", qsim::cli::usage_error_line(&e));
+            std::process::exit(2);
+        }
+    };
     if let Err(e) = qsim::cli::run(cli) {
-        eprintln!("qsim: error: {e}");
+        eprintln!("qsim: {e}");
         std::process::exit(e.exit_code());
     }
 }

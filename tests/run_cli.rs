@@ -240,7 +240,7 @@ fn negative_limit_is_rejected() {
         |s| s,
         |p| p.replace("limit = 20000\n", "limit = -20000\n"),
     );
-    expect_exit2(&f, &["profile.toml", "limits[1].limit", "must be > 0"]);
+    expect_exit2(&f, &["profile.toml", "limits.OTPM.limit", "must be > 0"]);
 }
 
 #[test]

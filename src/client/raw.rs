@@ -1,7 +1,7 @@
 //! The TOML form of a retry policy (`[experiment.retry]`, `[[scenario.load]].retry`).
 
 use super::policy::{Backoff, RetryPolicy, StatusSet};
-use crate::config::ConfigError;
+use crate::config::{duration_s, ConfigError};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -28,13 +28,10 @@ pub struct RawRetry {
 impl RawRetry {
     pub fn validate(&self, file: &str, at: &str) -> Result<RetryPolicy, ConfigError> {
         let err = |f: &str, r: String| ConfigError::new(file, format!("{at}.{f}"), r);
+        // every delay is a duration: [0, 1e9] s, so backoff sums never
+        // saturate the clock
         let num = |f: &str, v: Option<f64>, default: f64| -> Result<f64, ConfigError> {
-            let v = v.unwrap_or(default);
-            if v.is_finite() && v >= 0.0 {
-                Ok(v)
-            } else {
-                Err(err(f, format!("must be a number >= 0, got {v}")))
-            }
+            duration_s(file, &format!("{at}.{f}"), v.unwrap_or(default), false)
         };
         let base = num("base_s", self.base_s, 1.0)?;
         let cap = num("cap_s", self.cap_s, 32.0)?;

@@ -2,7 +2,18 @@
 //! `{ dist = "lognormal", p50 = 1.8, p95 = 3.2 }` and friends.
 
 use super::rng::{unit, Rng};
+use crate::time::{show, MAX_SECS};
 use serde::{Deserialize, Serialize};
+
+/// The largest value a distribution may have or draw: 1e9 (the longest
+/// duration, [`MAX_SECS`] ≈ 31 years, and far above any token count).
+/// Parameters above it are refused, and every draw is clamped to it, so a
+/// drawn duration always fits the nanosecond clock.
+pub const MAX_VALUE: f64 = MAX_SECS;
+
+/// The largest coefficient of variation of a gamma distribution (shape
+/// 1e-4): beyond it nearly every draw is 0 and the rest are enormous.
+pub const MAX_CV: f64 = 100.0;
 
 const Z95: f64 = 1.644_853_626_951_472_2;
 
@@ -29,7 +40,9 @@ pub enum RawDist {
         #[serde(default)]
         max: Option<f64>,
     },
-    /// Normal, clamped to [min, max] if given.
+    /// Normal, clamped to [min, max] (min defaults to 0). Its mean must be
+    /// at least 3 sd, so fewer than 0.14 % of draws would be negative: a
+    /// wider normal describes no time or count (use lognormal or gamma).
     Normal {
         mean: f64,
         sd: f64,
@@ -66,26 +79,25 @@ pub struct Sampler {
     pub max: f64,
 }
 
-fn finite(name: &str, v: f64) -> Result<f64, String> {
-    if v.is_finite() {
+/// `v` in `[0, MAX_VALUE]` (or `(0, MAX_VALUE]`), with a message naming
+/// the parameter and the range.
+fn in_range(name: &str, v: f64, positive: bool) -> Result<f64, String> {
+    let ok = v.is_finite() && v <= MAX_VALUE && if positive { v > 0.0 } else { v >= 0.0 };
+    if ok {
         Ok(v)
     } else {
-        Err(format!("`{name}` must be a finite number, got {v}"))
+        let lo = if positive { "(0" } else { "[0" };
+        Err(format!(
+            "`{name}` must be a number in {lo}, 1e9], got {}",
+            show(v)
+        ))
     }
 }
 fn positive(name: &str, v: f64) -> Result<f64, String> {
-    if finite(name, v)? > 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("`{name}` must be > 0, got {v}"))
-    }
+    in_range(name, v, true)
 }
 fn non_negative(name: &str, v: f64) -> Result<f64, String> {
-    if finite(name, v)? >= 0.0 {
-        Ok(v)
-    } else {
-        Err(format!("`{name}` must be >= 0, got {v}"))
-    }
+    in_range(name, v, false)
 }
 
 impl RawDist {
@@ -96,7 +108,7 @@ impl RawDist {
             RawDist::Const { value } => (Dist::Const(non_negative("value", value)?), None, None),
             RawDist::Uniform { min, max } => {
                 non_negative("min", min)?;
-                finite("max", max)?;
+                non_negative("max", max)?;
                 if max < min {
                     return Err(format!("`max` ({max}) must be >= `min` ({min})"));
                 }
@@ -131,17 +143,24 @@ impl RawDist {
                     max,
                 )
             }
-            RawDist::Normal { mean, sd, min, max } => (
-                Dist::Normal {
-                    mean: finite("mean", mean)?,
-                    sd: non_negative("sd", sd)?,
-                },
-                min,
-                max,
-            ),
+            RawDist::Normal { mean, sd, min, max } => {
+                positive("mean", mean)?;
+                non_negative("sd", sd)?;
+                if mean < 3.0 * sd {
+                    return Err(format!(
+                        "a normal with `mean` {} and `sd` {} puts more than 0.14 % of its draws below 0; it needs mean >= 3 * sd (for a wider spread of a time or count use lognormal or gamma)",
+                        show(mean),
+                        show(sd)
+                    ));
+                }
+                (Dist::Normal { mean, sd }, min, max)
+            }
             RawDist::Gamma { mean, cv, max } => {
                 positive("mean", mean)?;
                 positive("cv", cv)?;
+                if cv > MAX_CV {
+                    return Err(format!("`cv` must be in (0, 100], got {}", show(cv)));
+                }
                 let shape = 1.0 / (cv * cv);
                 (
                     Dist::Gamma {
@@ -155,8 +174,8 @@ impl RawDist {
         };
         let min = non_negative("min", min.unwrap_or(0.0))?;
         let max = match max {
-            Some(m) => finite("max", m)?,
-            None => f64::INFINITY,
+            Some(m) => non_negative("max", m)?,
+            None => MAX_VALUE,
         };
         if max < min {
             return Err(format!("`max` ({max}) must be >= `min` ({min})"));
@@ -200,11 +219,12 @@ impl Sampler {
         Sampler {
             dist: Dist::Const(v),
             min: 0.0,
-            max: f64::INFINITY,
+            max: MAX_VALUE,
         }
     }
 
-    /// Draw one value (clamped to [min, max]).
+    /// Draw one value (clamped to [min, max]; max is at most [`MAX_VALUE`]
+    /// after validation).
     #[inline]
     pub fn sample(&self, rng: &mut Rng) -> f64 {
         let v = match self.dist {
@@ -286,5 +306,34 @@ mod tests {
             .is_err());
         assert!(parse("{ dist = \"const\", value = 1, extra = 2 }").is_err());
         assert!(parse("{ dist = \"weibull\", k = 1 }").is_err());
+    }
+
+    #[test]
+    fn refuses_values_beyond_the_clock_and_negative_support() {
+        for (txt, needle) in [
+            ("{ dist = \"lognormal\", p50 = 1e10, p95 = 2e10 }", "`p50`"),
+            ("{ dist = \"const\", value = 2e10 }", "`value`"),
+            ("{ dist = \"exp\", mean = 1e300 }", "1e300"),
+            ("{ dist = \"normal\", mean = -5, sd = 1 }", "`mean`"),
+            ("{ dist = \"normal\", mean = 1, sd = 1 }", "mean >= 3 * sd"),
+            ("{ dist = \"gamma\", mean = 1, cv = 1e5 }", "`cv`"),
+            ("{ dist = \"uniform\", min = 0, max = inf }", "`max`"),
+            ("{ dist = \"exp\", mean = 1, max = nan }", "`max`"),
+        ] {
+            let e = parse(txt).unwrap().validate().unwrap_err();
+            assert!(e.contains(needle), "{txt}: {e}");
+        }
+        // shipped shapes still pass, and draws are bounded by MAX_VALUE
+        let s = parse("{ dist = \"normal\", mean = 168, sd = 30, min = 40 }")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(s.max, MAX_VALUE);
+        let s = parse("{ dist = \"gamma\", mean = 1e8, cv = 100 }")
+            .unwrap()
+            .validate()
+            .unwrap();
+        let mut rng = stream(5, 0, 0);
+        assert!((0..10_000).all(|_| s.sample(&mut rng) <= MAX_VALUE));
     }
 }

@@ -6,7 +6,9 @@ use crate::client::policy::{RetryPolicy, SdkRetry};
 use crate::client::throttle::{AdaptiveThrottle, RetryQuota};
 use crate::client::RawRetry;
 use crate::client::{CallerPolicy, PoolShared};
-use crate::config::{from_value, read_toml, resolve_relative, source_exists, ConfigError};
+use crate::config::{
+    duration_s, from_value, read_toml, resolve_relative, source_exists, ConfigError,
+};
 use crate::engine::{RawDist, Sampler};
 use crate::hosted::HostedProfile;
 use crate::time::{secs, Nanos};
@@ -261,28 +263,13 @@ impl HostedSuite {
         let rows = positive_int(f, "rows", raw.rows, 100_000_000)?;
         let max_tokens = positive_int(f, "max_tokens", raw.max_tokens, 10_000_000)?;
         let workers = positive_int(f, "workers", raw.workers, 1_000_000)?;
-        if !(raw.cooldown_s.is_finite() && raw.cooldown_s >= 0.0) {
-            return Err(ConfigError::new(
-                f,
-                "cooldown_s",
-                format!("must be >= 0, got {}", raw.cooldown_s),
-            ));
-        }
+        duration_s(f, "cooldown_s", raw.cooldown_s, false)?;
         let sdk = match &raw.sdk {
             None => SdkRetry::default(),
             Some(s) => {
                 let d = SdkRetry::default();
                 let nn = |name: &str, v: Option<f64>, dv: f64| -> Result<f64, ConfigError> {
-                    let v = v.unwrap_or(dv);
-                    if v.is_finite() && v >= 0.0 {
-                        Ok(v)
-                    } else {
-                        Err(ConfigError::new(
-                            f,
-                            format!("sdk.{name}"),
-                            format!("must be >= 0, got {v}"),
-                        ))
-                    }
+                    duration_s(f, &format!("sdk.{name}"), v.unwrap_or(dv), false)
                 };
                 let mr = s.max_retries.unwrap_or(d.max_retries as i64);
                 if !(0..=100).contains(&mr) {
@@ -391,13 +378,7 @@ impl HostedSuite {
                                 ));
                             }
                             let w = t.window_s.unwrap_or(120.0);
-                            if !(w.is_finite() && w > 0.0) {
-                                return Err(ConfigError::new(
-                                    f,
-                                    format!("{at}.throttle.window_s"),
-                                    format!("must be > 0, got {w}"),
-                                ));
-                            }
+                            duration_s(f, &format!("{at}.throttle.window_s"), w, true)?;
                             Some(AdaptiveThrottle::new(k, secs(w)))
                         }
                     };

@@ -1,6 +1,6 @@
 //! Hosted-API profiles (`models/*.toml` with `kind = "hosted"`).
 
-use crate::config::{from_value, ConfigError};
+use crate::config::{duration_s, from_value, ConfigError};
 use crate::engine::{RawDist, Sampler};
 use crate::limiter::rates::{Counts, LimitSpec, OutputAccounting};
 use crate::time::secs;
@@ -97,7 +97,7 @@ impl HostedProfile {
         }
         let mut limits = Vec::new();
         for (i, l) in raw.limits.iter().enumerate() {
-            let f = |x: &str| format!("limits[{i}].{x}");
+            let f = |x: &str| format!("limits.{i}.{x}");
             if l.limit <= 0 {
                 return Err(ConfigError::new(
                     file,
@@ -105,15 +105,16 @@ impl HostedProfile {
                     format!("must be > 0, got {}", l.limit),
                 ));
             }
-            if !(l.window_s.is_finite() && l.window_s > 0.0) {
-                return Err(ConfigError::new(
-                    file,
-                    f("window_s"),
-                    format!("must be > 0, got {}", l.window_s),
-                ));
-            }
+            duration_s(file, &f("window_s"), l.window_s, true)?;
             if l.name.trim().is_empty() {
                 return Err(ConfigError::new(file, f("name"), "must not be empty"));
+            }
+            if raw.limits[..i].iter().any(|o| o.name == l.name) {
+                return Err(ConfigError::new(
+                    file,
+                    f("name"),
+                    format!("duplicate limit name {:?}", l.name),
+                ));
             }
             limits.push(LimitSpec {
                 name: l.name.clone(),

@@ -21,13 +21,13 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct PlanArgs {
     /// Deployment capacity per minute (requests, or tokens with --unit tpm).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub capacity: Option<String>,
     /// Reservations in percent of capacity, one per reserved consumer: 30,20,30.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub reserve: Option<String>,
     /// Utilization threshold in (0, 1] (enforcement point; burst headroom = (1 - threshold) x capacity).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub threshold: Option<String>,
     /// Names of the reserved consumers (then the unreserved ones): A,B,C[,dev].
     #[arg(long)]
@@ -39,25 +39,26 @@ pub struct PlanArgs {
     #[arg(long)]
     pub unit: Option<String>,
     /// Burst headroom in capacity units (default (1 - threshold) x capacity).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub burst: Option<String>,
     /// Server profile (TOML) or "ideal"; default: the embedded gpt-oss-20b NIM profile.
     #[arg(long)]
     pub model: Option<String>,
     /// Server replicas behind the limiter.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub replicas: Option<u32>,
-    /// Scenario file (kind = "shared"); default: the embedded seed scenarios.
+    /// Scenario file (kind = "shared"); default: the embedded scenarios of the
+    /// shared-deployment article.
     #[arg(long)]
     pub scenarios: Option<PathBuf>,
     /// Inverse planning: the minimum each consumer needs, NAME=RPM,...
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub need: Option<String>,
-    /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms).
-    #[arg(long = "e2e-p95")]
+    /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms; units s or ms).
+    #[arg(long = "e2e-p95", allow_hyphen_values = true, value_parser = crate::cli::duration_arg)]
     pub e2e_p95: Option<String>,
     /// Seed of the simulation.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
 }
 

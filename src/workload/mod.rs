@@ -5,7 +5,7 @@
 use crate::config::ConfigError;
 use crate::engine::rng::{component, stream, unit, Rng};
 use crate::engine::{RawDist, Sampler};
-use crate::time::{secs, Nanos, NEVER};
+use crate::time::{secs, show, Nanos, MAX_SECS, NEVER};
 use serde::Deserialize;
 
 /// An arrival process as written in a file:
@@ -28,10 +28,15 @@ pub struct ArrivalProcess {
 }
 
 impl ArrivalProcess {
-    /// `rate` requests per second with the given process.
+    /// `rate` requests per second with the given process: in
+    /// [1e-9, 1e9] per second, so the mean gap is between 1 ns and 1e9 s
+    /// (the longest duration) and every gap fits the clock.
     pub fn new(raw: &RawArrivals, rate: f64) -> Result<Self, String> {
-        if !(rate.is_finite() && rate > 0.0) {
-            return Err(format!("rate must be > 0, got {rate}"));
+        if !(rate.is_finite() && (1.0 / MAX_SECS..=1e9).contains(&rate)) {
+            return Err(format!(
+                "rate must be in [1e-9, 1e9] requests per second (a mean gap of 1 ns to 1e9 s), got {} per second",
+                show(rate)
+            ));
         }
         let mean = 1.0 / rate;
         let (kind, d) = match raw {

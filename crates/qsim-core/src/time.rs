@@ -10,7 +10,98 @@ pub const NS_PER_MS: u64 = 1_000_000;
 /// A time that never comes (used for "never admissible").
 pub const NEVER: Nanos = u64::MAX;
 
-/// Seconds (f64) to nanoseconds, rounded to the nearest nanosecond and clamped at 0.
+/// The longest duration an input may give, in seconds: 1e9 s (about 31.7
+/// years). The clock holds `u64::MAX` ns ≈ 1.8e10 s, so a time plus such a
+/// duration, or a sum of up to 18 of them, still fits without saturating.
+pub const MAX_SECS: f64 = 1e9;
+
+/// Why a number of seconds is not a valid duration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TimeError {
+    /// NaN or infinite.
+    NotFinite(f64),
+    /// Below 0 (or not above 0 where a positive duration is required).
+    TooSmall { got: f64, positive: bool },
+    /// Above [`MAX_SECS`].
+    TooLarge(f64),
+}
+
+/// A number for a message: plain when short, else in scientific notation
+/// (`1e300`, not 301 digits).
+pub fn show(v: f64) -> String {
+    let a = v.abs();
+    if v.is_finite() && a != 0.0 && !(1e-4..1e10).contains(&a) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+impl core::fmt::Display for TimeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let range = |positive: bool| {
+            if positive {
+                "(0, 1e9] seconds (1e9 s is about 31 years)"
+            } else {
+                "[0, 1e9] seconds (1e9 s is about 31 years)"
+            }
+        };
+        match *self {
+            TimeError::NotFinite(v) => {
+                write!(
+                    f,
+                    "must be a finite number in {}, got {}",
+                    range(false),
+                    show(v)
+                )
+            }
+            TimeError::TooSmall { got, positive } => {
+                write!(f, "must be in {}, got {}", range(positive), show(got))
+            }
+            TimeError::TooLarge(v) => write!(
+                f,
+                "must be in {}, got {}: longer durations do not fit the nanosecond clock",
+                range(false),
+                show(v)
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TimeError {}
+
+/// Checked seconds to nanoseconds: `s` must be finite and in
+/// `[0, MAX_SECS]`; rounded to the nearest nanosecond. Use it for every
+/// duration that comes from input; [`secs`] is for values already bounded.
+pub fn try_secs(s: f64) -> Result<Nanos, TimeError> {
+    if !s.is_finite() {
+        Err(TimeError::NotFinite(s))
+    } else if s < 0.0 {
+        Err(TimeError::TooSmall {
+            got: s,
+            positive: false,
+        })
+    } else if s > MAX_SECS {
+        Err(TimeError::TooLarge(s))
+    } else {
+        Ok((s * NS_PER_SEC as f64).round() as Nanos)
+    }
+}
+
+/// [`try_secs`] for a duration that must be above 0.
+pub fn try_secs_positive(s: f64) -> Result<Nanos, TimeError> {
+    match try_secs(s)? {
+        _ if s <= 0.0 => Err(TimeError::TooSmall {
+            got: s,
+            positive: true,
+        }),
+        n => Ok(n),
+    }
+}
+
+/// Seconds (f64) to nanoseconds, rounded to the nearest nanosecond, clamped
+/// at 0 and saturating at [`NEVER`]. For values computed inside a
+/// simulation from validated inputs (see [`try_secs`] for input).
 #[inline]
 pub fn secs(s: f64) -> Nanos {
     if s <= 0.0 || s.is_nan() {
@@ -37,5 +128,23 @@ mod tests {
         assert_eq!(secs(-1.0), 0);
         assert_eq!(to_secs(250_000_000), 0.25);
         assert_eq!(secs(1e30), NEVER);
+    }
+
+    #[test]
+    fn checked_conversion() {
+        assert_eq!(try_secs(1.5), Ok(1_500_000_000));
+        assert_eq!(try_secs(0.0), Ok(0));
+        assert_eq!(try_secs(MAX_SECS), Ok(1_000_000_000_000_000_000));
+        assert!(matches!(try_secs(1e10), Err(TimeError::TooLarge(_))));
+        assert!(matches!(try_secs(-1.0), Err(TimeError::TooSmall { .. })));
+        assert!(matches!(try_secs(f64::NAN), Err(TimeError::NotFinite(_))));
+        assert!(try_secs_positive(0.0).is_err());
+        assert_eq!(try_secs_positive(2.0), Ok(2 * NS_PER_SEC));
+        // 18 maximal durations still fit the clock
+        assert!(try_secs(MAX_SECS).unwrap().checked_mul(18).is_some());
+        let m = try_secs(1e12).unwrap_err().to_string();
+        assert!(m.contains("[0, 1e9]") && m.contains("got 1e12"), "{m}");
+        assert_eq!(show(1e300), "1e300");
+        assert_eq!(show(2.5), "2.5");
     }
 }
