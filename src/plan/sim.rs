@@ -7,8 +7,9 @@
 //! limiter matters).
 
 use super::config::{Arrival, Scenario, SharedFile};
+use crate::client::{Call, CallerPolicy, Next, PoolShared, Reply};
 use crate::engine::rng::{component, draws, stream, unit};
-use crate::engine::{DurationHist, EventQueue, Rng};
+use crate::engine::{DurationHist, EventQueue, Rng, Timed};
 use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
 use crate::limiter::rates::OutputAccounting;
 use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
@@ -28,10 +29,8 @@ pub struct Done {
 }
 
 /// The server behind the limiter (sans-IO, like the server model).
-pub trait Backend {
+pub trait Backend: Timed {
     fn submit(&mut self, now: Nanos, id: u64, input_tokens: u32, output_tokens: u32);
-    fn poll_timeout(&self) -> Option<Nanos>;
-    fn handle_timeout(&mut self, now: Nanos);
     fn poll_completion(&mut self) -> Option<Done>;
     /// (GPU busy fraction, KV-cache utilization) averaged up to `now`, if modelled.
     fn utilization(&self, now: Nanos) -> (Option<f64>, Option<f64>);
@@ -59,11 +58,7 @@ impl IdealBackend {
     }
 }
 
-impl Backend for IdealBackend {
-    fn submit(&mut self, now: Nanos, id: u64, _input: u32, output: u32) {
-        let fin = now + self.ttft + self.itl * output.saturating_sub(1) as u64;
-        self.heap.push(Reverse((fin, id, now, output)));
-    }
+impl Timed for IdealBackend {
     fn poll_timeout(&self) -> Option<Nanos> {
         self.heap.peek().map(|r| r.0 .0)
     }
@@ -82,6 +77,13 @@ impl Backend for IdealBackend {
             });
         }
         self.done.reverse();
+    }
+}
+
+impl Backend for IdealBackend {
+    fn submit(&mut self, now: Nanos, id: u64, _input: u32, output: u32) {
+        let fin = now + self.ttft + self.itl * output.saturating_sub(1) as u64;
+        self.heap.push(Reverse((fin, id, now, output)));
     }
     fn poll_completion(&mut self) -> Option<Done> {
         self.done.pop()
@@ -105,12 +107,6 @@ impl Backend for crate::server::Cluster {
                 output_tokens,
             },
         );
-    }
-    fn poll_timeout(&self) -> Option<Nanos> {
-        crate::server::Cluster::poll_timeout(self)
-    }
-    fn handle_timeout(&mut self, now: Nanos) {
-        crate::server::Cluster::handle_timeout(self, now);
     }
     fn poll_completion(&mut self) -> Option<Done> {
         crate::server::Cluster::poll_completion(self).map(|c| Done {
@@ -213,25 +209,13 @@ impl ScenarioOutcome {
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     /// Open-loop arrival for (load, consumer).
-    Arrive {
-        load: u32,
-        consumer: u32,
-    },
+    Arrive { load: u32, consumer: u32 },
     /// Closed-loop worker sends a new request.
-    Worker {
-        load: u32,
-        consumer: u32,
-    },
+    Worker { load: u32, consumer: u32 },
     /// An attempt of request `req` reaches the limiter.
-    Attempt {
-        req: u32,
-    },
+    Attempt { req: u32 },
     /// A 429 reaches the client.
-    Rejected {
-        req: u32,
-        retry_at: Nanos,
-    },
-    Backend,
+    Rejected { req: u32, retry_at: Nanos },
 }
 
 struct Req {
@@ -239,8 +223,8 @@ struct Req {
     load: u32,
     input: u32,
     natural: u32,
-    attempt: u32,
-    prev_delay: Nanos,
+    /// The caller state machine: attempts and backoff (the core's `Call`).
+    call: Call,
     grant: Option<Grant>,
     closed: bool,
     /// Minute of admission (for settling token units on completion).
@@ -333,7 +317,17 @@ pub fn run_scenario(
     let mut cap_denied_sec = vec![false; seconds];
     let depth = lim.as_ref().map_or(0, |l| l.params().total_depth());
     let mut burst_used = 0u64;
-    let mut reqs: Vec<Req> = Vec::new();
+    // requests in flight only: a slot is freed when its request ends
+    let mut reqs = Slab::default();
+    let policies: Vec<CallerPolicy> = sc
+        .loads
+        .iter()
+        .map(|l| CallerPolicy {
+            retry: l.retry.clone(),
+            sdk: None,
+        })
+        .collect();
+    let mut no_shared = PoolShared::default();
     let mut server = ServerOutcome {
         e2e: DurationHist::new(),
         ttft: DurationHist::new(),
@@ -347,152 +341,142 @@ pub fn run_scenario(
         input_tokens: 0,
         output_tokens: 0,
     };
-    let mut wake: Nanos = NEVER;
     let mut conc_integral: u128 = 0;
     let mut last_t: Nanos = 0;
     let end = sc.duration;
 
     let pos_of = |li: usize, c: usize| targets[li].iter().position(|&x| x == c).expect("target");
 
-    while let Some((now, ev)) = q.pop() {
-        if now >= end {
+    // the engine's event-loop contract: the backend's deadline first at
+    // equal times, then this driver's events FIFO; completions drained after
+    // every step
+    while let Some(t) = q.next_time(backend) {
+        if t >= end {
             break;
         }
         let outstanding = backend.outstanding();
-        conc_integral += outstanding as u128 * (now - last_t) as u128;
-        last_t = now;
+        conc_integral += outstanding as u128 * (t - last_t) as u128;
+        last_t = t;
+        let (now, ev) = q.step(backend).expect("a step is due");
         match ev {
-            Ev::Arrive { load, consumer } => {
-                let l = &sc.loads[load as usize];
-                let p = pos_of(load as usize, consumer as usize);
-                if let Arrival::Open { rpm, ramp_to_rpm } = l.arrival {
-                    // thinning for the linear ramp
-                    let frac = (now - l.start) as f64 / (l.stop - l.start) as f64;
-                    let rate = rpm + (ramp_to_rpm - rpm) * frac;
-                    let max = rpm.max(ramp_to_rpm);
-                    let r = &mut arr_rng[load as usize][p];
-                    let accept = unit(r) * max < rate;
-                    let next = now + exp_gap(r, max);
-                    if next < l.stop {
-                        q.schedule(next, Ev::Arrive { load, consumer });
+            None => {}
+            Some(ev) => match ev {
+                Ev::Arrive { load, consumer } => {
+                    let l = &sc.loads[load as usize];
+                    let p = pos_of(load as usize, consumer as usize);
+                    if let Arrival::Open { rpm, ramp_to_rpm } = l.arrival {
+                        // thinning for the linear ramp
+                        let frac = (now - l.start) as f64 / (l.stop - l.start) as f64;
+                        let rate = rpm + (ramp_to_rpm - rpm) * frac;
+                        let max = rpm.max(ramp_to_rpm);
+                        let r = &mut arr_rng[load as usize][p];
+                        let accept = unit(r) * max < rate;
+                        let next = now + exp_gap(r, max);
+                        if next < l.stop {
+                            q.schedule(next, Ev::Arrive { load, consumer });
+                        }
+                        if accept {
+                            let id = new_req(
+                                &mut reqs,
+                                file,
+                                &mut tok_rng[consumer as usize],
+                                (consumer, load),
+                                false,
+                                now,
+                            );
+                            q.schedule(now, Ev::Attempt { req: id });
+                        }
                     }
-                    if accept {
+                }
+                Ev::Worker { load, consumer } => {
+                    if now < sc.loads[load as usize].stop {
                         let id = new_req(
                             &mut reqs,
                             file,
                             &mut tok_rng[consumer as usize],
-                            consumer,
-                            load,
-                            false,
+                            (consumer, load),
+                            true,
+                            now,
                         );
                         q.schedule(now, Ev::Attempt { req: id });
                     }
                 }
-            }
-            Ev::Worker { load, consumer } => {
-                if now < sc.loads[load as usize].stop {
-                    let id = new_req(
-                        &mut reqs,
-                        file,
-                        &mut tok_rng[consumer as usize],
-                        consumer,
-                        load,
-                        true,
-                    );
-                    q.schedule(now, Ev::Attempt { req: id });
-                }
-            }
-            Ev::Attempt { req } => {
-                let r = &mut reqs[req as usize];
-                let c = r.consumer as usize;
-                r.attempt += 1;
-                let m = (now / MINUTE) as usize;
-                out[c].offered += 1;
-                out[c].offered_per_min[m] += 1;
-                let units = match (cfg.unit, cfg.accounting) {
-                    (crate::limiter::Unit::Rpm, _) => 1,
-                    (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => r.input as u64,
-                    (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
-                };
-                out[c].offered_units_per_min[m] += units;
-                let decision = match lim.as_mut() {
-                    Some(l) => l.decide(
-                        now,
-                        &crate::limiter::admission::Request {
+                Ev::Attempt { req } => {
+                    let r = reqs.get_mut(req);
+                    let c = r.consumer as usize;
+                    let m = (now / MINUTE) as usize;
+                    out[c].offered += 1;
+                    out[c].offered_per_min[m] += 1;
+                    let units = match (cfg.unit, cfg.accounting) {
+                        (crate::limiter::Unit::Rpm, _) => 1,
+                        (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => {
+                            r.input as u64
+                        }
+                        (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
+                    };
+                    out[c].offered_units_per_min[m] += units;
+                    let decision = match lim.as_mut() {
+                        Some(l) => l.decide(
+                            now,
+                            &crate::limiter::admission::Request {
+                                consumer: c,
+                                input_tokens: r.input as u64,
+                                max_tokens: file.max_tokens,
+                            },
+                        ),
+                        None => Decision::Admit(Grant {
                             consumer: c,
+                            source: crate::limiter::admission::Source::Pool,
                             input_tokens: r.input as u64,
                             max_tokens: file.max_tokens,
-                        },
-                    ),
-                    None => Decision::Admit(Grant {
-                        consumer: c,
-                        source: crate::limiter::admission::Source::Pool,
-                        input_tokens: r.input as u64,
-                        max_tokens: file.max_tokens,
-                        lease_until: NEVER,
-                    }),
-                };
-                match decision {
-                    Decision::Admit(g) => {
-                        r.grant = Some(g);
-                        r.adm_min = m as u32;
-                        out[c].admitted += 1;
-                        out[c].admitted_per_min[m] += 1;
-                        out[c].admitted_units_per_min[m] += units;
-                        if let Some(l) = lim.as_ref() {
-                            burst_used = burst_used.max(depth.saturating_sub(l.headroom(now)));
+                            lease_until: NEVER,
+                        }),
+                    };
+                    match decision {
+                        Decision::Admit(g) => {
+                            r.grant = Some(g);
+                            r.adm_min = m as u32;
+                            out[c].admitted += 1;
+                            out[c].admitted_per_min[m] += 1;
+                            out[c].admitted_units_per_min[m] += units;
+                            if let Some(l) = lim.as_ref() {
+                                burst_used = burst_used.max(depth.saturating_sub(l.headroom(now)));
+                            }
+                            server.input_tokens += r.input as u64;
+                            backend.submit(now, req as u64, r.input, r.natural);
                         }
-                        server.input_tokens += r.input as u64;
-                        backend.submit(now, req as u64, r.input, r.natural);
-                    }
-                    Decision::Deny { limit, retry_at } => {
-                        out[c].denied[limit.index()] += 1;
-                        if limit == Limit::Capacity {
-                            cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                        Decision::Deny { limit, retry_at } => {
+                            out[c].denied[limit.index()] += 1;
+                            if limit == Limit::Capacity {
+                                cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                            }
+                            q.schedule(now + file.reject_latency, Ev::Rejected { req, retry_at });
                         }
-                        q.schedule(now + file.reject_latency, Ev::Rejected { req, retry_at });
                     }
                 }
-            }
-            Ev::Rejected { req, retry_at } => {
-                let r = &mut reqs[req as usize];
-                let l = &sc.loads[r.load as usize];
-                if l.retry.should_retry(r.attempt, 429) {
+                Ev::Rejected { req, retry_at } => {
+                    let r = reqs.get_mut(req);
                     let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
-                    let d =
-                        l.retry
-                            .delay(r.attempt, r.prev_delay, hint, &mut draws(&mut client_rng));
-                    r.prev_delay = d;
-                    q.schedule(now + d, Ev::Attempt { req });
-                } else {
-                    out[r.consumer as usize].failed += 1;
-                    if r.closed {
-                        let think = match l.arrival {
-                            Arrival::Closed { think, .. } => think,
-                            _ => 0,
-                        };
-                        q.schedule(
-                            now + think,
-                            Ev::Worker {
-                                load: r.load,
-                                consumer: r.consumer,
-                            },
-                        );
+                    let reply = Reply::Error { status: 429, hint };
+                    let policy = &policies[r.load as usize];
+                    let mut rng = draws(&mut client_rng);
+                    match r
+                        .call
+                        .on_reply(now, reply, policy, &mut no_shared, &mut rng)
+                    {
+                        Next::SendAt { at, .. } => q.schedule(at, Ev::Attempt { req }),
+                        Next::Done(_) => {
+                            let r = reqs.free(req);
+                            out[r.consumer as usize].failed += 1;
+                            next_worker(&mut q, sc, &r, now);
+                        }
                     }
                 }
-            }
-            Ev::Backend => {
-                if now == wake {
-                    wake = NEVER;
-                }
-                if backend.poll_timeout().is_some_and(|t| t <= now) {
-                    backend.handle_timeout(now);
-                }
-            }
+            },
         }
         // completions
         while let Some(d) = backend.poll_completion() {
-            let r = &mut reqs[d.id as usize];
+            let r = reqs.free(d.id as u32);
             let c = r.consumer as usize;
             out[c].completed += 1;
             if cfg.unit == crate::limiter::Unit::Tpm && r.grant.is_some() {
@@ -520,29 +504,9 @@ pub fn run_scenario(
             if let (Some(l), Some(g)) = (lim.as_mut(), r.grant.as_ref()) {
                 l.complete(now, g, d.output_tokens as u64);
             }
-            if r.closed {
-                let l = &sc.loads[r.load as usize];
-                let think = match l.arrival {
-                    Arrival::Closed { think, .. } => think,
-                    _ => 0,
-                };
-                q.schedule(
-                    now + think,
-                    Ev::Worker {
-                        load: r.load,
-                        consumer: r.consumer,
-                    },
-                );
-            }
+            next_worker(&mut q, sc, &r, now);
         }
         server.concurrency_max = server.concurrency_max.max(backend.outstanding());
-        if let Some(t) = backend.poll_timeout() {
-            let t = t.max(now);
-            if t < wake {
-                wake = t;
-                q.schedule(t, Ev::Backend);
-            }
-        }
     }
     conc_integral += backend.outstanding() as u128 * (end.saturating_sub(last_t)) as u128;
     server.concurrency_mean = conc_integral as f64 / end as f64;
@@ -566,27 +530,67 @@ pub fn run_scenario(
     }
 }
 
+/// A closed-loop request ended (completed, or failed after its retries):
+/// its worker sends the next one after its think time.
+fn next_worker(q: &mut EventQueue<Ev>, sc: &Scenario, r: &Req, now: Nanos) {
+    if let Arrival::Closed { think, .. } = sc.loads[r.load as usize].arrival {
+        if r.closed {
+            let (load, consumer) = (r.load, r.consumer);
+            q.schedule(now + think, Ev::Worker { load, consumer });
+        }
+    }
+}
+
+/// The requests in flight, in reusable slots: memory is bounded by what is
+/// in flight, not by how many requests a scenario has seen.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<Req>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn insert(&mut self, r: Req) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(r);
+                i
+            }
+            None => {
+                self.slots.push(Some(r));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+    fn get_mut(&mut self, i: u32) -> &mut Req {
+        self.slots[i as usize].as_mut().expect("request in flight")
+    }
+    fn free(&mut self, i: u32) -> Req {
+        let r = self.slots[i as usize].take().expect("request in flight");
+        self.free.push(i);
+        r
+    }
+}
+
 fn new_req(
-    reqs: &mut Vec<Req>,
+    reqs: &mut Slab,
     file: &SharedFile,
     rng: &mut Rng,
-    consumer: u32,
-    load: u32,
+    (consumer, load): (u32, u32),
     closed: bool,
+    now: Nanos,
 ) -> u32 {
     let input = file.input_tokens.sample(rng).round().max(1.0) as u32;
     let natural =
         (file.output_tokens.sample(rng).round().max(1.0) as u64).min(file.max_tokens) as u32;
-    reqs.push(Req {
+    reqs.insert(Req {
         consumer,
         load,
         input,
         natural,
-        attempt: 0,
-        prev_delay: 0,
+        call: Call::start(now),
         grant: None,
         closed,
         adm_min: 0,
-    });
-    (reqs.len() - 1) as u32
+    })
 }
