@@ -4,6 +4,7 @@ use crate::config::ConfigError;
 use crate::experiment::{self, ExperimentFile};
 use crate::output::{self, OutputError};
 use crate::report;
+use crate::report::records::PointRecords;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 
@@ -22,6 +23,9 @@ pub struct Cli {
 pub enum Format {
     Table,
     Json,
+    /// The tidy records, one per (sweep point, seed, subject, metric): CSV
+    /// for table tools (run and sweep).
+    Csv,
 }
 
 /// Options shared by `run` and `sweep`.
@@ -171,8 +175,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             force,
         } => {
             check_out(out.as_deref(), force)?;
-            let text = crate::plan::run_cli(&args, format == Format::Json)
-                .map_err(|e| name_fields(e, None, &[]))?;
+            let text = if format == Format::Csv {
+                let (f, model) =
+                    crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
+                let mut records = report::records::Records::default();
+                for k in 0..args.seeds {
+                    let seed = args.seed.wrapping_add(k);
+                    let runs = crate::plan::simulate(&f, &model, seed, true);
+                    crate::plan::seeds::records(&mut records, seed, &runs);
+                }
+                report::records::to_csv(&[PointRecords {
+                    params: vec![],
+                    records,
+                }])
+            } else {
+                crate::plan::run_cli(&args, format == Format::Json)
+                    .map_err(|e| name_fields(e, None, &[]))?
+            };
             emit(&text, out.as_deref(), force)
         }
         Cmd::Run {
@@ -189,44 +208,47 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 },
         } => {
             check_out(out.as_deref(), force)?;
-            let ef = load_experiment(&file, &sets)?;
+            let mut ef = load_experiment(&file, &sets)?;
+            ef.retain_only(&only)?;
             let fname = file.display().to_string();
-            let text = match ef {
-                ExperimentFile::Hosted(mut suite) => {
-                    suite.retain_only(&only)?;
-                    let aggs = run_hosted(&suite, seed, seeds);
-                    match format {
-                        Format::Table => report::hosted::render_table(&suite, &fname, seed, &aggs),
-                        Format::Json => report::json_text(&report::hosted::render_json(
-                            &suite, &fname, seed, &aggs,
-                        )),
-                    }
+            let text = match (&ef, format) {
+                (_, Format::Csv) => {
+                    let records = ef.records(seed, seeds)?;
+                    report::records::to_csv(&[PointRecords {
+                        params: vec![],
+                        records,
+                    }])
                 }
-                ExperimentFile::Server(mut suite) => {
-                    suite.retain_only(&only)?;
-                    report::server::run_and_render(
-                        &suite,
-                        &fname,
+                // a shared file is a plan: its full report (per-minute
+                // tables, findings) plus the spreads over seeds
+                (ExperimentFile::Shared(args), _) => {
+                    let args = crate::plan::PlanArgs {
                         seed,
                         seeds,
-                        format == Format::Json,
-                    )
-                }
-                ExperimentFile::Shared(path) => {
-                    if !only.is_empty() || seeds > 1 {
-                        return Err(CliError::Config(ConfigError::new(
-                            &fname,
-                            "kind",
-                            "--only and --seeds are not supported for kind = \"shared\"; it runs as qsim plan --scenarios FILE",
-                        )));
-                    }
-                    let args = crate::plan::PlanArgs {
-                        scenarios: Some(path),
-                        seed,
-                        ..Default::default()
+                        ..args.clone()
                     };
                     crate::plan::run_cli(&args, format == Format::Json)
-                        .map_err(|e| name_fields(e, None, &[]))?
+                        .map_err(|e| name_fields(e, Some(&file), &sets))?
+                }
+                (ExperimentFile::Hosted(suite), _) => {
+                    let s = ef.records(seed, seeds)?.spreads();
+                    let aggs = report::hosted::aggregate(suite, &s);
+                    match format {
+                        Format::Json => report::json_text(&report::hosted::render_json(
+                            suite, &fname, seed, &aggs,
+                        )),
+                        _ => report::hosted::render_table(suite, &fname, seed, &aggs),
+                    }
+                }
+                (ExperimentFile::Server(suite), _) => {
+                    let s = ef.records(seed, seeds)?.spreads();
+                    let aggs = report::server::aggregate(suite, &s);
+                    match format {
+                        Format::Json => report::json_text(&report::server::render_json(
+                            suite, &fname, seed, &aggs,
+                        )),
+                        _ => report::server::render_table(suite, &fname, seed, &aggs),
+                    }
                 }
             };
             emit(&text, out.as_deref(), force)
@@ -248,44 +270,41 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             check_out(out.as_deref(), force)?;
             let dims = parse_vary(&vary)?;
             let fname = file.display().to_string();
-            // a shared file takes no overrides: say so before the grid's
-            // `--set`s are refused
-            if let Ok(v) = crate::config::read_toml(&file) {
-                if v.get("kind").and_then(|k| k.as_str()) == Some("shared") {
-                    return Err(ConfigError::new(
-                        &fname,
-                        "kind",
-                        "qsim sweep runs hosted and server files; for a shared deployment (kind = \"shared\") use qsim plan",
-                    )
-                    .into());
-                }
-            }
             let mut points = Vec::new();
+            let mut tidy = Vec::new();
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;
             for combo in grid(&dims) {
                 let mut all = sets.clone();
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
-                let rows = match load_experiment(&file, &all)? {
-                    ExperimentFile::Hosted(mut suite) => {
-                        suite.retain_only(&only)?;
-                        report::hosted::sweep_rows(&run_hosted(&suite, seed, seeds))
+                let mut ef = load_experiment(&file, &all)?;
+                ef.retain_only(&only)?;
+                let records = ef.records(seed, seeds)?;
+                if format == Format::Csv {
+                    tidy.push(PointRecords {
+                        params: combo,
+                        records,
+                    });
+                    continue;
+                }
+                let s = records.spreads();
+                let rows = match &ef {
+                    ExperimentFile::Hosted(suite) => {
+                        report::hosted::sweep_rows(&report::hosted::aggregate(suite, &s))
                     }
-                    ExperimentFile::Server(mut suite) => {
-                        suite.retain_only(&only)?;
+                    ExperimentFile::Server(suite) => {
                         cols = report::server::SWEEP_COLS;
-                        report::server::sweep_rows(&report::server::run(&suite, seed, seeds))
+                        report::server::sweep_rows(&report::server::aggregate(suite, &s))
                     }
-                    ExperimentFile::Shared(_) => {
-                        return Err(CliError::Config(ConfigError::new(
-                            &fname,
-                            "kind",
-                            "qsim sweep runs hosted and server files; for a shared deployment use qsim plan",
-                        )))
+                    ExperimentFile::Shared(args) => {
+                        cols = crate::plan::seeds::SWEEP_COLS;
+                        let (f, _) = crate::plan::build(args)?;
+                        crate::plan::seeds::sweep_rows(&f, &s)
                     }
                 };
                 points.push((combo, rows));
             }
             let text = match format {
+                Format::Csv => report::records::to_csv(&tidy),
                 Format::Table => report::sweep::render_table(&fname, seed, seeds, &points, cols),
                 Format::Json => {
                     report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
@@ -367,18 +386,6 @@ pub fn duration_arg(s: &str) -> Result<String, String> {
         Ok(_) => Err(format!("must be a duration > 0; {units}")),
         Err(_) => Err(format!("{s:?} is not a duration; {units}")),
     }
-}
-
-/// Run a hosted suite over `seeds` seeds from `seed` and aggregate.
-pub fn run_hosted(
-    suite: &experiment::HostedSuite,
-    seed: u64,
-    seeds: u64,
-) -> Vec<report::hosted::Aggregate> {
-    let runs: Vec<_> = (0..seeds)
-        .map(|k| experiment::hosted::run_suite(suite, seed.wrapping_add(k)))
-        .collect();
-    report::hosted::aggregate(&runs)
 }
 
 /// `--vary path=v1,v2` → (path, [v1, v2]).

@@ -233,7 +233,8 @@ fn parse_scalar(s: &str) -> toml::Value {
 }
 
 /// Apply `--set path=value` to a parsed file. Path segments are separated by
-/// dots; a numeric segment indexes an array (`experiment.1.workers=8`). The
+/// dots; a numeric segment indexes an array (`experiment.1.workers=8`), and
+/// so does the `name` of an item (`consumer.A.reserved_pct=40`). The
 /// parent of the last segment must exist; the last segment may be new (it is
 /// then checked like any field when the file is deserialized). Only scalars
 /// can be set, and a scalar cannot replace a table or an array.
@@ -270,9 +271,20 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                     .ok_or_else(|| ConfigError::new(&flag, &here, "no such field in the file"))?
             }
             toml::Value::Array(a) => {
-                let idx: usize = seg
-                    .parse()
-                    .map_err(|_| ConfigError::new(&flag, &here, "expected an array index"))?;
+                // an index, or the `name` of a table in the array
+                let idx: usize = match seg.parse() {
+                    Ok(i) => i,
+                    Err(_) => a
+                        .iter()
+                        .position(|x| x.get("name").and_then(|n| n.as_str()) == Some(*seg))
+                        .ok_or_else(|| {
+                            ConfigError::new(
+                                &flag,
+                                &here,
+                                "expected an array index or the name of an item",
+                            )
+                        })?,
+                };
                 let len = a.len();
                 let slot = a.get_mut(idx).ok_or_else(|| {
                     ConfigError::new(

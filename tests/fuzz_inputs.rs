@@ -375,20 +375,9 @@ fn check_message(msg: &str) -> Result<(), String> {
 /// Validate one experiment file (as `run` does, without running it).
 fn validate_experiment(path: &Path, sets: &[String], only: &[String]) -> Result<(), String> {
     use qsim::experiment::ExperimentFile;
-    match qsim::cli::load_experiment(path, sets) {
-        Ok(ExperimentFile::Hosted(mut s)) => s.retain_only(only).map_err(|e| e.to_string()),
-        Ok(ExperimentFile::Server(mut s)) => s.retain_only(only).map_err(|e| e.to_string()),
-        Ok(ExperimentFile::Shared(p)) => {
-            let args = qsim::plan::PlanArgs {
-                scenarios: Some(p),
-                ..Default::default()
-            };
-            qsim::plan::build(&args)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        }
-        Err(e) => Err(e.to_string()),
-    }
+    let mut ef: ExperimentFile =
+        qsim::cli::load_experiment(path, sets).map_err(|e| e.to_string())?;
+    ef.retain_only(only).map_err(|e| e.to_string())
 }
 
 /// Validate one model file by its kind.
@@ -851,9 +840,9 @@ fn listed_messages() {
             "sweep",
             "experiments/shared-deployment.toml",
             "--vary",
-            "capacity=1,2",
+            "no_such_field=1,2",
         ],
-        &["qsim plan"],
+        &["no_such_field"],
     );
     // serde errors on one line, path with names
     refused(

@@ -168,6 +168,9 @@ pub struct Load {
 
 #[derive(Debug, Clone)]
 pub struct Scenario {
+    /// Position in the file: it scopes the scenario's random streams, so
+    /// running a subset (`--only`) does not change any scenario's draws.
+    pub index: usize,
     pub name: String,
     pub description: String,
     pub duration: Nanos,
@@ -214,6 +217,30 @@ pub fn parse_semantics(src: &str, field: &str, s: &str) -> Result<Semantics, Con
 }
 
 impl SharedFile {
+    /// Keep only the named scenarios (`--only`), in file order; each keeps
+    /// its random streams (scoped by its position in the file).
+    pub fn retain_only(&mut self, only: &[String]) -> Result<(), ConfigError> {
+        if only.is_empty() {
+            return Ok(());
+        }
+        for n in only {
+            if !self.scenarios.iter().any(|s| &s.name == n) {
+                let names: Vec<&str> = self.scenarios.iter().map(|s| s.name.as_str()).collect();
+                return Err(ConfigError::new(
+                    "--only",
+                    "",
+                    format!(
+                        "no scenario named {n:?} in {}; it has {}",
+                        self.source,
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+        self.scenarios.retain(|s| only.contains(&s.name));
+        Ok(())
+    }
+
     pub fn embedded() -> Result<Self, ConfigError> {
         let v = parse_toml(
             EMBEDDED_SCENARIOS_NAME,
@@ -440,6 +467,7 @@ impl SharedFile {
                 });
             }
             scenarios.push(Scenario {
+                index: scenarios.len(),
                 name: s.name.clone(),
                 description: s.description.clone().unwrap_or_default(),
                 duration,

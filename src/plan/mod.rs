@@ -7,10 +7,12 @@ pub mod config;
 pub mod findings;
 pub mod inverse;
 pub mod render;
+pub mod seeds;
 pub mod sim;
 
 use crate::config::{read_toml, ConfigError};
 use crate::limiter::admission::{Unit, BP_FULL};
+use crate::report::records::Records;
 use crate::server::{load_profile, Cluster, RouterKind, ServerProfile};
 use config::{parse_semantics, pct_to_bp, SharedFile};
 use sim::{Backend, IdealBackend, ScenarioOutcome};
@@ -60,6 +62,41 @@ pub struct PlanArgs {
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
+    /// Number of seeds (seed, seed+1, …): the report adds medians and 90 %
+    /// intervals over seeds of each scenario's and consumer's figures.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub seeds: u64,
+    /// `--set PATH=VALUE` overrides of the scenario file (from `qsim run`/`sweep`).
+    #[arg(skip)]
+    pub sets: Vec<String>,
+    /// Scenarios to run (from `qsim run --only`); empty: all.
+    #[arg(skip)]
+    pub only: Vec<String>,
+}
+
+/// Apply `--set` overrides to a shared file. A path whose first segment is
+/// not a top-level key but a key of `[deployment]` (`capacity`, `threshold`,
+/// `semantics`, `unit`, `burst`, `accounting`) means that key.
+pub fn apply_sets(v: &mut toml::Value, sets: &[String]) -> Result<(), ConfigError> {
+    for s in sets {
+        let first = s.split(['.', '=']).next().unwrap_or("").trim();
+        let top = v.get(first).is_some();
+        let in_deployment = v
+            .get("deployment")
+            .and_then(|d| d.as_table())
+            .is_some_and(|d| d.contains_key(first) || matches!(first, "burst" | "accounting"));
+        if !top && in_deployment {
+            crate::config::apply_set(v, &format!("deployment.{}", s.trim())).map_err(|e| {
+                ConfigError {
+                    source: format!("--set {s}"),
+                    ..e
+                }
+            })?;
+        } else {
+            crate::config::apply_set(v, s)?;
+        }
+    }
+    Ok(())
 }
 
 /// The default server profile, embedded in the binary.
@@ -174,12 +211,22 @@ pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
 /// Load the scenario file (embedded unless `--scenarios`) and apply the flags.
 pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
     let mut f = match &args.scenarios {
-        None => SharedFile::embedded()?,
+        None if args.sets.is_empty() => SharedFile::embedded()?,
+        None => {
+            let mut v = crate::config::parse_toml(
+                config::EMBEDDED_SCENARIOS_NAME,
+                crate::embedded::must(config::EMBEDDED_SCENARIOS_PATH),
+            )?;
+            apply_sets(&mut v, &args.sets)?;
+            SharedFile::from_value(config::EMBEDDED_SCENARIOS_NAME, v)?
+        }
         Some(p) => {
-            let v = read_toml(p)?;
+            let mut v = read_toml(p)?;
+            apply_sets(&mut v, &args.sets)?;
             SharedFile::from_value(&p.display().to_string(), v)?
         }
     };
+    f.retain_only(&args.only)?;
     let lim = &mut f.limiter;
     if let Some(c) = &args.capacity {
         let v = parse_num("--capacity", c)?;
@@ -423,6 +470,16 @@ pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
         inverse_json = Some(v);
     }
     let runs = simulate(&file, &model, args.seed, true);
+    // more seeds: each reduced to records at once (nothing else is kept)
+    let over_seeds = (args.seeds > 1).then(|| {
+        let mut recs = Records::default();
+        seeds::records(&mut recs, args.seed, &runs);
+        for k in 1..args.seeds {
+            let s = args.seed.wrapping_add(k);
+            seeds::records(&mut recs, s, &simulate(&file, &model, s, true));
+        }
+        recs.spreads()
+    });
     let mut fs = findings::static_findings(&file, need.as_deref());
     fs.extend(findings::sim_findings(&file, &runs));
     let plan = render::Plan {
@@ -434,9 +491,14 @@ pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
         runs,
         inverse: inverse_json,
     };
-    Ok(if as_json {
-        crate::report::json_text(&render::json(&plan))
-    } else {
-        render::table(&plan)
+    Ok(match (as_json, &over_seeds) {
+        (true, None) => crate::report::json_text(&render::json(&plan)),
+        (false, None) => render::table(&plan),
+        (true, Some(s)) => {
+            let mut v = render::json(&plan);
+            v["over_seeds"] = seeds::json(&plan.runs, s, args.seed);
+            crate::report::json_text(&v)
+        }
+        (false, Some(s)) => render::table(&plan) + &seeds::table(&plan.runs, s, args.seed),
     })
 }

@@ -252,7 +252,7 @@ pub fn run_scenario(
     let seconds = sc.duration.div_ceil(NS_PER_SEC) as usize;
     // the configuration was validated when the file or flags were read
     let mut lim = limiter.map(|c| Limiter::new(c.clone(), 0).expect("validated limiter config"));
-    let scope = |k: u64| ((si as u64) << 24) | k;
+    let scope = |k: u64| ((sc.index as u64) << 24) | k;
     let mut tok_rng: Vec<Rng> = (0..n)
         .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
         .collect();

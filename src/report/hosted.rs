@@ -1,8 +1,10 @@
 //! Reports for hosted-API suites: the article's `show()` block per
 //! experiment, the experiments side by side, and JSON.
 
+use super::records::{Records, Spreads};
 use super::table::Table;
-use super::{round, spread, Spread};
+use super::{round, Spread};
+use crate::experiment::config::ClientKind;
 use crate::experiment::hosted::HostedResult;
 use crate::experiment::HostedSuite;
 use serde_json::{json, Map, Value};
@@ -70,31 +72,41 @@ pub struct Aggregate {
     pub runs: usize,
 }
 
-/// Aggregate `runs[seed][experiment]` into one entry per experiment.
-pub fn aggregate(runs: &[Vec<HostedResult>]) -> Vec<Aggregate> {
-    let n_exp = runs[0].len();
-    (0..n_exp)
-        .map(|i| {
-            let per_seed: Vec<Vec<f64>> = runs.iter().map(|r| values(&r[i])).collect();
-            let spreads = (0..METRICS.len())
-                .map(|m| spread(&per_seed.iter().map(|v| v[m]).collect::<Vec<_>>()))
-                .collect();
-            let limit_hits = runs[0][i]
-                .limit_hits
+fn limit_metric(limit: &str) -> String {
+    format!("http_429_by_limit.{limit}")
+}
+
+/// One seed's results as tidy records (subject: the experiment).
+pub fn records(out: &mut Records, seed: u64, results: &[HostedResult]) {
+    for r in results {
+        for ((key, _, _), v) in METRICS.iter().zip(values(r)) {
+            out.push(seed, &r.name, key, v);
+        }
+        for (limit, n) in &r.limit_hits {
+            out.push(seed, &r.name, &limit_metric(limit), *n as f64);
+        }
+    }
+}
+
+/// One entry per experiment of the suite, from the spreads of its records.
+pub fn aggregate(suite: &HostedSuite, s: &Spreads) -> Vec<Aggregate> {
+    suite
+        .experiments
+        .iter()
+        .map(|e| Aggregate {
+            name: e.name.clone(),
+            client: match e.client {
+                ClientKind::Pool { .. } => "pool",
+                ClientKind::Managed(_) => "managed",
+            },
+            spreads: METRICS.iter().map(|(k, _, _)| s.get(&e.name, k)).collect(),
+            limit_hits: suite
+                .profile
+                .limits
                 .iter()
-                .enumerate()
-                .map(|(k, (name, _))| {
-                    let v: Vec<f64> = runs.iter().map(|r| r[i].limit_hits[k].1 as f64).collect();
-                    (name.clone(), spread(&v))
-                })
-                .collect();
-            Aggregate {
-                name: runs[0][i].name.clone(),
-                client: runs[0][i].client,
-                spreads,
-                limit_hits,
-                runs: runs.len(),
-            }
+                .map(|l| (l.name.clone(), s.get(&e.name, &limit_metric(&l.name))))
+                .collect(),
+            runs: s.runs,
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! Reports: plain-text tables and JSON, and aggregation over seeds.
 
 pub mod hosted;
+pub mod records;
 pub mod server;
 pub mod sweep;
 pub mod table;

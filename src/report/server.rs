@@ -1,8 +1,9 @@
 //! Reports for server suites: per scenario, the aggregate over replicas and
 //! each replica, plus snapshots of the queue at chosen times; table and JSON.
 
+use super::records::{Records, Spreads};
 use super::table::Table;
-use super::{round, spread, Spread};
+use super::{round, Spread};
 use crate::experiment::server::{Load, ServerResult, ServerSuite};
 use crate::server::ReplicaMetrics;
 use crate::time::{to_secs, Nanos};
@@ -106,12 +107,6 @@ pub struct Aggregate {
     pub snapshots: Vec<(f64, Vec<Spread>)>,
 }
 
-fn spreads(per_seed: &[Vec<f64>]) -> Vec<Spread> {
-    (0..per_seed[0].len())
-        .map(|k| spread(&per_seed.iter().map(|v| v[k]).collect::<Vec<_>>()))
-        .collect()
-}
-
 fn load_label(l: &Load) -> String {
     match l {
         Load::Open { rpm, process } => format!("{rpm} RPM {}", process.kind),
@@ -119,59 +114,81 @@ fn load_label(l: &Load) -> String {
     }
 }
 
-/// Aggregate `runs[seed][scenario]`.
-pub fn aggregate(suite: &ServerSuite, runs: &[Vec<ServerResult>]) -> Vec<Aggregate> {
+fn replica_metric(k: usize, key: &str) -> String {
+    format!("replica.{k}.{key}")
+}
+
+fn snapshot_metric(k: usize, key: &str) -> String {
+    format!("snapshot.{k}.{key}")
+}
+
+/// One seed's results as tidy records (subject: the scenario): the
+/// aggregate over replicas, each replica (`replica.K.metric`), requests left
+/// unfinished, and each snapshot (`snapshot.K.field`, with its time `t_s`).
+pub fn records(out: &mut Records, seed: u64, results: &[ServerResult]) {
+    for r in results {
+        let nrep = r.metrics.replicas.len();
+        let total = values(&r.metrics.total(r.until), r.until, nrep);
+        for ((key, _, _), v) in METRICS.iter().zip(total) {
+            out.push(seed, &r.name, key, v);
+        }
+        for (k, m) in r.metrics.replicas.iter().enumerate() {
+            for ((key, _, _), v) in METRICS.iter().zip(values(m, r.until, 1)) {
+                out.push(seed, &r.name, &replica_metric(k, key), v);
+            }
+        }
+        out.push(seed, &r.name, "unfinished", r.unfinished as f64);
+        for (k, s) in r.snapshots.iter().enumerate() {
+            let v = [
+                s.waiting as f64,
+                s.running as f64,
+                s.outstanding as f64,
+                s.completed as f64,
+                s.e2e_p50_s,
+                s.e2e_max_s,
+                s.gpu_util,
+                s.kv_util,
+                s.preemptions as f64,
+            ];
+            out.push(seed, &r.name, &snapshot_metric(k, "t_s"), to_secs(s.t));
+            for ((key, _), v) in SNAPSHOT.iter().zip(v) {
+                out.push(seed, &r.name, &snapshot_metric(k, key), v);
+            }
+        }
+    }
+}
+
+/// One entry per scenario of the suite, from the spreads of its records.
+pub fn aggregate(suite: &ServerSuite, s: &Spreads) -> Vec<Aggregate> {
     suite
         .scenarios
         .iter()
-        .enumerate()
-        .map(|(i, sc)| {
-            let res: Vec<&ServerResult> = runs.iter().map(|r| &r[i]).collect();
-            let nrep = res[0].metrics.replicas.len();
-            let total: Vec<Vec<f64>> = res
-                .iter()
-                .map(|r| values(&r.metrics.total(r.until), r.until, nrep))
-                .collect();
-            let per_replica = (0..nrep)
-                .map(|k| {
-                    let v: Vec<Vec<f64>> = res
-                        .iter()
-                        .map(|r| values(&r.metrics.replicas[k], r.until, 1))
-                        .collect();
-                    spreads(&v)
-                })
-                .collect();
-            let snapshots = (0..res[0].snapshots.len())
-                .map(|k| {
-                    let v: Vec<Vec<f64>> = res
-                        .iter()
-                        .map(|r| {
-                            let s = &r.snapshots[k];
-                            vec![
-                                s.waiting as f64,
-                                s.running as f64,
-                                s.outstanding as f64,
-                                s.completed as f64,
-                                s.e2e_p50_s,
-                                s.e2e_max_s,
-                                s.gpu_util,
-                                s.kv_util,
-                                s.preemptions as f64,
-                            ]
-                        })
-                        .collect();
-                    (to_secs(res[0].snapshots[k].t), spreads(&v))
-                })
-                .collect();
+        .map(|sc| {
+            let name = &sc.name;
+            let nrep = sc.replicas as usize;
+            let metrics = |f: &dyn Fn(&str) -> String| -> Vec<Spread> {
+                METRICS.iter().map(|(k, _, _)| s.get(name, &f(k))).collect()
+            };
             Aggregate {
-                name: sc.name.clone(),
+                name: name.clone(),
                 load: load_label(&sc.load),
                 replicas: nrep,
-                runs: res.len(),
-                total: spreads(&total),
-                per_replica,
-                unfinished: spread(&res.iter().map(|r| r.unfinished as f64).collect::<Vec<_>>()),
-                snapshots,
+                runs: s.runs,
+                total: metrics(&|k| k.to_string()),
+                per_replica: (0..nrep)
+                    .map(|r| metrics(&|k| replica_metric(r, k)))
+                    .collect(),
+                unfinished: s.get(name, "unfinished"),
+                snapshots: (0..sc.snapshots.len())
+                    .map(|k| {
+                        let t = s.get(name, &snapshot_metric(k, "t_s")).median;
+                        let v = SNAPSHOT
+                            .iter()
+                            .map(|(f, _)| s.get(name, &snapshot_metric(k, f)))
+                            .collect();
+                        (t, v)
+                    })
+                    .collect(),
             }
         })
         .collect()
@@ -340,27 +357,4 @@ pub fn sweep_rows(aggs: &[Aggregate]) -> Vec<super::sweep::Row> {
                 .collect(),
         })
         .collect()
-}
-
-/// Run a suite over `seeds` seeds from `seed` and aggregate.
-pub fn run(suite: &ServerSuite, seed: u64, seeds: u64) -> Vec<Aggregate> {
-    let runs: Vec<_> = (0..seeds)
-        .map(|k| crate::experiment::server::run_suite(suite, seed.wrapping_add(k)))
-        .collect();
-    aggregate(suite, &runs)
-}
-
-pub fn run_and_render(
-    suite: &ServerSuite,
-    file: &str,
-    seed: u64,
-    seeds: u64,
-    json: bool,
-) -> String {
-    let aggs = run(suite, seed, seeds);
-    if json {
-        super::json_text(&render_json(suite, file, seed, &aggs))
-    } else {
-        render_table(suite, file, seed, &aggs)
-    }
 }

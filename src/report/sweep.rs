@@ -40,7 +40,11 @@ pub fn render_table(file: &str, seed: u64, seeds: u64, points: &[Point], cols: &
                     .iter()
                     .find(|m| m.0 == *k)
                     .unwrap_or_else(|| panic!("sweep column {k} is not a metric"));
-                line.push(super::fmt_spread(s, *d, 1));
+                line.push(if s.median.is_nan() {
+                    "–".to_string()
+                } else {
+                    super::fmt_spread(s, *d, 1)
+                });
             }
             t.row(line);
         }
@@ -62,7 +66,9 @@ pub fn render_json(file: &str, seed: u64, seeds: u64, points: &[Point]) -> Value
                     let mut o = Map::new();
                     o.insert("name".into(), json!(r.name));
                     for (key, d, s) in &r.metrics {
-                        let v = if *d == 0 {
+                        let v = if s.median.is_nan() {
+                            Value::Null
+                        } else if *d == 0 {
                             json!(s.median.round() as i64)
                         } else {
                             json!(round(s.median, (*d).max(3)))

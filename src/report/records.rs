@@ -1,0 +1,173 @@
+//! Tidy records: the single output of a run.
+//!
+//! Every run of every experiment kind reduces, seed by seed, to records
+//! `(seed, subject, metric, value)` — the subject is an experiment, a
+//! scenario, `scenario/replica-K` or `scenario/consumer` — and a sweep adds
+//! the point's parameters. Tables, JSON, the spreads over seeds (median and
+//! 90 % interval) and the CSV that table tools read are all derived from
+//! these records; nothing else survives a seed (no histograms are kept).
+
+use super::{spread, Spread};
+use std::collections::BTreeMap;
+
+/// One measured value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub seed: u64,
+    /// What the value is about: an experiment, a scenario, `scenario/consumer`…
+    pub subject: String,
+    /// The metric's key (the JSON name).
+    pub metric: String,
+    pub value: f64,
+}
+
+/// Records of one run, appended seed after seed.
+#[derive(Debug, Clone, Default)]
+pub struct Records {
+    pub rows: Vec<Record>,
+}
+
+impl Records {
+    /// A writer for one seed's records about `subject`.
+    pub fn push(&mut self, seed: u64, subject: &str, metric: &str, value: f64) {
+        self.rows.push(Record {
+            seed,
+            subject: subject.to_string(),
+            metric: metric.to_string(),
+            value,
+        });
+    }
+
+    /// Number of distinct seeds.
+    pub fn seeds(&self) -> usize {
+        let mut s: Vec<u64> = self.rows.iter().map(|r| r.seed).collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len()
+    }
+
+    /// The spreads over seeds of every (subject, metric).
+    pub fn spreads(&self) -> Spreads {
+        let mut by: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
+        for r in &self.rows {
+            by.entry((&r.subject, &r.metric)).or_default().push(r.value);
+        }
+        Spreads {
+            runs: self.seeds(),
+            map: by
+                .into_iter()
+                .map(|((s, m), v)| ((s.to_string(), m.to_string()), spread(&v)))
+                .collect(),
+        }
+    }
+}
+
+/// Median and 90 % interval over seeds of each (subject, metric).
+#[derive(Debug, Clone, Default)]
+pub struct Spreads {
+    pub runs: usize,
+    map: BTreeMap<(String, String), Spread>,
+}
+
+impl Spreads {
+    /// The spread of `metric` about `subject` (all zeros if never recorded).
+    pub fn get(&self, subject: &str, metric: &str) -> Spread {
+        self.map
+            .get(&(subject.to_string(), metric.to_string()))
+            .copied()
+            .unwrap_or(Spread {
+                median: 0.0,
+                lo: 0.0,
+                hi: 0.0,
+            })
+    }
+
+    /// Whether `metric` was recorded about `subject`.
+    pub fn has(&self, subject: &str, metric: &str) -> bool {
+        self.map
+            .contains_key(&(subject.to_string(), metric.to_string()))
+    }
+}
+
+/// A sweep point: its parameters (path, value) and its records.
+pub struct PointRecords {
+    pub params: Vec<(String, String)>,
+    pub records: Records,
+}
+
+/// Quote a CSV field if it needs it (RFC 4180).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The records as CSV, one row per (point, seed, subject, metric): the
+/// point's parameters first (one column per swept path), then `seed,
+/// subject, metric, value`. Values are written with Rust's shortest
+/// round-trip formatting, so the file reads back to the same numbers.
+pub fn to_csv(points: &[PointRecords]) -> String {
+    let cols: Vec<&str> = points
+        .first()
+        .map(|p| p.params.iter().map(|(k, _)| k.as_str()).collect())
+        .unwrap_or_default();
+    let mut out = String::new();
+    for c in &cols {
+        out.push_str(&csv_field(c));
+        out.push(',');
+    }
+    out.push_str("seed,subject,metric,value\n");
+    for p in points {
+        let prefix: String = p
+            .params
+            .iter()
+            .map(|(_, v)| format!("{},", csv_field(v)))
+            .collect();
+        for r in &p.records.rows {
+            out.push_str(&prefix);
+            out.push_str(&format!(
+                "{},{},{},{}\n",
+                r.seed,
+                csv_field(&r.subject),
+                csv_field(&r.metric),
+                r.value
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spreads_group_by_subject_and_metric_over_seeds() {
+        let mut r = Records::default();
+        for seed in 1..=3 {
+            r.push(seed, "exp1", "ok", seed as f64 * 10.0);
+            r.push(seed, "exp2", "ok", 1.0);
+        }
+        let s = r.spreads();
+        assert_eq!(s.runs, 3);
+        assert_eq!(s.get("exp1", "ok").median, 20.0);
+        assert_eq!(s.get("exp2", "ok").lo, 1.0);
+        assert!(!s.has("exp3", "ok"));
+    }
+
+    #[test]
+    fn csv_quotes_and_reads_back() {
+        let mut r = Records::default();
+        r.push(7, "a,b", "m\"x", 0.1 + 0.2);
+        let csv = to_csv(&[PointRecords {
+            params: vec![("workers".into(), "8".into())],
+            records: r,
+        }]);
+        assert_eq!(
+            csv,
+            "workers,seed,subject,metric,value\n8,7,\"a,b\",\"m\"\"x\",0.30000000000000004\n"
+        );
+    }
+}
