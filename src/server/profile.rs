@@ -426,7 +426,11 @@ mod tests {
         assert_eq!(p.total_blocks, 26_972);
         let it = &p.iteration;
         // weights 14.96 GiB at 0.67 × 3.35 TB/s = 7.157 ms
-        assert!((it.mem_base_ns / 1e6 - 7.157).abs() < 0.001, "{}", it.mem_base_ns);
+        assert!(
+            (it.mem_base_ns / 1e6 - 7.157).abs() < 0.001,
+            "{}",
+            it.mem_base_ns
+        );
         // one KV token: 128 KiB at 2.2445 TB/s = 58.4 ns
         assert!((it.mem_per_kv_token_ns - 58.4).abs() < 0.1);
         // one token: 2 × 8.03e9 / (0.6 × 989 TFLOPs) = 27.06 µs
