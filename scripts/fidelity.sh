@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate the tables of docs/fidelity.md (between the GENERATED markers)
 # from experiments/llama-8b-fidelity.toml, the measured points in
-# experiments/llama-8b-fidelity-measured.toml and experiments/nim-load.toml,
+# experiments/data/llama-8b-fidelity-measured.toml and experiments/nim-load.toml,
 # and check the held-out errors against the thresholds (tests/server_fidelity.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

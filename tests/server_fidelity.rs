@@ -1,5 +1,5 @@
 //! Server-model fidelity across load: the Llama-3.1-8B profile against
-//! published measurements (experiments/llama-8b-fidelity-measured.toml),
+//! published measurements (experiments/data/llama-8b-fidelity-measured.toml),
 //! and gpt-oss-20b against seed 003 at 1000 RPM. Points marked `held_out`
 //! were never used to choose a coefficient; their errors are checked here.
 //!
@@ -62,7 +62,7 @@ fn err(sim: f64, meas: f64) -> f64 {
 }
 
 fn run_points() -> (String, Vec<Point>) {
-    let mpath = root().join("experiments/llama-8b-fidelity-measured.toml");
+    let mpath = root().join("experiments/data/llama-8b-fidelity-measured.toml");
     let text = std::fs::read_to_string(&mpath).expect("measured file");
     let m: toml::Value = toml::from_str(&text).expect("measured TOML");
     let title = m["title"].as_str().expect("title").to_string();
