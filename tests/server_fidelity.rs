@@ -18,12 +18,16 @@ const E2E_TOL: f64 = 0.10;
 const TTFT_TOL: f64 = 0.15;
 const SAT_TOL: f64 = 0.10;
 
-/// Held-out (point, metric) pairs OUTSIDE their threshold today, listed in
-/// docs/fidelity.md as unmet acceptance: mean TTFT of identical closed-loop
-/// clients (qsim's deterministic engine keeps requests admitted together in
-/// one clump, so their prefills share iterations), and E2E where that TTFT
-/// gap adds up. They are reported, not checked; every other held-out figure
-/// is. A model change that closes a gap should remove it from this list.
+/// Held-out (point, metric) pairs OUTSIDE their threshold today: unmet
+/// acceptance, listed with numbers and the evidence about their cause in
+/// docs/fidelity.md ("Known gaps"). Mean TTFT of identical closed-loop
+/// clients at low and middle load: requests admitted together finish together
+/// and their clients' next prompts share one long prefill iteration (verified
+/// with a per-iteration trace); how far real clients break these clumps up is
+/// not in the published source. E2E at concurrency 100 carries that TTFT gap.
+/// They are reported, not checked against the threshold; every other held-out
+/// figure is. A listed pair that comes within its threshold fails the test
+/// until it is removed from this list, so the list cannot go stale.
 const KNOWN_GAPS: &[(&str, &str)] = &[
     ("c5", "TTFT"),
     ("c25", "TTFT"),
@@ -222,6 +226,13 @@ fn llama_8b_held_out_points_within_thresholds() {
                 let e = err(p.sim[i], p.meas[i]);
                 if KNOWN_GAPS.contains(&(p.scenario.as_str(), *n)) {
                     println!("known gap: {} {n} {:+.1} %", p.scenario, e * 100.0);
+                    if e.abs() <= *tol {
+                        failures.push(format!(
+                            "{} {n} is listed in KNOWN_GAPS but within its threshold ({:+.1} %): remove it",
+                            p.scenario,
+                            e * 100.0
+                        ));
+                    }
                     continue;
                 }
                 if e.abs() > *tol {
