@@ -1,20 +1,23 @@
 //! Server profiles (`models/*.toml` with `kind = "server"`): the scheduler
 //! limits, the paged KV cache and the iteration-time model of one replica.
 //!
-//! Iteration time (see docs/ARCHITECTURE.md, "Server model"):
+//! Iteration time (see docs/ARCHITECTURE.md, "Server model"): a roofline per
+//! iteration, the larger of the memory time and the compute time.
 //!
 //! ```text
-//! gpu  = gpu_fixed
-//!      + (weights_read + K · kv_bytes_per_token) / (hbm_bandwidth · bandwidth_efficiency)
-//!      + 2 · active_params · (P + D) / (peak_flops · compute_efficiency)
+//! mem  = (weights_read + K · kv_bytes_per_token) / (hbm_bandwidth · bandwidth_efficiency)
+//! comp = (2 · active_params · (P + D) + attn_flops_per_pair · A) / (peak_flops · compute_efficiency)
+//! gpu  = gpu_fixed + max(mem, comp)
 //! t    = cpu_overhead + cpu_per_seq · (number of scheduled sequences) + gpu
 //! ```
 //!
 //! P = prefill tokens in the iteration, D = decode sequences, K = KV tokens
-//! read by attention (the context length of every scheduled sequence). The
-//! memory and compute terms are added (no overlap: a conservative roofline).
-//! The CPU part of an iteration (scheduling, sampling, detokenisation) keeps
-//! the GPU idle; GPU utilisation is `gpu / t` while the engine is busy.
+//! read by attention (the context length of every scheduled sequence), A =
+//! (query token, context token) pairs attention computes (a chunk of m tokens
+//! after c computed ones adds m·c + m(m+1)/2). The GPU overlaps streaming
+//! bytes with arithmetic, so the two terms are not added. The CPU part of an
+//! iteration (scheduling, sampling, detokenisation) keeps the GPU idle; GPU
+//! utilisation is `gpu / t` while the engine is busy.
 
 use crate::config::{from_value, read_toml, ConfigError};
 use crate::time::Nanos;
@@ -59,6 +62,10 @@ struct RawIteration {
     /// Bytes of weights read per iteration (MoE: all experts touched), default = weights_gib.
     weights_read_gib: Option<f64>,
     active_params_b: f64,
+    /// Attention FLOPs per (query token, context token) pair:
+    /// 4 · layers · query heads · head dim (QKᵀ and AV). 0 = not modelled.
+    #[serde(default)]
+    attn_flops_per_pair: f64,
     #[serde(default = "one")]
     bandwidth_efficiency: f64,
     #[serde(default = "one")]
@@ -95,12 +102,16 @@ struct RawServerProfile {
 /// The iteration-time model, with coefficients in nanoseconds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IterationModel {
-    /// Fixed GPU time per iteration (weights read + fitted fixed term), ns.
-    pub gpu_base_ns: f64,
-    /// GPU ns per KV token read.
-    pub gpu_per_kv_token_ns: f64,
-    /// GPU ns per token processed (prefill token or decode sequence).
-    pub gpu_per_token_ns: f64,
+    /// Fixed GPU time per iteration not hidden by the roofline (launches), ns.
+    pub gpu_fixed_ns: f64,
+    /// Memory time of reading the weights once, ns.
+    pub mem_base_ns: f64,
+    /// Memory ns per KV token read by attention.
+    pub mem_per_kv_token_ns: f64,
+    /// Compute ns per token processed (prefill token or decode sequence).
+    pub comp_per_token_ns: f64,
+    /// Compute ns per attention (query token, context token) pair.
+    pub comp_per_attn_pair_ns: f64,
     /// CPU (GPU idle) ns per iteration.
     pub cpu_base_ns: f64,
     /// CPU ns per scheduled sequence.
@@ -108,22 +119,32 @@ pub struct IterationModel {
 }
 
 impl IterationModel {
-    /// (total duration, GPU-busy part) of one iteration, in ns.
+    /// (total duration, GPU-busy part) of one iteration, in ns: `prefill_tokens`
+    /// P, `decode_seqs` D, `kv_tokens` K, `attn_pairs` A, `seqs` scheduled.
     #[inline]
     pub fn duration(
         &self,
         prefill_tokens: u64,
         decode_seqs: u64,
         kv_tokens: u64,
+        attn_pairs: u64,
         seqs: u64,
     ) -> (Nanos, Nanos) {
-        let gpu = self.gpu_base_ns
-            + self.gpu_per_kv_token_ns * kv_tokens as f64
-            + self.gpu_per_token_ns * (prefill_tokens + decode_seqs) as f64;
+        let mem = self.mem_base_ns + self.mem_per_kv_token_ns * kv_tokens as f64;
+        let comp = self.comp_per_token_ns * (prefill_tokens + decode_seqs) as f64
+            + self.comp_per_attn_pair_ns * attn_pairs as f64;
+        let gpu = self.gpu_fixed_ns + mem.max(comp);
         let cpu = self.cpu_base_ns + self.cpu_per_seq_ns * seqs as f64;
         let gpu = gpu.round() as Nanos;
         let total = (gpu + cpu.round() as Nanos).max(1);
         (total, gpu)
+    }
+
+    /// Attention pairs of a chunk of `chunk` tokens after `computed` ones.
+    #[inline]
+    pub fn attn_pairs(computed: u32, chunk: u32) -> u64 {
+        let (c, m) = (computed as u64, chunk as u64);
+        m * c + m * (m + 1) / 2
     }
 }
 
@@ -335,15 +356,26 @@ impl ServerProfile {
         let cpu = ms("cpu_overhead_ms", it.cpu_overhead_ms)? * 1e6;
         let cpu_seq = ms("cpu_per_seq_us", it.cpu_per_seq_us)? * 1e3;
         let ingress = ms("ingress_ms", it.ingress_ms)? * 1e6;
+        let attn = num(
+            file,
+            "iteration.attn_flops_per_pair",
+            it.attn_flops_per_pair,
+            0.0,
+            1e12,
+            false,
+        )?;
         let eff_bw = bw * be;
+        let eff_flops = peak * ce;
         let iteration = IterationModel {
-            gpu_base_ns: gpu_fixed + wread / eff_bw * 1e9,
-            gpu_per_kv_token_ns: kv_bytes / eff_bw * 1e9,
-            gpu_per_token_ns: 2.0 * active / (peak * ce) * 1e9,
+            gpu_fixed_ns: gpu_fixed,
+            mem_base_ns: wread / eff_bw * 1e9,
+            mem_per_kv_token_ns: kv_bytes / eff_bw * 1e9,
+            comp_per_token_ns: 2.0 * active / eff_flops * 1e9,
+            comp_per_attn_pair_ns: attn / eff_flops * 1e9,
             cpu_base_ns: cpu,
             cpu_per_seq_ns: cpu_seq,
         };
-        if iteration.duration(0, 1, 1, 1).0 == 0 {
+        if iteration.duration(0, 1, 1, 1, 1).0 == 0 {
             return Err(ConfigError::new(
                 file,
                 "iteration",
@@ -392,19 +424,55 @@ mod tests {
         let p = load_profile(&models().join("llama-3.1-8b-h100-vllm.toml")).unwrap();
         // (79.6 × 0.9 − 14.96 − 4) GiB / (16 × 128 KiB)
         assert_eq!(p.total_blocks, 26_972);
-        // weights 14.96 GiB at 0.8 × 3.35 TB/s = 5.99 ms, + 0.2 ms fixed, + one token 0.027 ms
-        let (_, gpu) = p.iteration.duration(0, 1, 0, 1);
-        assert!((gpu as f64 / 1e6 - 6.221).abs() < 0.001, "{gpu}");
-        // one KV token: 128 KiB at 2.68 TB/s = 48.9 ns; one token: 2 × 8.03e9 / 593.4 TFLOPs = 27.1 µs
-        assert!((p.iteration.gpu_per_kv_token_ns - 48.9).abs() < 0.1);
-        assert!((p.iteration.gpu_per_token_ns - 27_064.0).abs() < 10.0);
+        let it = &p.iteration;
+        // weights 14.96 GiB at 0.67 × 3.35 TB/s = 7.157 ms
+        assert!(
+            (it.mem_base_ns / 1e6 - 7.157).abs() < 0.001,
+            "{}",
+            it.mem_base_ns
+        );
+        // one KV token: 128 KiB at 2.2445 TB/s = 58.4 ns
+        assert!((it.mem_per_kv_token_ns - 58.4).abs() < 0.1);
+        // one token: 2 × 8.03e9 / (0.6 × 989 TFLOPs) = 27.06 µs
+        assert!((it.comp_per_token_ns - 27_064.0).abs() < 10.0);
+        // one attention pair: 524,288 FLOPs / 593.4 TFLOPs = 0.884 ns
+        assert!((it.comp_per_attn_pair_ns - 0.8835).abs() < 0.001);
+        // batch-1 decode is memory-bound: 0.2 fixed + 7.157 ms weights (+ KV)
+        let (_, gpu) = it.duration(0, 1, 0, 1, 1);
+        assert!((gpu as f64 / 1e6 - 7.357).abs() < 0.001, "{gpu}");
+        // a 8192-token prefill is compute-bound: 8192 × 27.06 µs + attention
+        let a = IterationModel::attn_pairs(0, 8192);
+        assert_eq!(a, 8192 * 8193 / 2);
+        let (_, gpu) = it.duration(8192, 0, 8192, a, 1);
+        let want = 0.2e6 + 8192.0 * it.comp_per_token_ns + a as f64 * it.comp_per_attn_pair_ns;
+        assert!((gpu as f64 - want).abs() < 1.0, "{gpu} vs {want}");
+    }
+
+    #[test]
+    fn the_roofline_takes_the_larger_term_not_the_sum() {
+        let m = IterationModel {
+            gpu_fixed_ns: 100.0,
+            mem_base_ns: 1_000.0,
+            mem_per_kv_token_ns: 1.0,
+            comp_per_token_ns: 10.0,
+            comp_per_attn_pair_ns: 0.5,
+            cpu_base_ns: 7.0,
+            cpu_per_seq_ns: 3.0,
+        };
+        // memory-bound: mem 1000 + 200 = 1200 > comp 10 × 20 + 0.5 × 40 = 220
+        assert_eq!(m.duration(0, 20, 200, 40, 20), (100 + 1200 + 7 + 60, 1300));
+        // compute-bound: comp 10 × 300 + 0.5 × 1000 = 3500 > mem 1000 + 300
+        assert_eq!(m.duration(300, 0, 300, 1000, 1), (100 + 3500 + 10, 3600));
+        // a chunk of 3 tokens after 2 computed attends over 3 + 4 + 5 tokens
+        assert_eq!(IterationModel::attn_pairs(2, 3), 12);
+        assert_eq!(IterationModel::attn_pairs(10, 1), 11);
     }
 
     #[test]
     fn gpt_oss_profile_loads() {
         let p = load_profile(&models().join("gpt-oss-20b-h100-nim.toml")).unwrap();
         assert_eq!(p.total_blocks, 74_874);
-        assert_eq!(p.ingress, 5_000_000);
+        assert_eq!(p.ingress, 8_500_000);
     }
 
     fn err(edit: &str, with: &str) -> ConfigError {
@@ -427,10 +495,14 @@ mod tests {
         assert_eq!(e.field, "kv_cache.gpu_memory_gib");
         let e = err("gpu_memory_gib = 79.6", "gpu_memory_gib = 16");
         assert_eq!(e.field, "kv_cache");
-        let e = err("bandwidth_efficiency = 0.8", "bandwidth_efficiency = 1.5");
+        let e = err("bandwidth_efficiency = 0.67", "bandwidth_efficiency = 1.5");
         assert_eq!(e.field, "iteration.bandwidth_efficiency");
         let e = err("max_model_len = 131072", "max_model_len = 100000000");
         assert_eq!(e.field, "scheduler.max_model_len");
+        let e = err("max_num_seqs = 256", "max_num_seqs = -1");
+        assert_eq!(e.field, "scheduler.max_num_seqs");
+        let e = err("attn_flops_per_pair = 524288", "attn_flops_per_pair = -1");
+        assert_eq!(e.field, "iteration.attn_flops_per_pair");
         let e = err("max_num_seqs = 256", "max_num_seqs = -1");
         assert_eq!(e.field, "scheduler.max_num_seqs");
     }

@@ -2,7 +2,7 @@
 //! and a paged KV cache. Sans-IO: driven by `advance(now)`.
 
 use super::metrics::ReplicaMetrics;
-use super::profile::ServerProfile;
+use super::profile::{IterationModel, ServerProfile};
 use super::{Completion, Request};
 use crate::time::{Nanos, NEVER};
 use std::collections::VecDeque;
@@ -197,7 +197,7 @@ impl Replica {
     fn start_iteration(&mut self, t: Nanos, m: &mut ReplicaMetrics) {
         let bs = self.profile.block_size;
         let mut budget = self.profile.max_batched_tokens;
-        let (mut p, mut d, mut k, mut n) = (0u64, 0u64, 0u64, 0u64);
+        let (mut p, mut d, mut k, mut a, mut n) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut preempted = false;
         let mut i = 0;
         // 1. the running batch, oldest first
@@ -230,6 +230,7 @@ impl Replica {
                 d += 1;
             }
             k += (s.computed + chunk) as u64;
+            a += IterationModel::attn_pairs(s.computed, chunk);
             n += 1;
             i += 1;
         }
@@ -269,6 +270,7 @@ impl Replica {
                     d += 1;
                 }
                 k += chunk as u64;
+                a += IterationModel::attn_pairs(0, chunk);
                 n += 1;
                 self.running.push(s);
             }
@@ -282,7 +284,7 @@ impl Replica {
             self.iter_end = NEVER;
             return;
         }
-        let (dur, gpu) = self.profile.iteration.duration(p, d, k, n);
+        let (dur, gpu) = self.profile.iteration.duration(p, d, k, a, n);
         m.prefill_tokens += p;
         self.iter_start = t;
         self.iter_end = t + dur;
