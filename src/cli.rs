@@ -194,19 +194,16 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref(), force)
         }
-        Cmd::Run {
-            file,
-            opts:
-                RunOpts {
-                    seed,
-                    seeds,
-                    format,
-                    sets,
-                    only,
-                    out,
-                    force,
-                },
-        } => {
+        Cmd::Run { file, opts } => {
+            let RunOpts {
+                seed,
+                seeds,
+                format,
+                sets,
+                only,
+                out,
+                force,
+            } = opts;
             check_out(out.as_deref(), force)?;
             let mut ef = load_experiment(&file, &sets)?;
             ef.retain_only(&only)?;
@@ -253,20 +250,16 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref(), force)
         }
-        Cmd::Sweep {
-            file,
-            vary,
-            opts:
-                RunOpts {
-                    seed,
-                    seeds,
-                    format,
-                    sets,
-                    only,
-                    out,
-                    force,
-                },
-        } => {
+        Cmd::Sweep { file, vary, opts } => {
+            let RunOpts {
+                seed,
+                seeds,
+                format,
+                sets,
+                only,
+                out,
+                force,
+            } = opts;
             check_out(out.as_deref(), force)?;
             let dims = parse_vary(&vary)?;
             let fname = file.display().to_string();

@@ -232,6 +232,19 @@ fn parse_scalar(s: &str) -> toml::Value {
     }
 }
 
+/// Check a file's `kind` field against the kind expected here (`what`
+/// describes it in the message, e.g. "a server profile").
+pub fn expect_kind(file: &str, got: &str, want: &str, what: &str) -> Result<(), ConfigError> {
+    if got == want {
+        return Ok(());
+    }
+    Err(ConfigError::new(
+        file,
+        "kind",
+        format!("expected {want:?} for {what}, got {got:?}"),
+    ))
+}
+
 /// Apply `--set path=value` to a parsed file. Path segments are separated by
 /// dots; a numeric segment indexes an array (`experiment.1.workers=8`), and
 /// so does the `name` of an item (`consumer.A.reserved_pct=40`). The

@@ -243,13 +243,7 @@ impl HostedSuite {
         let fname = file.display().to_string();
         let f = fname.as_str();
         let raw: RawHostedSuite = from_value(f, v)?;
-        if raw.kind != "hosted" {
-            return Err(ConfigError::new(
-                f,
-                "kind",
-                format!("expected \"hosted\", got {:?}", raw.kind),
-            ));
-        }
+        crate::config::expect_kind(f, &raw.kind, "hosted", "a hosted experiment file")?;
         let ppath = resolve_relative(file, &raw.endpoint);
         if !source_exists(&ppath) {
             return Err(ConfigError::new(

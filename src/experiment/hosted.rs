@@ -10,7 +10,7 @@ use crate::engine::rng::{component, draws, stream};
 use crate::engine::{DurationHist, EventQueue, NoDeadlines, Rng, Sampler, Timed};
 use crate::hosted::{HostedEndpoint, Reply};
 use crate::limiter::rates::Cost;
-use crate::time::Nanos;
+use crate::time::{Nanos, NEVER};
 
 /// What one experiment measured (the article's `show()` plus more).
 #[derive(Debug, Clone)]
@@ -175,11 +175,47 @@ struct Active {
 enum Ev {
     Send(u32),
     /// The reply to slot's attempt arrives (`out`: output tokens of a success).
+    /// The reply to slot's attempt arrives (packed small: the queue moves
+    /// every event several times).
     Reply {
         slot: u32,
-        reply: CallReply,
-        out: u64,
+        reply: Packed,
     },
+}
+
+/// A reply in 16 bytes: status 200 carries the output tokens, an error
+/// status its retry hint (`NEVER`: none), status 0 a local rejection.
+#[derive(Debug, Clone, Copy)]
+struct Packed {
+    status: u16,
+    val: u64,
+}
+
+impl Packed {
+    fn ok(out: u64) -> Self {
+        Packed {
+            status: 200,
+            val: out,
+        }
+    }
+    fn error(status: u16, hint: Option<Nanos>) -> Self {
+        Packed {
+            status,
+            val: hint.unwrap_or(NEVER),
+        }
+    }
+    const LOCAL_REJECT: Packed = Packed { status: 0, val: 0 };
+    /// The reply as the caller sees it, and the output tokens of a success.
+    fn unpack(self) -> (CallReply, u64) {
+        match self.status {
+            200 => (CallReply::Ok, self.val),
+            0 => (CallReply::LocalReject, 0),
+            status => {
+                let hint = (self.val != NEVER).then_some(self.val);
+                (CallReply::Error { status, hint }, 0)
+            }
+        }
+    }
 }
 
 fn cost(e: &Experiment, row: &Row) -> Cost {
@@ -201,27 +237,20 @@ fn send(
     now: Nanos,
 ) {
     res.http_requests += 1;
-    let (at, reply, out) = match endpoint.call(now, cost(e, row), row.natural) {
+    let (at, reply) = match endpoint.call(now, cost(e, row), row.natural) {
         Reply::Ok {
             done_at,
             output_tokens,
             ..
-        } => (done_at, CallReply::Ok, output_tokens),
+        } => (done_at, Packed::ok(output_tokens)),
         Reply::RateLimited { at, limit, hint } => {
             res.http_429 += 1;
             res.limit_hits[limit].1 += 1;
-            let r = CallReply::Error { status: 429, hint };
-            (at, r, 0)
+            (at, Packed::error(429, hint))
         }
-        Reply::ServerError { at } => {
-            let r = CallReply::Error {
-                status: 500,
-                hint: None,
-            };
-            (at, r, 0)
-        }
+        Reply::ServerError { at } => (at, Packed::error(500, None)),
     };
-    q.schedule(at, Ev::Reply { slot, reply, out });
+    q.schedule(at, Ev::Reply { slot, reply });
 }
 
 fn finish_row(res: &mut HostedResult, row: &Row, o: &Outcome, out: u64) {
@@ -292,19 +321,13 @@ fn run_pool(
                     CallSend::Go => send(endpoint, &mut q, &mut res, e, w, &a.row, now),
                     CallSend::LocalReject => {
                         res.local_rejects += 1;
-                        let reply = CallReply::LocalReject;
-                        q.schedule(
-                            now,
-                            Ev::Reply {
-                                slot: w,
-                                reply,
-                                out: 0,
-                            },
-                        );
+                        let reply = Packed::LOCAL_REJECT;
+                        q.schedule(now, Ev::Reply { slot: w, reply });
                     }
                 }
             }
-            Ev::Reply { slot, reply, out } => {
+            Ev::Reply { slot, reply } => {
+                let (reply, out) = reply.unpack();
                 let a = slots[slot as usize].as_mut().expect("active row");
                 if reply == CallReply::Ok {
                     endpoint.complete(now, cost(e, &a.row), out);
@@ -389,9 +412,10 @@ fn run_managed(
             break;
         };
         now = t;
-        let Some(Ev::Reply { slot, reply, out }) = ev else {
+        let Some(Ev::Reply { slot, reply }) = ev else {
             continue;
         };
+        let (reply, out) = reply.unpack();
         let a = slots[slot as usize].take().expect("in flight");
         free.push(slot);
         let (status, hint) = match reply {

@@ -144,13 +144,7 @@ impl ServerSuite {
         let fname = file.display().to_string();
         let f = fname.as_str();
         let raw: RawServerSuite = from_value(f, v)?;
-        if raw.kind != "server" {
-            return Err(ConfigError::new(
-                f,
-                "kind",
-                format!("expected \"server\", got {:?}", raw.kind),
-            ));
-        }
+        crate::config::expect_kind(f, &raw.kind, "server", "a server experiment file")?;
         let ppath = resolve_relative(file, &raw.server);
         if !ppath.is_file() {
             return Err(ConfigError::new(

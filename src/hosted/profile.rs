@@ -85,16 +85,7 @@ impl HostedProfile {
     /// Parse and validate a profile; `file` names it in errors.
     pub fn from_value(file: &str, v: toml::Value) -> Result<Self, ConfigError> {
         let raw: RawHostedProfile = from_value(file, v)?;
-        if raw.kind != "hosted" {
-            return Err(ConfigError::new(
-                file,
-                "kind",
-                format!(
-                    "expected \"hosted\" for a hosted-API profile, got {:?}",
-                    raw.kind
-                ),
-            ));
-        }
+        crate::config::expect_kind(file, &raw.kind, "hosted", "a hosted-API profile")?;
         let mut limits = Vec::new();
         for (i, l) in raw.limits.iter().enumerate() {
             let f = |x: &str| format!("limits.{i}.{x}");

@@ -252,13 +252,7 @@ impl SharedFile {
     pub fn from_value(file: &str, v: toml::Value) -> Result<Self, ConfigError> {
         let f = file;
         let raw: RawShared = from_value(f, v)?;
-        if raw.kind != "shared" {
-            return Err(ConfigError::new(
-                f,
-                "kind",
-                format!("expected \"shared\", got {:?}", raw.kind),
-            ));
-        }
+        crate::config::expect_kind(f, &raw.kind, "shared", "a shared-deployment file")?;
         let d = &raw.deployment;
         if d.capacity <= 0 {
             return Err(ConfigError::new(

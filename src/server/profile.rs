@@ -205,16 +205,7 @@ impl ServerProfile {
     /// Parse and validate a profile; `file` names it in errors.
     pub fn from_value(file: &str, v: toml::Value) -> Result<Self, ConfigError> {
         let raw: RawServerProfile = from_value(file, v)?;
-        if raw.kind != "server" {
-            return Err(ConfigError::new(
-                file,
-                "kind",
-                format!(
-                    "expected \"server\" for a server profile, got {:?}",
-                    raw.kind
-                ),
-            ));
-        }
+        crate::config::expect_kind(file, &raw.kind, "server", "a server profile")?;
         let s = &raw.scheduler;
         let max_num_seqs = pos_int(file, "scheduler.max_num_seqs", s.max_num_seqs, 1 << 20)?;
         let max_batched_tokens = pos_int(
