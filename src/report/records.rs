@@ -10,37 +10,74 @@
 use super::{spread, Spread};
 use std::collections::BTreeMap;
 
-/// One measured value.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Record {
+/// One measured value, as read back from [`Records`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Record<'a> {
     pub seed: u64,
     /// What the value is about: an experiment, a scenario, `scenario/consumer`…
-    pub subject: String,
+    pub subject: &'a str,
     /// The metric's key (the JSON name).
-    pub metric: String,
+    pub metric: &'a str,
     pub value: f64,
 }
 
-/// Records of one run, appended seed after seed.
+/// Interned names: each subject and metric string is stored once.
+#[derive(Debug, Clone, Default)]
+struct Names {
+    names: Vec<String>,
+    index: BTreeMap<String, u32>,
+}
+
+impl Names {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.index.insert(name.to_string(), i);
+        i
+    }
+}
+
+/// Records of one run, appended seed after seed: 24 bytes per value (seed,
+/// interned subject and metric, value), so thousands of seeds stay small.
 #[derive(Debug, Clone, Default)]
 pub struct Records {
-    pub rows: Vec<Record>,
+    names: Names,
+    rows: Vec<(u64, u32, u32, f64)>,
 }
 
 impl Records {
-    /// A writer for one seed's records about `subject`.
+    /// Record `value` of `metric` about `subject` for `seed`.
     pub fn push(&mut self, seed: u64, subject: &str, metric: &str, value: f64) {
-        self.rows.push(Record {
+        let s = self.names.id(subject);
+        let m = self.names.id(metric);
+        self.rows.push((seed, s, m, value));
+    }
+
+    /// The records in the order they were made.
+    pub fn iter(&self) -> impl Iterator<Item = Record<'_>> {
+        let n = &self.names.names;
+        self.rows.iter().map(move |&(seed, s, m, value)| Record {
             seed,
-            subject: subject.to_string(),
-            metric: metric.to_string(),
+            subject: &n[s as usize],
+            metric: &n[m as usize],
             value,
-        });
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
     }
 
     /// Number of distinct seeds.
     pub fn seeds(&self) -> usize {
-        let mut s: Vec<u64> = self.rows.iter().map(|r| r.seed).collect();
+        let mut s: Vec<u64> = self.rows.iter().map(|r| r.0).collect();
         s.sort_unstable();
         s.dedup();
         s.len()
@@ -48,15 +85,16 @@ impl Records {
 
     /// The spreads over seeds of every (subject, metric).
     pub fn spreads(&self) -> Spreads {
-        let mut by: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
-        for r in &self.rows {
-            by.entry((&r.subject, &r.metric)).or_default().push(r.value);
+        let mut by: BTreeMap<(u32, u32), Vec<f64>> = BTreeMap::new();
+        for &(_, s, m, v) in &self.rows {
+            by.entry((s, m)).or_default().push(v);
         }
+        let n = &self.names.names;
         Spreads {
             runs: self.seeds(),
             map: by
                 .into_iter()
-                .map(|((s, m), v)| ((s.to_string(), m.to_string()), spread(&v)))
+                .map(|((s, m), v)| ((n[s as usize].clone(), n[m as usize].clone()), spread(&v)))
                 .collect(),
         }
     }
@@ -125,13 +163,13 @@ pub fn to_csv(points: &[PointRecords]) -> String {
             .iter()
             .map(|(_, v)| format!("{},", csv_field(v)))
             .collect();
-        for r in &p.records.rows {
+        for r in p.records.iter() {
             out.push_str(&prefix);
             out.push_str(&format!(
                 "{},{},{},{}\n",
                 r.seed,
-                csv_field(&r.subject),
-                csv_field(&r.metric),
+                csv_field(r.subject),
+                csv_field(r.metric),
                 r.value
             ));
         }
