@@ -3,8 +3,8 @@
 use crate::config::ConfigError;
 use crate::experiment::budget::{Budget, Cost};
 use crate::experiment::{self, ExperimentFile};
-use crate::plan::PlanError;
 use crate::output::{self, OutputError};
+use crate::plan::PlanError;
 use crate::report;
 use crate::report::records::PointRecords;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -196,7 +196,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 let (f, model) =
                     crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
                 crate::plan::budget::simulate(&f, &model)
-                    .and_then(|c| c.times(args.seeds as f64, "seeds").check(&f.source, &budget))
+                    .and_then(|c| {
+                        c.times(args.seeds as f64, "seeds")
+                            .check(&f.source, &budget)
+                    })
                     .map_err(|e| name_fields(e, None, &[]))?;
                 let mut records = report::records::Records::default();
                 for k in 0..args.seeds {
@@ -300,7 +303,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
                 let mut ef = load_experiment(&file, &all)?;
                 ef.retain_only(&only)?;
-                cost.then(ef.cost(seeds).map_err(|e| name_fields(e, Some(&file), &all))?);
+                cost.then(
+                    ef.cost(seeds)
+                        .map_err(|e| name_fields(e, Some(&file), &all))?,
+                );
                 efs.push(ef);
             }
             cost.check(&fname, &budget)?;

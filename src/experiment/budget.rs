@@ -240,7 +240,10 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
                 let cycle = think.mean().max(0.0) + to_secs(p.ingress) + step * mean_out;
                 let per_client = d / cycle.max(1e-9);
                 let capacity = reps * p.max_num_seqs as f64 * d / (step * mean_out);
-                ((*clients as f64 * per_client).min(capacity), *clients as f64)
+                (
+                    (*clients as f64 * per_client).min(capacity),
+                    *clients as f64,
+                )
             }
         };
         // with a drain the queue left at the end is served too

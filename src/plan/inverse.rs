@@ -110,7 +110,11 @@ fn worst_e2e_p95(g: &SharedFile, model: &Model, seed: u64) -> (f64, String) {
 /// percentile output length (of 20,000 draws) × the fastest inter-token gap.
 /// Returns (bound in s, p95 output tokens, ITL in s).
 pub fn e2e_p95_lower_bound(f: &SharedFile, model: &Model, seed: u64) -> (f64, f64, f64) {
-    let mut rng = crate::engine::rng::stream(seed, u64::MAX >> 16, crate::engine::rng::component::WORKLOAD);
+    let mut rng = crate::engine::rng::stream(
+        seed,
+        u64::MAX >> 16,
+        crate::engine::rng::component::WORKLOAD,
+    );
     let mut outs: Vec<f64> = (0..20_000)
         .map(|_| f.output_tokens.sample(&mut rng).round().max(1.0))
         .collect();
@@ -136,7 +140,12 @@ fn charge(spent: &mut Cost, c: Cost, budget: &Budget) -> Result<(), ConfigError>
 pub fn check_names(f: &SharedFile, need: &[(String, f64)]) -> Result<(), ConfigError> {
     for (n, _) in need {
         if !f.limiter.consumers.iter().any(|c| &c.name == n) {
-            let names: Vec<&str> = f.limiter.consumers.iter().map(|c| c.name.as_str()).collect();
+            let names: Vec<&str> = f
+                .limiter
+                .consumers
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
             return Err(ConfigError::new(
                 "--need",
                 "",

@@ -513,7 +513,8 @@ pub fn simulate(
 /// whenever its demand that minute was at least the floor?
 pub fn floor_met(o: &ScenarioOutcome, c: usize) -> Option<bool> {
     let co = &o.consumers[c];
-    if co.floor_rpm <= 0.0 {
+    // a floor under one unit per minute cannot show in per-minute counts
+    if co.floor_rpm < 1.0 {
         return None;
     }
     let missed = o.saturated.iter().enumerate().any(|(m, &sat)| {
