@@ -46,7 +46,7 @@ const IN_PROCESS_CASES: usize = 6000;
 const BINARY_CASES: usize = 320;
 /// The work budget of every binary run (`--max-requests`): a fraction of a
 /// second of simulation, so every mutated case can run.
-const FUZZ_BUDGET: u64 = 200_000;
+const FUZZ_BUDGET: u64 = 400_000;
 /// A validation taking longer than this counts as a hang.
 const CASE_LIMIT: Duration = Duration::from_secs(5);
 /// Timeout of one binary run.
@@ -597,7 +597,8 @@ fn binary_cases() {
     while n < BINARY_CASES {
         let (rel, text) = &corpus[n % corpus.len()];
         let (mut args, desc) = if n % 4 == 3 {
-            let mut argv = plan_flags(&mut rng, rng.gen_bool(0.5));
+            let runnable = rng.gen_bool(0.5);
+            let mut argv = plan_flags(&mut rng, runnable);
             argv.remove(0);
             if rng.gen_bool(0.5) {
                 argv.extend(["--model".into(), "ideal".into()]);

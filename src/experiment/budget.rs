@@ -133,7 +133,7 @@ impl Cost {
 
     /// Refuse (exit 2, one line) if the cost exceeds the budget.
     pub fn check(&self, source: &str, b: &Budget) -> Result<(), ConfigError> {
-        if !(self.work <= b.max_requests as f64) {
+        if self.work.is_nan() || self.work > b.max_requests as f64 {
             let part = self
                 .largest
                 .as_ref()
@@ -150,7 +150,7 @@ impl Cost {
             ));
         }
         let mem = self.memory_bytes();
-        if !(mem <= b.max_memory_mb as f64 * MB) {
+        if mem.is_nan() || mem > b.max_memory_mb as f64 * MB {
             let part = self
                 .largest_mem
                 .as_ref()
