@@ -53,7 +53,9 @@ fn main() {
         let t0 = cpu_seconds();
         let mut bytes = 0;
         for _ in 0..reps {
-            bytes += run_cli(&args, true).expect("plan runs").len();
+            bytes += run_cli(&args, true, &Default::default())
+                .expect("plan runs")
+                .len();
         }
         let cpu = (cpu_seconds() - t0) / reps as f64;
         println!("{label}: {cpu:.3} s CPU per run ({reps} runs, {bytes} bytes of JSON), peak RSS {:.1} MB", peak_rss_mb());

@@ -1,8 +1,10 @@
 //! The command line: `qsim run`, and the shared plumbing (output, exit codes).
 
 use crate::config::ConfigError;
+use crate::experiment::budget::{Budget, Cost};
 use crate::experiment::{self, ExperimentFile};
 use crate::output::{self, OutputError};
+use crate::plan::PlanError;
 use crate::report;
 use crate::report::records::PointRecords;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -54,6 +56,8 @@ pub struct RunOpts {
     /// Replace the --out file if it exists.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub budget: Budget,
 }
 
 // parsed once per process: the size difference between variants is irrelevant
@@ -93,6 +97,8 @@ pub enum Cmd {
         /// Replace the --out file if it exists.
         #[arg(long)]
         force: bool,
+        #[command(flatten)]
+        budget: Budget,
     },
 }
 
@@ -102,6 +108,8 @@ pub enum Cmd {
 pub enum CliError {
     Config(ConfigError),
     Io(String),
+    /// A target that cannot be met (`qsim plan --need/--e2e-p95`): exit 1.
+    Unmet(String),
     /// Writing the report failed: exit 2 for a bad `--out`, else 1.
     Output(OutputError),
 }
@@ -122,7 +130,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Config(_) => 2,
-            CliError::Io(_) => 1,
+            CliError::Io(_) | CliError::Unmet(_) => 1,
             CliError::Output(e) => e.exit_code(),
         }
     }
@@ -132,9 +140,17 @@ impl std::fmt::Display for CliError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Config(e) => write!(f, "{e}"),
-            CliError::Io(e) => write!(f, "{e}"),
+            CliError::Io(e) | CliError::Unmet(e) => write!(f, "{e}"),
             CliError::Output(e) => write!(f, "{e}"),
         }
+    }
+}
+
+/// A plan's error as the CLI reports it, field paths named after `file`.
+fn plan_err(e: PlanError, file: Option<&Path>, sets: &[String]) -> CliError {
+    match e {
+        PlanError::Config(c) => CliError::Config(name_fields(c, file, sets)),
+        PlanError::Unmet(m) => CliError::Unmet(m),
     }
 }
 
@@ -173,11 +189,18 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             format,
             out,
             force,
+            budget,
         } => {
             check_out(out.as_deref(), force)?;
             let text = if format == Format::Csv {
                 let (f, model) =
                     crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
+                crate::plan::budget::simulate(&f, &model)
+                    .and_then(|c| {
+                        c.times(args.seeds as f64, "seeds")
+                            .check(&f.source, &budget)
+                    })
+                    .map_err(|e| name_fields(e, None, &[]))?;
                 let mut records = report::records::Records::default();
                 for k in 0..args.seeds {
                     let seed = args.seed.wrapping_add(k);
@@ -189,8 +212,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     records,
                 }])
             } else {
-                crate::plan::run_cli(&args, format == Format::Json)
-                    .map_err(|e| name_fields(e, None, &[]))?
+                crate::plan::run_cli(&args, format == Format::Json, &budget)
+                    .map_err(|e| plan_err(e, None, &[]))?
             };
             emit(&text, out.as_deref(), force)
         }
@@ -203,10 +226,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 only,
                 out,
                 force,
+                budget,
             } = opts;
             check_out(out.as_deref(), force)?;
             let mut ef = load_experiment(&file, &sets)?;
             ef.retain_only(&only)?;
+            ef.cost(seeds)
+                .and_then(|c| c.check(&file.display().to_string(), &budget))
+                .map_err(|e| name_fields(e, Some(&file), &sets))?;
             let fname = file.display().to_string();
             let text = match (&ef, format) {
                 (_, Format::Csv) => {
@@ -224,8 +251,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         seeds,
                         ..args.clone()
                     };
-                    crate::plan::run_cli(&args, format == Format::Json)
-                        .map_err(|e| name_fields(e, Some(&file), &sets))?
+                    crate::plan::run_cli(&args, format == Format::Json, &budget)
+                        .map_err(|e| plan_err(e, Some(&file), &sets))?
                 }
                 (ExperimentFile::Hosted(suite), _) => {
                     let s = ef.records(seed, seeds)?.spreads();
@@ -259,6 +286,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 only,
                 out,
                 force,
+                budget,
             } = opts;
             check_out(out.as_deref(), force)?;
             let dims = parse_vary(&vary)?;
@@ -266,11 +294,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let mut points = Vec::new();
             let mut tidy = Vec::new();
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;
-            for combo in grid(&dims) {
+            // every point is loaded and its cost added up before any runs
+            let combos = grid(&dims);
+            let mut efs = Vec::with_capacity(combos.len());
+            let mut cost = Cost::default();
+            for combo in &combos {
                 let mut all = sets.clone();
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
                 let mut ef = load_experiment(&file, &all)?;
                 ef.retain_only(&only)?;
+                cost.then(
+                    ef.cost(seeds)
+                        .map_err(|e| name_fields(e, Some(&file), &all))?,
+                );
+                efs.push(ef);
+            }
+            cost.check(&fname, &budget)?;
+            for (combo, ef) in combos.into_iter().zip(efs) {
                 let records = ef.records(seed, seeds)?;
                 if format == Format::Csv {
                     tidy.push(PointRecords {

@@ -20,14 +20,14 @@
 //!   in-process call cannot be killed, but every validator is linear in
 //!   the input).
 //! - [`binary_cases`] ([`BINARY_CASES`]) spawns the `qsim` binary with a
-//!   hard timeout and a 2 GB address-space limit, on inputs whose run is
-//!   bounded whatever the mutation: hosted files with every `rows` forced
-//!   to at most 5, server and shared files only when the validator refuses
-//!   them (so the binary must exit 2 without simulating), and `plan` with
-//!   `--model ideal` and random flags but no `--need`. It checks exit 0 or
-//!   2, a one-line `qsim: ` message on exit 2, and no panic.
+//!   hard timeout and a 2 GB address-space limit on every mutated
+//!   experiment file and on random `plan` flag sets (`--need` and
+//!   `--e2e-p95` included), each under a small work budget
+//!   (`--max-requests` [`FUZZ_BUDGET`]): whatever the mutation, the run is
+//!   bounded or refused before it simulates. It checks exit 0 or 2 (1 for
+//!   an unmet `--need`/`--e2e-p95` target), a one-line `qsim: ` message on
+//!   exit 1 and 2, and no panic.
 //!
-//! When the work budget lands, the binary subset can take every case.
 //! The number of cases and cases per minute are printed (`--nocapture`).
 
 use qsim::cli::{Cli, Cmd};
@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 const IN_PROCESS_CASES: usize = 6000;
 /// Cases run through the binary.
 const BINARY_CASES: usize = 320;
+/// The work budget of every binary run (`--max-requests`): a fraction of a
+/// second of simulation, so every mutated case can run.
+const FUZZ_BUDGET: u64 = 400_000;
 /// A validation taking longer than this counts as a hang.
 const CASE_LIMIT: Duration = Duration::from_secs(5);
 /// Timeout of one binary run.
@@ -580,21 +583,6 @@ fn run_binary(args: &[String]) -> Result<(Option<i32>, String), String> {
     }
 }
 
-/// Force every `rows` in a hosted experiment document to at most 5.
-fn cap_rows(v: &mut toml::Value) {
-    if let toml::Value::Table(t) = v {
-        for (k, c) in t.iter_mut() {
-            if k == "rows" {
-                *c = toml::Value::Integer(5);
-            } else {
-                cap_rows(c);
-            }
-        }
-    } else if let toml::Value::Array(a) = v {
-        a.iter_mut().for_each(cap_rows);
-    }
-}
-
 #[test]
 fn binary_cases() {
     let corpus: Vec<_> = corpus()
@@ -608,40 +596,30 @@ fn binary_cases() {
     let t0 = Instant::now();
     while n < BINARY_CASES {
         let (rel, text) = &corpus[n % corpus.len()];
-        let (args, desc) = if n % 4 == 3 {
-            let mut argv = plan_flags(&mut rng, true);
+        let (mut args, desc) = if n % 4 == 3 {
+            let runnable = rng.gen_bool(0.5);
+            let mut argv = plan_flags(&mut rng, runnable);
             argv.remove(0);
-            argv.extend(["--model".into(), "ideal".into()]);
+            if rng.gen_bool(0.5) {
+                argv.extend(["--model".into(), "ideal".into()]);
+            }
             let d = argv.join(" ");
             (argv, d)
         } else {
             let (mutated, what) = mutate(text, &mut rng);
-            let hosted = mutated.contains("kind = \"hosted\"");
-            let mutated = match mutated.parse::<toml::Table>() {
-                Ok(t) if hosted => {
-                    let mut v = toml::Value::Table(t);
-                    cap_rows(&mut v);
-                    toml::to_string(&v).unwrap()
-                }
-                _ => mutated,
-            };
             let path = dir
                 .path()
                 .join("experiments")
                 .join(format!("bin-{}", rel.replace('/', "-")));
             std::fs::write(&path, &mutated).unwrap();
-            // a server or shared file that validates could run long (no work
-            // budget yet): the binary gets only those it must refuse
-            if !hosted && validate_experiment(&path, &[], &[]).is_ok() {
-                n += 1;
-                continue;
-            }
             let mut argv = vec!["run".to_string(), path.display().to_string()];
             if rng.gen_bool(0.3) {
                 argv.extend(["--format".into(), "json".into()]);
             }
             (argv, format!("{rel}: {what}"))
         };
+        args.extend(["--max-requests".into(), FUZZ_BUDGET.to_string()]);
+        let plan_target = args.iter().any(|a| a == "--need");
         n += 1;
         ran += 1;
         match run_binary(&args) {
@@ -652,8 +630,8 @@ fn binary_cases() {
                 }
                 match code {
                     Some(0) => codes[0] += 1,
-                    Some(2) => {
-                        codes[2] += 1;
+                    Some(c @ 2) | Some(c @ 1) if c == 2 || plan_target => {
+                        codes[c as usize] += 1;
                         if !(err.starts_with("qsim: ") && err.trim_end().lines().count() == 1) {
                             failures
                                 .push(format!("{desc}: not a one-line `qsim: ` message: {err:?}"));
@@ -666,13 +644,14 @@ fn binary_cases() {
     }
     let el = t0.elapsed();
     eprintln!(
-        "fuzz (binary): {ran} runs in {:.1} s = {:.0} runs/min; exit 0: {}, exit 2: {}",
+        "fuzz (binary): {ran} runs in {:.1} s = {:.0} runs/min; exit 0: {}, exit 1: {}, exit 2: {}",
         el.as_secs_f64(),
         ran as f64 / el.as_secs_f64() * 60.0,
         codes[0],
+        codes[1],
         codes[2]
     );
-    assert!(ran >= BINARY_CASES / 2, "too few binary runs: {ran}");
+    assert_eq!(ran, BINARY_CASES, "every case runs");
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

@@ -74,8 +74,14 @@ fn default_plan_json_shape() {
                 "floor_rpm",
                 "floor_met",
             ] {
-                assert!(!c[k].is_null(), "{k} missing in {c}");
+                assert!(c.get(k).is_some(), "{k} missing in {c}");
             }
+            // a success rate exists exactly when something was offered
+            assert_eq!(
+                c["success_rate"].is_null(),
+                c["offered"] == 0,
+                "success_rate of {c}"
+            );
         }
         for k in [
             "e2e_p50_s",

@@ -1,6 +1,7 @@
 //! Experiment files: loading (with `--set` overrides), validation and the
 //! simulation drivers that run them.
 
+pub mod budget;
 pub mod config;
 pub mod hosted;
 pub mod server;

@@ -5,7 +5,9 @@
 use crate::config::{from_value, resolve_relative, ConfigError};
 use crate::engine::{DurationHist, EventQueue, RawDist, Sampler, Timed};
 use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, ServerProfile};
-use crate::time::{secs, Nanos, NEVER};
+#[cfg(test)]
+use crate::time::secs;
+use crate::time::{Nanos, NEVER};
 use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
 use serde::Deserialize;
 use std::path::Path;
@@ -109,6 +111,12 @@ fn pos_f(file: &str, field: &str, v: f64, max: f64) -> Result<f64, ConfigError> 
     }
 }
 
+/// A positive duration in seconds, at most `max`, checked into nanoseconds.
+fn dur(file: &str, field: &str, v: f64, max: f64) -> Result<Nanos, ConfigError> {
+    let v = pos_f(file, field, v, max)?;
+    crate::time::try_secs_positive(v).map_err(|e| ConfigError::new(file, field, e.to_string()))
+}
+
 fn pos_i(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
     if v > 0 && v <= max {
         Ok(v as u32)
@@ -124,8 +132,7 @@ fn pos_i(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> 
 fn snapshots(file: &str, field: &str, v: &[f64]) -> Result<Vec<Nanos>, ConfigError> {
     let mut out = Vec::with_capacity(v.len());
     for (i, &s) in v.iter().enumerate() {
-        let s = pos_f(file, &format!("{field}[{i}]"), s, 1e7)?;
-        let t = secs(s);
+        let t = dur(file, &format!("{field}[{i}]"), s, 1e7)?;
         if out.last().is_some_and(|&p| p >= t) {
             return Err(ConfigError::new(
                 file,
@@ -165,7 +172,8 @@ impl ServerSuite {
                 ),
             )
         })?;
-        let duration = pos_f(f, "duration_s", raw.duration_s, 1e7)?;
+        let duration_ns = dur(f, "duration_s", raw.duration_s, 1e7)?;
+        let duration = raw.duration_s;
         let snaps = snapshots(f, "snapshots_s", &raw.snapshots_s)?;
         if raw.scenario.is_empty() {
             return Err(ConfigError::new(
@@ -276,10 +284,10 @@ impl ServerSuite {
                 description: s.description.clone().unwrap_or_default(),
                 load,
                 lengths,
-                duration: secs(match s.duration_s {
-                    Some(d) => pos_f(f, &fld("duration_s"), d, 1e7)?,
-                    None => duration,
-                }),
+                duration: match s.duration_s {
+                    Some(d) => dur(f, &fld("duration_s"), d, 1e7)?,
+                    None => duration_ns,
+                },
                 replicas: match s.replicas {
                     Some(r) => pos_i(f, &fld("replicas"), r, 4096)?,
                     None => replicas,
@@ -296,7 +304,7 @@ impl ServerSuite {
                         None => (raw.snapshot_every_s, "snapshot_every_s".to_string()),
                     };
                     if let Some(e) = every {
-                        let e = pos_f(f, &at, e, 1e7)?;
+                        dur(f, &at, e, 1e7)?;
                         let d = s.duration_s.unwrap_or(duration);
                         if d / e > 100_000.0 {
                             return Err(ConfigError::new(
@@ -307,7 +315,11 @@ impl ServerSuite {
                         }
                         let mut k = 1.0;
                         while k * e <= d + 1e-9 {
-                            v.push(secs(k * e));
+                            // k·e <= d <= 1e7 s: inside the clock's range
+                            v.push(
+                                crate::time::try_secs(k * e)
+                                    .map_err(|r| ConfigError::new(f, &at, r.to_string()))?,
+                            );
                             k += 1.0;
                         }
                         v.sort_unstable();

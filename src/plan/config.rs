@@ -11,7 +11,7 @@ use crate::limiter::admission::{
     ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit, BP_FULL,
 };
 use crate::limiter::rates::OutputAccounting;
-use crate::time::{secs, Nanos};
+use crate::time::{try_secs, Nanos};
 use serde::Deserialize;
 
 /// The embedded default scenario file.
@@ -357,9 +357,16 @@ impl SharedFile {
                 format!("must be in 1..=4096, got {}", raw.replicas),
             ));
         }
-        if !(raw.reject_latency_ms.is_finite() && raw.reject_latency_ms >= 0.0) {
-            return Err(ConfigError::new(f, "reject_latency_ms", "must be >= 0"));
-        }
+        let reject_latency = try_secs(raw.reject_latency_ms / 1e3).map_err(|_| {
+            ConfigError::new(
+                f,
+                "reject_latency_ms",
+                format!(
+                    "must be a number of milliseconds in [0, 1e12] (up to 1e9 s), got {}",
+                    crate::time::show(raw.reject_latency_ms)
+                ),
+            )
+        })?;
         let input_tokens = raw
             .input_tokens
             .validate()
@@ -385,7 +392,8 @@ impl SharedFile {
                     format!("must be in (0, 86400], got {}", s.duration_s),
                 ));
             }
-            let duration = secs(s.duration_s);
+            let duration = try_secs(s.duration_s)
+                .map_err(|e| ConfigError::new(f, format!("{at}.duration_s"), e.to_string()))?;
             let mut loads = Vec::new();
             for (li, l) in s.load.iter().enumerate() {
                 let la = format!("{at}.load.{li}");
@@ -394,6 +402,10 @@ impl SharedFile {
                     "reserved" => Who::Reserved,
                     "unreserved" => Who::Unreserved,
                     n => Who::Named(n.to_string()),
+                };
+                let dur = |name: &str, v: f64| -> Result<Nanos, ConfigError> {
+                    try_secs(v)
+                        .map_err(|e| ConfigError::new(f, format!("{la}.{name}"), e.to_string()))
                 };
                 let nonneg = |name: &str, v: f64| -> Result<f64, ConfigError> {
                     if v.is_finite() && v >= 0.0 {
@@ -417,7 +429,7 @@ impl SharedFile {
                     }
                     (None, Some(w)) if (1..=1_000_000).contains(&w) => Arrival::Closed {
                         workers: w as u32,
-                        think: secs(nonneg("think_s", l.think_s.unwrap_or(0.0))?),
+                        think: dur("think_s", l.think_s.unwrap_or(0.0))?,
                     },
                     (None, Some(w)) => {
                         return Err(ConfigError::new(
@@ -434,10 +446,10 @@ impl SharedFile {
                         ))
                     }
                 };
-                let start = secs(nonneg("start_s", l.start_s)?);
+                let start = dur("start_s", l.start_s)?;
                 let stop = l
                     .stop_s
-                    .map(|x| nonneg("stop_s", x).map(secs))
+                    .map(|x| dur("stop_s", x))
                     .transpose()?
                     .unwrap_or(duration)
                     .min(duration);
@@ -475,7 +487,7 @@ impl SharedFile {
             model: raw.model,
             replicas: raw.replicas as u32,
             max_tokens: raw.max_tokens as u64,
-            reject_latency: secs(raw.reject_latency_ms / 1e3),
+            reject_latency,
             input_tokens,
             output_tokens,
             limiter,

@@ -178,6 +178,88 @@ pub fn static_findings(file: &SharedFile, need: Option<&[(String, f64)]>) -> Vec
         Level::Info,
         "before reserving, start with rate limits only and watch a week of traffic (peak RPM, who sends what, who always over-consumes)".into(),
     ));
+    v.extend(size_findings(file));
+    v
+}
+
+/// Findings about sizes that make admission impossible or starve the pool
+/// (tiny capacities, tokens as the unit).
+fn size_findings(file: &SharedFile) -> Vec<Finding> {
+    let l = &file.limiter;
+    let u = l.unit.name().to_uppercase();
+    let mut v = Vec::new();
+    let Ok(p) = crate::limiter::admission::Params::new(l.clone()) else {
+        return v;
+    };
+    let depth = p.total_depth();
+    for c in &l.consumers {
+        let floor = l.capacity as f64 * c.reserved_bp as f64 / BP_FULL as f64;
+        if c.reserved_bp > 0 && floor < 1.0 {
+            v.push(f(
+                Level::Warn,
+                format!(
+                    "{}'s floor is {floor:.2} {u}, under one unit per minute: it admits a unit every {:.1} minutes at best and per-minute figures cannot show it (floor met: -); raise capacity or the reservation",
+                    c.name,
+                    1.0 / floor
+                ),
+            ));
+        }
+    }
+    if l.unit == crate::limiter::admission::Unit::Tpm {
+        let input = file.input_tokens.mean().max(1.0);
+        let reserve = match l.accounting {
+            crate::limiter::rates::OutputAccounting::OnCompletion => 0.0,
+            _ => file.max_tokens as f64,
+        };
+        let charge = input + reserve;
+        if charge > depth as f64 {
+            v.push(f(
+                Level::Error,
+                format!(
+                    "a request charges about {charge:.0} tokens at admission (input {input:.0}{}), more than the deployment's buckets hold ({depth} tokens at capacity {} TPM): no request can ever be admitted; raise capacity, --burst or lower max_tokens",
+                    if reserve > 0.0 { format!(" + max_tokens {reserve:.0} reserved") } else { String::new() },
+                    l.capacity
+                ),
+            ));
+        } else {
+            let small: Vec<String> = l
+                .consumers
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| c.reserved_bp > 0 && (p.floor_depth(*i) as f64) < charge)
+                .map(|(i, c)| format!("{} ({})", c.name, p.floor_depth(i)))
+                .collect();
+            if !small.is_empty() {
+                v.push(f(
+                    Level::Warn,
+                    format!(
+                        "a request charges about {charge:.0} tokens, more than the floor credits of {} tokens hold: those floors cannot admit a request by themselves and only borrowing does",
+                        small.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    let reserved = l.consumers.iter().filter(|c| c.reserved_bp > 0).count() as u64;
+    if matches!(
+        l.semantics,
+        Semantics::StrictFloors | Semantics::Partitioned
+    ) && reserved > 0
+        && depth <= reserved
+        && l.unit == crate::limiter::admission::Unit::Rpm
+    {
+        let floors: f64 = l
+            .consumers
+            .iter()
+            .map(|c| l.capacity as f64 * c.reserved_bp as f64 / BP_FULL as f64)
+            .sum();
+        v.push(f(
+            Level::Warn,
+            format!(
+                "the deployment bucket holds {depth} units, and the {reserved} floors always keep one accruing credit each in it: nothing beyond the floors is lent out, so under load only the floors ({floors:.1} {u} in total) are admitted and the unreserved pool gets nothing; raise capacity or --burst above {reserved}"
+            ),
+        ));
+    }
     v
 }
 

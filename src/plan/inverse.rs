@@ -8,10 +8,21 @@
 //! gets at least its need in every saturated minute (whenever it asked for
 //! that much) wins. Then the smallest replica count (1, 2, 3, …, 64) whose
 //! server meets the E2E p95 target in every scenario at that capacity.
+//!
+//! Consumers of the file that `--need` does not name keep their load but
+//! lose their reservation (they share the unreserved pool); a name that is
+//! not a consumer is refused. Every step is charged against the work budget
+//! before it runs. A latency target below a lower bound (TTFT plus the 95th
+//! percentile output length × the fastest inter-token gap, i.e. a batch of
+//! one) is refused at once, and the replica search stops when doubling the
+//! replicas no longer improves the E2E p95: both exit 1 with the reason.
 
 use super::config::{Arrival, SharedFile};
-use super::{simulate, Model};
+use super::{simulate, Model, PlanError};
+use crate::config::ConfigError;
+use crate::experiment::budget::{min_step_s, Budget, Cost};
 use crate::limiter::admission::{ConsumerSpec, BP_FULL};
+use crate::time::to_secs;
 use serde_json::{json, Value};
 
 fn scaled(f: &SharedFile, capacity: u64, need: &[(String, f64)]) -> Option<SharedFile> {
@@ -41,9 +52,12 @@ fn scaled(f: &SharedFile, capacity: u64, need: &[(String, f64)]) -> Option<Share
         c.reserved_bp = bp.max(1);
         cs.push(c);
     }
+    // consumers without a need keep their load, without a reservation
     for c in &f.limiter.consumers {
-        if !need.iter().any(|(n, _)| n == &c.name) && c.reserved_bp == 0 {
-            cs.push(c.clone());
+        if !need.iter().any(|(n, _)| n == &c.name) {
+            let mut c = c.clone();
+            c.reserved_bp = 0;
+            cs.push(c);
         }
     }
     g.limiter.consumers = cs;
@@ -92,13 +106,69 @@ fn worst_e2e_p95(g: &SharedFile, model: &Model, seed: u64) -> (f64, String) {
     worst
 }
 
+/// The smallest E2E p95 any replica count can reach: TTFT plus the 95th
+/// percentile output length (of 20,000 draws) × the fastest inter-token gap.
+/// Returns (bound in s, p95 output tokens, ITL in s).
+pub fn e2e_p95_lower_bound(f: &SharedFile, model: &Model, seed: u64) -> (f64, f64, f64) {
+    let mut rng = crate::engine::rng::stream(
+        seed,
+        u64::MAX >> 16,
+        crate::engine::rng::component::WORKLOAD,
+    );
+    let mut outs: Vec<f64> = (0..20_000)
+        .map(|_| f.output_tokens.sample(&mut rng).round().max(1.0))
+        .collect();
+    outs.sort_by(f64::total_cmp);
+    let p95 = outs[(outs.len() as f64 * 0.95) as usize - 1];
+    let (ttft, itl) = match model {
+        Model::Ideal => (0.035, 0.018),
+        Model::Server { profile, .. } => {
+            let step = min_step_s(profile);
+            (to_secs(profile.ingress) + step, step)
+        }
+    };
+    (ttft + (p95 - 1.0) * itl, p95, itl)
+}
+
+/// Charge `c` to the run's work and refuse if it no longer fits the budget.
+fn charge(spent: &mut Cost, c: Cost, budget: &Budget) -> Result<(), ConfigError> {
+    spent.then(c);
+    spent.check("--need", budget)
+}
+
+/// Check `--need` names against the file's consumers.
+pub fn check_names(f: &SharedFile, need: &[(String, f64)]) -> Result<(), ConfigError> {
+    for (n, _) in need {
+        if !f.limiter.consumers.iter().any(|c| &c.name == n) {
+            let names: Vec<&str> = f
+                .limiter
+                .consumers
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect();
+            return Err(ConfigError::new(
+                "--need",
+                "",
+                format!(
+                    "no consumer named {n:?}; the consumers are {} (rename them with --names)",
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn plan(
     f: &SharedFile,
     model: &Model,
     need: &[(String, f64)],
     e2e_p95: Option<f64>,
     seed: u64,
-) -> (Option<SharedFile>, Value) {
+    budget: &Budget,
+    spent: &mut Cost,
+) -> Result<(Option<SharedFile>, Value), PlanError> {
+    check_names(f, need)?;
     let total: f64 = need.iter().map(|(_, x)| x).sum();
     let mut lines = Vec::new();
     let mut cap = (total / 0.9).ceil() as u64;
@@ -106,9 +176,37 @@ pub fn plan(
         "needs add up to {total:.0} {}; with a 10 % unreserved pool the search starts at {cap}",
         f.limiter.unit.name()
     ));
+    let unnamed: Vec<&str> = f
+        .limiter
+        .consumers
+        .iter()
+        .filter(|c| c.reserved_bp > 0 && !need.iter().any(|(n, _)| n == &c.name))
+        .map(|c| c.name.as_str())
+        .collect();
+    if !unnamed.is_empty() {
+        lines.push(format!(
+            "no need given for {}: kept without a reservation (they share the unreserved pool)",
+            unnamed.join(", ")
+        ));
+    }
+    if let Some(target) = e2e_p95 {
+        let (bound, p95_out, itl) = e2e_p95_lower_bound(f, model, seed);
+        if bound > target {
+            return Err(PlanError::Unmet(format!(
+                "--e2e-p95: target {target:.2} s is below what any replica count can reach: E2E p95 is at least {bound:.2} s (TTFT plus the 95th percentile output of {p95_out:.0} tokens x the fastest inter-token gap {:.1} ms, a batch of one, with {})",
+                itl * 1e3,
+                model.name()
+            )));
+        }
+    }
     let mut found: Option<SharedFile> = None;
     for _ in 0..40 {
         if let Some(g) = scaled(f, cap, need) {
+            charge(
+                spent,
+                super::budget::search_step(f, model, cap, f.replicas)?,
+                budget,
+            )?;
             let (ok, why) = needs_met(&g, need, model, seed);
             if ok {
                 lines.push(format!(
@@ -123,13 +221,21 @@ pub fn plan(
         cap = ((cap as f64) * 1.05).ceil() as u64;
     }
     let Some(mut g) = found else {
-        lines.push("no capacity up to the search limit meets every need".into());
-        return (None, json!({"feasible": false, "explanation": lines}));
+        return Err(PlanError::Unmet(format!(
+            "--need: no capacity up to {cap} meets every need ({})",
+            lines.last().map_or("", |l| l.as_str())
+        )));
     };
     let mut replicas = None;
     if let Some(target) = e2e_p95 {
+        let mut at_half = f64::INFINITY;
         for r in 1..=64u32 {
             g.replicas = r;
+            charge(
+                spent,
+                super::budget::search_step(&g, model, g.limiter.capacity, r)?,
+                budget,
+            )?;
             let (p95, worst) = worst_e2e_p95(&g, model, seed);
             if p95 <= target {
                 lines.push(format!(
@@ -142,6 +248,14 @@ pub fn plan(
                 lines.push(format!(
                     "{r} replica(s): E2E p95 {p95:.2} s in {worst} > {target:.2} s"
                 ));
+                // no queueing left to remove: more replicas cannot help
+                if r >= 2 && p95 >= 0.99 * at_half {
+                    return Err(PlanError::Unmet(format!(
+                        "--e2e-p95: target {target:.2} s is not met: E2E p95 {p95:.2} s with {r} replicas, {at_half:.2} s with {}; more replicas no longer help (the rest is output length x inter-token gap)",
+                        r / 2
+                    )));
+                }
+                at_half = p95;
             }
             if matches!(model, Model::Ideal) {
                 lines.push(format!(
@@ -151,9 +265,10 @@ pub fn plan(
             }
         }
         if replicas.is_none() {
-            lines.push(format!(
-                "no replica count up to 64 meets E2E p95 <= {target:.2} s"
-            ));
+            return Err(PlanError::Unmet(format!(
+                "--e2e-p95: no replica count up to 64 meets E2E p95 <= {target:.2} s ({})",
+                lines.last().map_or("", |l| l.as_str())
+            )));
         }
     }
     let reservations: Vec<Value> = g
@@ -174,5 +289,5 @@ pub fn plan(
     if let Some(r) = replicas {
         g.replicas = r;
     }
-    (Some(g), v)
+    Ok((Some(g), v))
 }

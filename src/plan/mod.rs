@@ -3,6 +3,7 @@
 //! admission limiter in front of the server model — plus inverse planning
 //! (`--need`).
 
+pub mod budget;
 pub mod config;
 pub mod findings;
 pub mod inverse;
@@ -18,6 +19,21 @@ use config::{parse_semantics, pct_to_bp, SharedFile};
 use sim::{Backend, IdealBackend, ScenarioOutcome};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Why a plan did not produce a report.
+#[derive(Debug)]
+pub enum PlanError {
+    /// Bad input or over the work budget: exit 2.
+    Config(ConfigError),
+    /// A target that cannot be met (`--need`, `--e2e-p95`): exit 1 with the reason.
+    Unmet(String),
+}
+
+impl From<ConfigError> for PlanError {
+    fn from(e: ConfigError) -> Self {
+        PlanError::Config(e)
+    }
+}
 
 /// The plan's inputs (CLI flags; `None` = from the scenario file).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -179,6 +195,47 @@ pub fn parse_duration_s(flag: &str, s: &str) -> Result<f64, ConfigError> {
     Ok(v)
 }
 
+/// `--capacity`: a whole number in 1..=u64::MAX (`1000` or `1e3`), never clamped.
+pub fn parse_capacity(c: &str) -> Result<u64, ConfigError> {
+    if let Ok(v) = c.trim().parse::<u64>() {
+        if v >= 1 {
+            return Ok(v);
+        }
+    }
+    let v = parse_num("--capacity", c)?;
+    if v < 1.0 || v.fract() != 0.0 {
+        return Err(flag_err(
+            "--capacity",
+            format!("must be a whole number >= 1, got {c}"),
+        ));
+    }
+    // above 2^53 a float no longer holds every whole number
+    if v > 9_007_199_254_740_992.0 {
+        return Err(flag_err(
+            "--capacity",
+            format!(
+                "{c} is too large: write it in digits up to {} (the largest capacity)",
+                u64::MAX
+            ),
+        ));
+    }
+    Ok(v as u64)
+}
+
+/// Default names of reserved consumers: A..Z, then AA, AB, … (as
+/// spreadsheet columns), so any number of shares gets distinct names.
+pub fn default_name(i: usize) -> String {
+    let mut n = i + 1;
+    let mut out = Vec::new();
+    while n > 0 {
+        n -= 1;
+        out.push(b'A' + (n % 26) as u8);
+        n /= 26;
+    }
+    out.reverse();
+    String::from_utf8(out).expect("ASCII")
+}
+
 /// A parsed `--need A=250,B=150`: (consumer name, units per minute).
 pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
     let mut v = Vec::new();
@@ -229,14 +286,7 @@ pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
     f.retain_only(&args.only)?;
     let lim = &mut f.limiter;
     if let Some(c) = &args.capacity {
-        let v = parse_num("--capacity", c)?;
-        if v < 1.0 || v.fract() != 0.0 {
-            return Err(flag_err(
-                "--capacity",
-                format!("must be a whole number >= 1, got {c}"),
-            ));
-        }
-        lim.capacity = v as u64;
+        lim.capacity = parse_capacity(c)?;
     }
     if let Some(t) = &args.threshold {
         let v = parse_num("--threshold", t)?;
@@ -314,22 +364,31 @@ pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
             .collect();
         let template = lim.consumers.first().cloned().expect("file has consumers");
         let ns = names.clone().unwrap_or_default();
-        if ns.len() > bps.len() + unreserved.len() {
+        if names.is_some() && ns.len() != bps.len() && ns.len() != bps.len() + unreserved.len() {
             return Err(flag_err(
                 "--names",
                 format!(
-                    "{} names for {} reserved and {} unreserved consumers",
+                    "{} names for {} reserved consumers (one per --reserve share){}: give {} names{}",
                     ns.len(),
                     bps.len(),
-                    unreserved.len()
+                    if unreserved.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and {} unreserved", unreserved.len())
+                    },
+                    bps.len(),
+                    if unreserved.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", or {} to rename the unreserved ones too", bps.len() + unreserved.len())
+                    }
                 ),
             ));
         }
         let mut cs = Vec::new();
         for (i, bp) in bps.iter().enumerate() {
-            let default_name = ((b'A' + (i % 26) as u8) as char).to_string();
             let mut c = template.clone();
-            c.name = ns.get(i).cloned().unwrap_or(default_name);
+            c.name = ns.get(i).cloned().unwrap_or_else(|| default_name(i));
             c.reserved_bp = *bp;
             cs.push(c);
         }
@@ -341,18 +400,33 @@ pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
         }
         for (i, c) in cs.iter().enumerate() {
             if cs[..i].iter().any(|d| d.name == c.name) {
+                let (flag, why) = if names.is_some() {
+                    ("--names", String::new())
+                } else {
+                    (
+                        "--reserve",
+                        " (a default name of a reserved consumer is also an unreserved consumer's name; name them with --names)"
+                            .to_string(),
+                    )
+                };
                 return Err(flag_err(
-                    "--names",
-                    format!("consumer name {} used twice", c.name),
+                    flag,
+                    format!("consumer name {} used twice{why}", c.name),
                 ));
             }
         }
         lim.consumers = cs;
     } else if let Some(ns) = &names {
-        if ns.len() > lim.consumers.len() {
+        let reserved = lim.consumers.iter().filter(|c| c.reserved_bp > 0).count();
+        if ns.len() != lim.consumers.len() && ns.len() != reserved {
             return Err(flag_err(
                 "--names",
-                format!("{} names for {} consumers", ns.len(), lim.consumers.len()),
+                format!(
+                    "{} names for {} consumers ({reserved} reserved, listed first): give {reserved} or {} names",
+                    ns.len(),
+                    lim.consumers.len(),
+                    lim.consumers.len()
+                ),
             ));
         }
         for (c, n) in lim.consumers.iter_mut().zip(ns) {
@@ -439,7 +513,8 @@ pub fn simulate(
 /// whenever its demand that minute was at least the floor?
 pub fn floor_met(o: &ScenarioOutcome, c: usize) -> Option<bool> {
     let co = &o.consumers[c];
-    if co.floor_rpm <= 0.0 {
+    // a floor under one unit per minute cannot show in per-minute counts
+    if co.floor_rpm < 1.0 {
         return None;
     }
     let missed = o.saturated.iter().enumerate().any(|(m, &sat)| {
@@ -449,8 +524,12 @@ pub fn floor_met(o: &ScenarioOutcome, c: usize) -> Option<bool> {
     Some(!missed)
 }
 
-/// `qsim plan`: build, simulate, and render (table or JSON).
-pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
+/// `qsim plan`: check the work budget, build, simulate, and render (table or JSON).
+pub fn run_cli(
+    args: &PlanArgs,
+    as_json: bool,
+    budget: &crate::experiment::budget::Budget,
+) -> Result<String, PlanError> {
     let need = args.need.as_deref().map(parse_need).transpose()?;
     let e2e = args
         .e2e_p95
@@ -458,12 +537,14 @@ pub fn run_cli(args: &PlanArgs, as_json: bool) -> Result<String, ConfigError> {
         .map(|s| parse_duration_s("--e2e-p95", s))
         .transpose()?;
     if e2e.is_some() && need.is_none() {
-        return Err(flag_err("--e2e-p95", "needs --need"));
+        return Err(flag_err("--e2e-p95", "needs --need").into());
     }
     let (mut file, model) = build(args)?;
+    let mut spent = budget::simulate(&file, &model)?.times(args.seeds as f64, "seeds");
+    spent.check(&file.source, budget)?;
     let mut inverse_json = None;
     if let Some(need) = &need {
-        let (g, v) = inverse::plan(&file, &model, need, e2e, args.seed);
+        let (g, v) = inverse::plan(&file, &model, need, e2e, args.seed, budget, &mut spent)?;
         if let Some(g) = g {
             file = g;
         }

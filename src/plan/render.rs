@@ -97,7 +97,7 @@ pub fn json(p: &Plan) -> Value {
                         "admitted_rpm": round(c.admitted as f64 / mins, 1),
                         "offered": c.offered,
                         "admitted": c.admitted,
-                        "success_rate": round(c.success_rate(), 4),
+                        "success_rate": if c.offered == 0 { Value::Null } else { json!(round(c.success_rate(), 4)) },
                         "rejected": c.rejected(),
                         "rejected_by": by,
                         "floor_rpm": round(c.floor_rpm, 2),
@@ -153,8 +153,16 @@ pub fn table(p: &Plan) -> String {
     let cap = l.capacity as f64;
     let u = l.unit.name().to_uppercase();
     let mut s = String::new();
+    // the deployment bucket is at least as deep as the floors' credits, so
+    // at tiny capacities it is deeper than the burst headroom asked for
+    let depth = p.runs.first().map_or(0, |r| r.limited.burst_depth);
+    let depth_note = if depth > l.burst_units() {
+        format!(" (bucket depth {depth}: at least one credit per floor)")
+    } else {
+        String::new()
+    };
     s.push_str(&format!(
-        "qsim plan: capacity {} {u}, threshold {:.0} % (enforcement at {:.0} {u}), burst headroom {} units, semantics {}\n",
+        "qsim plan: capacity {} {u}, threshold {:.0} % (enforcement at {:.0} {u}), burst headroom {} units{depth_note}, semantics {}\n",
         l.capacity,
         l.threshold * 100.0,
         l.threshold * cap,
@@ -173,7 +181,10 @@ pub fn table(p: &Plan) -> String {
             t.row([
                 c.name.clone(),
                 format!("{:.0}", c.reserved_bp as f64 / 100.0),
-                format!("{:.0}", cap * c.reserved_bp as f64 / 10_000.0),
+                match cap * c.reserved_bp as f64 / 10_000.0 {
+                    x if x >= 10.0 => format!("{x:.0}"),
+                    x => format!("{x:.2}"),
+                },
             ]);
         }
     }
@@ -242,15 +253,21 @@ pub fn table(p: &Plan) -> String {
                 c.name.clone(),
                 format!("{:.0}", c.offered as f64 / mins),
                 format!("{:.0}", c.admitted as f64 / mins),
-                format!("{:.1} %", 100.0 * c.success_rate()),
+                if c.offered == 0 {
+                    "-".into()
+                } else {
+                    format!("{:.1} %", 100.0 * c.success_rate())
+                },
                 c.rejected().to_string(),
                 if by.is_empty() {
                     "-".into()
                 } else {
                     by.join(", ")
                 },
-                if c.floor_rpm > 0.0 {
+                if c.floor_rpm >= 10.0 {
                     format!("{:.0}", c.floor_rpm)
+                } else if c.floor_rpm > 0.0 {
+                    format!("{:.2}", c.floor_rpm)
                 } else {
                     "-".into()
                 },

@@ -24,6 +24,8 @@ pub struct ArrivalProcess {
     pub kind: &'static str,
     /// Mean requests per second.
     pub rate: f64,
+    /// Coefficient of variation of the gaps (poisson 1, constant 0).
+    pub cv: f64,
     gap: Sampler,
 }
 
@@ -39,11 +41,12 @@ impl ArrivalProcess {
             ));
         }
         let mean = 1.0 / rate;
-        let (kind, d) = match raw {
-            RawArrivals::Poisson => ("poisson", RawDist::Exp { mean, max: None }),
-            RawArrivals::Constant => ("constant", RawDist::Const { value: mean }),
+        let (kind, cv, d) = match raw {
+            RawArrivals::Poisson => ("poisson", 1.0, RawDist::Exp { mean, max: None }),
+            RawArrivals::Constant => ("constant", 0.0, RawDist::Const { value: mean }),
             RawArrivals::Gamma { cv } => (
                 "gamma",
+                *cv,
                 RawDist::Gamma {
                     mean,
                     cv: *cv,
@@ -54,6 +57,7 @@ impl ArrivalProcess {
         Ok(ArrivalProcess {
             kind,
             rate,
+            cv,
             gap: d.validate()?,
         })
     }

@@ -1,0 +1,307 @@
+//! The work budget: before anything is simulated, estimate what a run
+//! costs — simulated requests (first tries and retries) plus server engine
+//! iterations, over every seed, sweep point, scenario and counterfactual run,
+//! and the peak memory — and refuse past a budget with exit 2, naming the
+//! cost, its largest part and the flag that raises the budget.
+//!
+//! The estimates are upper-leaning: open loops at their mean rate (gamma
+//! arrivals plus four standard deviations of the count, which grows with
+//! `cv`), retries at `max_attempts` each, closed loops at the rate their
+//! think time and the server's fastest step allow, memory with every
+//! open-loop request of a scenario queued at once.
+
+use super::config::ClientKind;
+use super::server::Load as ServerLoad;
+use super::{HostedSuite, ServerSuite};
+use crate::config::ConfigError;
+use crate::engine::Sampler;
+use crate::server::ServerProfile;
+use crate::time::{show, to_secs};
+
+/// Default of `--max-requests`: simulated requests plus engine iterations.
+pub const DEFAULT_MAX_REQUESTS: u64 = 20_000_000;
+/// Default of `--max-memory-mb`: estimated peak memory.
+pub const DEFAULT_MAX_MEMORY_MB: u64 = 1024;
+
+/// Work of one attempt against a hosted-API endpoint, in units of a server
+/// request: a pool or executor event and a bucket check, no server model
+/// (measured: `qsim run --seeds 1000` of the default file, 25 M attempts
+/// at most, runs in under a second).
+pub const HOSTED_ATTEMPT_WORK: f64 = 0.25;
+/// One latency histogram (hdrhistogram, 3 significant digits, 1 µs to 11.6 days).
+pub const HIST_BYTES: f64 = 262_144.0;
+/// One server replica: five histograms and its gauges, kept twice (live and
+/// in the scenario's result).
+pub const REPLICA_BYTES: f64 = 2.0 * (5.0 * HIST_BYTES + 4096.0);
+/// One request inside a server or the limiter's driver.
+pub const IN_FLIGHT_BYTES: f64 = 160.0;
+/// One tidy record kept for the spreads (seed, subject, metric, value).
+pub const RECORD_BYTES: f64 = 128.0;
+/// The process itself (binary, embedded files, allocator).
+pub const BASE_BYTES: f64 = 16.0 * 1024.0 * 1024.0;
+const MB: f64 = 1024.0 * 1024.0;
+
+/// The budget flags of `run`, `sweep` and `plan`.
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Refuse a run estimated to simulate more than N requests (first tries
+    /// and retries) plus server engine iterations, over all seeds, points and
+    /// scenarios.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS)]
+    pub max_requests: u64,
+    /// Refuse a run whose estimated peak memory exceeds MB megabytes.
+    #[arg(long, value_name = "MB", default_value_t = DEFAULT_MAX_MEMORY_MB)]
+    pub max_memory_mb: u64,
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            max_requests: DEFAULT_MAX_REQUESTS,
+            max_memory_mb: DEFAULT_MAX_MEMORY_MB,
+        }
+    }
+}
+
+/// What a run would cost.
+#[derive(Debug, Clone, Default)]
+pub struct Cost {
+    /// Simulated requests plus engine iterations.
+    pub work: f64,
+    /// Peak memory of the largest single simulation (freed afterwards).
+    pub peak_bytes: f64,
+    /// Memory kept to the end (records of every seed and point).
+    pub kept_bytes: f64,
+    /// The largest part of the work, for the message.
+    pub largest: Option<(String, f64)>,
+    /// The largest part of the memory, for the message.
+    pub largest_mem: Option<(String, f64)>,
+}
+
+fn bigger(slot: &mut Option<(String, f64)>, what: &str, v: f64) {
+    if slot.as_ref().is_none_or(|(_, x)| v > *x) {
+        *slot = Some((what.to_string(), v));
+    }
+}
+
+impl Cost {
+    /// A part of the run: `work` units, and `peak_bytes` while it runs.
+    pub fn part(&mut self, what: &str, work: f64, peak_bytes: f64) {
+        self.work += work;
+        bigger(&mut self.largest, what, work);
+        if peak_bytes > self.peak_bytes {
+            self.peak_bytes = peak_bytes;
+        }
+        bigger(&mut self.largest_mem, what, peak_bytes);
+    }
+
+    /// Memory kept until the end of the run.
+    pub fn keep(&mut self, bytes: f64) {
+        self.kept_bytes += bytes;
+    }
+
+    /// The same run `k` times (seeds): work and kept memory scale, the peak
+    /// does not; the largest part names the repetition.
+    pub fn times(mut self, k: f64, label: &str) -> Cost {
+        if k != 1.0 {
+            self.work *= k;
+            self.kept_bytes *= k;
+            if let Some((w, v)) = &mut self.largest {
+                *w = format!("{w} x {} {label}", show(k));
+                *v *= k;
+            }
+        }
+        self
+    }
+
+    /// Another run after this one: work and kept memory add, peaks do not.
+    pub fn then(&mut self, o: Cost) {
+        self.work += o.work;
+        self.kept_bytes += o.kept_bytes;
+        if let Some((w, v)) = o.largest {
+            bigger(&mut self.largest, &w, v);
+        }
+        if let Some((w, v)) = o.largest_mem {
+            bigger(&mut self.largest_mem, &w, v);
+        }
+        self.peak_bytes = self.peak_bytes.max(o.peak_bytes);
+    }
+
+    pub fn memory_bytes(&self) -> f64 {
+        BASE_BYTES + self.peak_bytes + self.kept_bytes
+    }
+
+    /// Refuse (exit 2, one line) if the cost exceeds the budget.
+    pub fn check(&self, source: &str, b: &Budget) -> Result<(), ConfigError> {
+        if self.work.is_nan() || self.work > b.max_requests as f64 {
+            let part = self
+                .largest
+                .as_ref()
+                .map(|(w, v)| format!(" (largest part: {w}, about {})", count(*v)))
+                .unwrap_or_default();
+            return Err(ConfigError::new(
+                source,
+                "",
+                format!(
+                    "work budget: this run would simulate about {} requests and engine iterations (a hosted-API attempt counts 1/4){part}, over the budget of {}; raise it with --max-requests N, or shorten the run",
+                    count(self.work),
+                    count(b.max_requests as f64)
+                ),
+            ));
+        }
+        let mem = self.memory_bytes();
+        if mem.is_nan() || mem > b.max_memory_mb as f64 * MB {
+            let part = self
+                .largest_mem
+                .as_ref()
+                .filter(|(_, v)| *v >= self.kept_bytes)
+                .map(|(w, v)| format!(" (largest part: {w}, about {:.0} MB)", v / MB))
+                .unwrap_or_else(|| {
+                    format!(
+                        " (largest part: records kept for the spreads, about {:.0} MB)",
+                        self.kept_bytes / MB
+                    )
+                });
+            return Err(ConfigError::new(
+                source,
+                "",
+                format!(
+                    "memory budget: this run would need about {} MB{part}, over the budget of {} MB; raise it with --max-memory-mb MB, or make the run smaller",
+                    count(mem / MB),
+                    b.max_memory_mb
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A count for a message: `12,345,678` or `3.4e12`.
+pub fn count(v: f64) -> String {
+    if !v.is_finite() || v >= 1e15 {
+        return show(v);
+    }
+    let s = format!("{:.0}", v.max(0.0));
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Requests of an open loop at `rate` per second for `secs` seconds with an
+/// inter-arrival coefficient of variation `cv`: the mean count plus four
+/// standard deviations (a renewal process's count has variance `cv²·n`).
+pub fn open_requests(rate: f64, secs: f64, cv: f64) -> f64 {
+    let n = rate * secs;
+    n + 4.0 * cv * n.sqrt()
+}
+
+/// The fastest engine step of a profile (a batch of one decode), seconds.
+pub fn min_step_s(p: &ServerProfile) -> f64 {
+    to_secs(p.iteration.duration(0, 1, 1, 1, 1).0).max(1e-9)
+}
+
+/// Engine iterations of `replicas` replicas serving `requests` requests with
+/// a mean of `mean_out` output tokens for `secs` seconds (plus a drain): at
+/// most one per fastest step per replica, and at most one per output token.
+fn iterations(p: &ServerProfile, replicas: f64, secs: f64, requests: f64, mean_out: f64) -> f64 {
+    (replicas * secs / min_step_s(p)).min(requests * (mean_out.max(1.0) + 1.0))
+}
+
+fn mean_tokens(s: &Sampler) -> f64 {
+    let m = s.mean();
+    if m.is_finite() {
+        m.clamp(1.0, u32::MAX as f64 / 4.0)
+    } else {
+        1.0
+    }
+}
+
+/// One seed of a server suite.
+pub fn server_suite(suite: &ServerSuite) -> Cost {
+    let p = &suite.profile;
+    let mut c = Cost::default();
+    let mut results = 0.0;
+    for s in &suite.scenarios {
+        let d = to_secs(s.duration);
+        let reps = s.replicas as f64;
+        let mean_out = mean_tokens(&s.lengths.output);
+        let (requests, in_flight) = match &s.load {
+            ServerLoad::Open { process, .. } => {
+                let n = open_requests(process.rate, d, process.cv);
+                (n, n)
+            }
+            ServerLoad::Closed { clients, think } => {
+                let step = min_step_s(p);
+                let cycle = think.mean().max(0.0) + to_secs(p.ingress) + step * mean_out;
+                let per_client = d / cycle.max(1e-9);
+                let capacity = reps * p.max_num_seqs as f64 * d / (step * mean_out);
+                (
+                    (*clients as f64 * per_client).min(capacity),
+                    *clients as f64,
+                )
+            }
+        };
+        // with a drain the queue left at the end is served too
+        let its = iterations(p, reps, d, requests, mean_out) * if s.drain { 2.0 } else { 1.0 };
+        results += reps * REPLICA_BYTES / 2.0;
+        let what = format!("scenario {:?}", s.name);
+        c.part(
+            &what,
+            requests + its,
+            reps * REPLICA_BYTES + in_flight * IN_FLIGHT_BYTES + results,
+        );
+        let records = 28.0 * (1.0 + reps) + 1.0 + 10.0 * s.snapshots.len() as f64;
+        c.keep(records * RECORD_BYTES);
+    }
+    c
+}
+
+/// One seed of a hosted-API suite.
+pub fn hosted_suite(suite: &HostedSuite) -> Cost {
+    let mut c = Cost::default();
+    let n = suite.experiments.len() as f64;
+    for e in &suite.experiments {
+        let (attempts, slots) = match &e.client {
+            ClientKind::Pool {
+                workers, caller, ..
+            } => {
+                let sdk = caller.sdk.as_ref().map_or(0, |s| s.max_retries) as f64;
+                (
+                    caller.retry.max_attempts.max(1) as f64 * (1.0 + sdk),
+                    *workers as f64,
+                )
+            }
+            ClientKind::Managed(p) => (p.max_attempts.max(1) as f64, 0.0),
+        };
+        let rows = e.rows as f64;
+        // every experiment's result (one latency histogram) is kept until
+        // the seed is reduced to records
+        c.part(
+            &format!("experiment {:?}", e.name),
+            rows * attempts * HOSTED_ATTEMPT_WORK,
+            slots * IN_FLIGHT_BYTES + rows.min(1e6) * 16.0 + n * (HIST_BYTES + 1024.0),
+        );
+        c.keep(40.0 * RECORD_BYTES);
+    }
+    c
+}
+
+impl super::ExperimentFile {
+    /// The cost of `records(seed, seeds)` (and of `qsim run` of the file).
+    pub fn cost(&self, seeds: u64) -> Result<Cost, ConfigError> {
+        Ok(match self {
+            super::ExperimentFile::Hosted(s) => hosted_suite(s),
+            super::ExperimentFile::Server(s) => server_suite(s),
+            super::ExperimentFile::Shared(a) => {
+                let (f, model) = crate::plan::build(a)?;
+                crate::plan::budget::simulate(&f, &model)?
+            }
+        }
+        .times(seeds as f64, "seeds"))
+    }
+}

@@ -1,0 +1,205 @@
+//! The work budget (issue 8, item 1): every case listed under the issue's
+//! "Why" (memory and time) either runs (bounded by a generous timeout that
+//! only catches a hang) or is refused with exit 2 and a one-line message
+//! naming the cause and the flag that raises the budget.
+
+use assert_cmd::Command;
+use std::time::Duration;
+
+fn qsim(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::cargo_bin("qsim")
+        .unwrap()
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .timeout(Duration::from_secs(120))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Exit 2 with one `qsim: ` line containing every needle.
+fn refused(args: &[&str], needles: &[&str]) {
+    let (code, _, err) = qsim(args);
+    assert_eq!(code, Some(2), "{args:?}: {err}");
+    assert!(
+        err.starts_with("qsim: ") && err.trim_end().lines().count() == 1,
+        "{args:?}: not one line: {err:?}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: {err:?} lacks {n:?}");
+    }
+}
+
+fn write(name: &str, text: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join(name), text).unwrap();
+    d
+}
+
+#[test]
+fn many_seeds_refused_with_the_flag_that_raises_the_budget() {
+    refused(
+        &["run", "--seeds", "100000"],
+        &["work budget", "x 100000 seeds", "--max-requests"],
+    );
+    refused(
+        &["run", "--seeds", "10000"],
+        &["work budget", "--max-requests"],
+    );
+    // raising the budget lets the same run through
+    let (code, out, err) = qsim(&["run", "--seeds", "1000", "--max-requests", "100000000"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("1000"), "{out}");
+}
+
+#[test]
+fn thousands_of_replicas_refused() {
+    refused(
+        &["run", "experiments/nim-load.toml", "--set", "replicas=4096"],
+        &["budget", "nim-load.toml"],
+    );
+    refused(&["plan", "--replicas", "100000"], &["budget"]);
+    refused(&["plan", "--replicas", "4096"], &["budget"]);
+}
+
+#[test]
+fn replica_memory_refused_by_the_memory_budget() {
+    // 4096 replicas of five histograms each: the memory estimate alone refuses
+    refused(
+        &[
+            "run",
+            "experiments/nim-load.toml",
+            "--set",
+            "replicas=4096",
+            "--max-requests",
+            "1000000000000",
+        ],
+        &["memory budget", "--max-memory-mb"],
+    );
+}
+
+#[test]
+fn huge_rates_refused() {
+    refused(
+        &[
+            "run",
+            "experiments/nim-load.toml",
+            "--set",
+            "scenario.0.rpm=1e9",
+        ],
+        &["work budget", "scenario \"normal\""],
+    );
+    refused(
+        &[
+            "run",
+            "experiments/shared-deployment.toml",
+            "--set",
+            "scenario.0.load.0.rpm=1e9",
+        ],
+        &["work budget", "--max-requests"],
+    );
+    refused(&["plan", "--need", "A=1e6"], &["--need", "work budget"]);
+}
+
+#[test]
+fn gamma_arrivals_with_huge_cv_refused() {
+    refused(
+        &[
+            "run",
+            "experiments/llama-8b-clients.toml",
+            "--set",
+            "scenario.5.arrivals.cv=1e5",
+        ],
+        &["cv"],
+    );
+    // within the validator's range, the count's spread is in the estimate:
+    // cv = 100 over 300 s at 900 RPM adds four standard deviations
+    let (code, _, err) = qsim(&[
+        "run",
+        "experiments/llama-8b-clients.toml",
+        "--only",
+        "bursty 900 RPM",
+        "--set",
+        "scenario.5.arrivals.cv=100",
+        "--max-requests",
+        "1000",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("bursty 900 RPM"), "{err}");
+}
+
+#[test]
+fn twenty_thousand_experiments_refused() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let base = std::fs::read_to_string(format!("{root}/experiments/fmapi-pacing.toml")).unwrap();
+    let head = &base[..base.find("[[experiment]]").unwrap()];
+    let mut text = head.replace("\"../models/", &format!("\"{root}/models/"));
+    for i in 0..20_000 {
+        text.push_str(&format!(
+            "[[experiment]]\nname = \"e{i}\"\nclient = \"pool\"\nretry = {{ backoff = \"none\" }}\n"
+        ));
+    }
+    let d = write("many.toml", &text);
+    let p = d.path().join("many.toml");
+    refused(
+        &["run", p.to_str().unwrap()],
+        &["memory budget", "--max-memory-mb"],
+    );
+}
+
+#[test]
+fn closed_loop_without_time_passing_refused() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut text =
+        std::fs::read_to_string(format!("{root}/experiments/shared-deployment.toml")).unwrap();
+    text.push_str(
+        "\n[[scenario]]\nname = \"closed\"\nduration_s = 60\n[[scenario.load]]\nwho = \"all\"\nworkers = 4\n",
+    );
+    let d = write("closed.toml", &text);
+    let p = d.path().join("closed.toml");
+    let p = p.to_str().unwrap();
+    refused(
+        &["run", p, "--set", "reject_latency_ms=0", "--only", "closed"],
+        &["think_s", "without time passing"],
+    );
+    // with a rejection latency the same load runs
+    let (code, _, err) = qsim(&["run", p, "--only", "closed"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn every_shipped_experiment_fits_the_default_budget() {
+    for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/experiments")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            let (code, _, err) = qsim(&["run", p.to_str().unwrap()]);
+            assert_eq!(code, Some(0), "{}: {err}", p.display());
+        }
+    }
+}
+
+#[test]
+fn durations_beyond_the_clock_name_field_and_range() {
+    refused(
+        &[
+            "run",
+            "experiments/shared-deployment.toml",
+            "--set",
+            "scenario.0.load.0.start_s=1e12",
+        ],
+        &["start_s", "1e9"],
+    );
+    refused(
+        &[
+            "run",
+            "experiments/shared-deployment.toml",
+            "--set",
+            "reject_latency_ms=1e300",
+        ],
+        &["reject_latency_ms", "milliseconds"],
+    );
+}
