@@ -197,3 +197,32 @@ fn reports_are_derived_from_the_records() {
         }
     }
 }
+
+/// Many replicas are summarised in the text report (min, median, max across
+/// replicas), not printed as one column each; the JSON keeps every replica.
+#[test]
+fn many_replicas_are_summarised() {
+    let args = [
+        "run",
+        "experiments/nim-load.toml",
+        "--only",
+        "normal",
+        "--set",
+        "scenario.normal.replicas=12",
+        "--set",
+        "scenario.normal.duration_s=60",
+    ];
+    let text = stdout(&args);
+    assert!(text.contains("normal: across 12 replicas"), "{text}");
+    assert!(
+        !text.contains("replica 11"),
+        "no column per replica: {text}"
+    );
+    let mut a = args.to_vec();
+    a.extend(["--format", "json"]);
+    let v = json(&a);
+    assert_eq!(
+        v["scenarios"][0]["per_replica"].as_array().unwrap().len(),
+        12
+    );
+}

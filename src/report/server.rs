@@ -79,6 +79,11 @@ pub fn values(m: &ReplicaMetrics, until: Nanos, n: usize) -> Vec<f64> {
     ]
 }
 
+/// Above this many replicas the text report summarises them (min, median,
+/// max across replicas) instead of printing one column each; the JSON and
+/// the records keep every replica.
+pub const MAX_REPLICA_COLUMNS: usize = 8;
+
 /// Snapshot fields, in order.
 pub const SNAPSHOT: &[(&str, i32)] = &[
     ("waiting", 0),
@@ -229,7 +234,37 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
         ),
     );
     out.push_str(&t.render());
-    for a in aggs.iter().filter(|a| a.replicas > 1) {
+    for a in aggs.iter().filter(|a| a.replicas > MAX_REPLICA_COLUMNS) {
+        // many replicas: the spread across replicas of each one's median
+        out.push_str(&format!(
+            "\n{}: across {} replicas (each replica's median over seeds)\n",
+            a.name, a.replicas
+        ));
+        let mut t = Table::new(["metric", "min", "median", "max"].map(String::from));
+        for (m, (_, label, d)) in METRICS.iter().enumerate() {
+            let v: Vec<f64> = a.per_replica.iter().map(|r| r[m].median).collect();
+            let s = super::spread(&v);
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let f = |x: f64| {
+                super::fmt_spread(
+                    &Spread {
+                        median: x,
+                        lo: x,
+                        hi: x,
+                    },
+                    *d,
+                    1,
+                )
+            };
+            t.row([label.to_string(), f(lo), f(s.median), f(hi)]);
+        }
+        out.push_str(&t.render());
+    }
+    for a in aggs
+        .iter()
+        .filter(|a| a.replicas > 1 && a.replicas <= MAX_REPLICA_COLUMNS)
+    {
         out.push_str(&format!("\n{}: per replica\n", a.name));
         let mut t = Table::new(
             std::iter::once("metric".to_string())
