@@ -93,6 +93,16 @@ pub enum Cmd {
         /// Replace the --out file if it exists.
         #[arg(long)]
         force: bool,
+        /// Also write the sized limiter as a `qsim proxy` config to this file
+        /// (plan, then enforce, with one schema).
+        #[arg(long, value_name = "FILE")]
+        emit_proxy_config: Option<PathBuf>,
+    },
+    /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
+    /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
+    Proxy {
+        #[command(flatten)]
+        args: crate::proxy::ProxyArgs,
     },
 }
 
@@ -173,8 +183,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             format,
             out,
             force,
+            emit_proxy_config,
         } => {
             check_out(out.as_deref(), force)?;
+            if let Some(p) = &emit_proxy_config {
+                check_out(Some(p), force)?;
+                let (f, _) = crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
+                let text = crate::proxy::emit_config(&f.limiter, &f.source);
+                emit(&text, Some(p), force)?;
+            }
             let text = if format == Format::Csv {
                 let (f, model) =
                     crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
@@ -193,6 +210,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     .map_err(|e| name_fields(e, None, &[]))?
             };
             emit(&text, out.as_deref(), force)
+        }
+        Cmd::Proxy { args } => {
+            let cfg =
+                crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
+            let file = args.config.display().to_string();
+            let proxy = qsim_live::Proxy::new(cfg)
+                .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
+            proxy.run().map_err(CliError::Io)
         }
         Cmd::Run { file, opts } => {
             let RunOpts {
