@@ -110,6 +110,9 @@ pub struct Tracked {
     scan: Scan,
     idle: Duration,
     sleep: Pin<Box<Sleep>>,
+    /// The SSE stream's `data: [DONE]` was seen: a client leaving after it
+    /// (SDKs stop reading there) has had the whole answer.
+    done: bool,
 }
 
 impl Tracked {
@@ -125,6 +128,7 @@ impl Tracked {
             scan,
             idle,
             sleep: Box::pin(tokio::time::sleep(idle)),
+            done: false,
         }
     }
 
@@ -153,6 +157,7 @@ impl Tracked {
                     };
                     let data = data.trim_ascii();
                     if data == b"[DONE]" {
+                        self.done = true;
                         continue;
                     }
                     // only chunks that mention usage are parsed; the rest
@@ -204,7 +209,7 @@ fn memchr(hay: &[u8], needle: &[u8]) -> bool {
 impl Drop for Tracked {
     fn drop(&mut self) {
         if self.guard.is_some() {
-            if self.inner.is_end_stream() {
+            if self.done || self.inner.is_end_stream() {
                 self.finish();
             } else {
                 // the client went away before the end of the answer
