@@ -28,7 +28,7 @@ fn venv_bin(name: &str) -> PathBuf {
 }
 
 /// A child process killed when dropped.
-struct Proc(Child, &'static str);
+struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -65,7 +65,7 @@ fn llmock(extra: &[&str]) -> (Proc, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start llmock");
-    let mut p = Proc(child, "llmock");
+    let mut p = Proc(child);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -98,7 +98,7 @@ fn proxy(dir: &tempfile::TempDir, name: &str, upstream: &str, config: &str) -> (
         .spawn()
         .expect("start qsim proxy");
     let out = child.stdout.take().unwrap();
-    let p = Proc(child, "proxy");
+    let p = Proc(child);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -421,7 +421,8 @@ fn bad_input_gets_openai_style_errors() {
         ("authorization", "Bearer key-a"),
         ("content-type", "application/json"),
     ];
-    let cases: Vec<(Vec<(&str, &str)>, Vec<u8>, u16, &str)> = vec![
+    type Case<'a> = (Vec<(&'a str, &'a str)>, Vec<u8>, u16, &'a str);
+    let cases: Vec<Case> = vec![
         (auth.to_vec(), b"{not json".to_vec(), 400, "invalid_json"),
         (auth.to_vec(), b"[1,2]".to_vec(), 400, "invalid_json"),
         (
