@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
 export CARGO_TERM_COLOR=never
 cargo fmt --check
+# the live proxy tests' real parts (llmock upstream, openai SDK client): fails loudly if they cannot be installed
+scripts/live-deps.sh
 cargo test --release --locked --workspace
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run

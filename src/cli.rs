@@ -99,6 +99,16 @@ pub enum Cmd {
         force: bool,
         #[command(flatten)]
         budget: Budget,
+        /// Also write the sized limiter as a `qsim proxy` config to this file
+        /// (plan, then enforce, with one schema).
+        #[arg(long, value_name = "FILE")]
+        emit_proxy_config: Option<PathBuf>,
+    },
+    /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
+    /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
+    Proxy {
+        #[command(flatten)]
+        args: crate::proxy::ProxyArgs,
     },
 }
 
@@ -190,8 +200,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             out,
             force,
             budget,
+            emit_proxy_config,
         } => {
             check_out(out.as_deref(), force)?;
+            if let Some(p) = &emit_proxy_config {
+                check_out(Some(p), force)?;
+                let (f, _) = crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
+                let text = crate::proxy::emit_config(&f.limiter, &f.source);
+                emit(&text, Some(p), force)?;
+            }
             let text = if format == Format::Csv {
                 let (f, model) =
                     crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
@@ -216,6 +233,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     .map_err(|e| plan_err(e, None, &[]))?
             };
             emit(&text, out.as_deref(), force)
+        }
+        Cmd::Proxy { args } => {
+            let cfg =
+                crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
+            let file = args.config.display().to_string();
+            let proxy = qsim_live::Proxy::new(cfg)
+                .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
+            proxy.run().map_err(CliError::Io)
         }
         Cmd::Run { file, opts } => {
             let RunOpts {

@@ -9,6 +9,7 @@
 //!   the managed batch executor;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
+//! - [`proxy`]: `qsim proxy` configuration (the runtime is the `qsim-live` crate);
 //! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
@@ -22,6 +23,7 @@ pub mod experiment;
 pub mod hosted;
 pub mod output;
 pub mod plan;
+pub mod proxy;
 pub mod report;
 pub mod server;
 pub mod workload;

@@ -51,7 +51,7 @@ impl RawPolicy {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawDeployment {
+pub struct RawDeployment {
     capacity: i64,
     #[serde(default = "default_unit")]
     unit: String,
@@ -79,7 +79,7 @@ fn default_accounting() -> String {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConsumer {
+pub struct RawConsumer {
     name: String,
     #[serde(default)]
     reserved_pct: f64,
@@ -136,6 +136,107 @@ fn default_replicas() -> i64 {
 }
 fn default_reject_ms() -> f64 {
     5.0
+}
+
+/// The limiter tables of a file — `[deployment]`, `[defaults]` and
+/// `[[consumer]]` — validated into a [`LimiterConfig`]. Shared by
+/// shared-deployment files and `qsim proxy` configs (one schema, one
+/// validation; field paths name the tables as written).
+pub fn limiter_config(
+    f: &str,
+    d: &RawDeployment,
+    defaults: Option<RawPolicy>,
+    consumers_raw: &[RawConsumer],
+) -> Result<LimiterConfig, ConfigError> {
+    if d.capacity <= 0 {
+        return Err(ConfigError::new(
+            f,
+            "deployment.capacity",
+            format!("must be > 0, got {}", d.capacity),
+        ));
+    }
+    let unit = Unit::parse(&d.unit).ok_or_else(|| {
+        ConfigError::new(
+            f,
+            "deployment.unit",
+            format!("expected \"rpm\" or \"tpm\", got {:?}", d.unit),
+        )
+    })?;
+    if !(d.threshold > 0.0 && d.threshold <= 1.0) {
+        return Err(ConfigError::new(
+            f,
+            "deployment.threshold",
+            format!("must be in (0, 1], got {}", d.threshold),
+        ));
+    }
+    let burst = match d.burst {
+        None => None,
+        Some(b) if b >= 0 => Some(b as u64),
+        Some(b) => {
+            return Err(ConfigError::new(
+                f,
+                "deployment.burst",
+                format!("must be >= 0, got {b}"),
+            ))
+        }
+    };
+    let semantics = parse_semantics(f, "deployment.semantics", &d.semantics)?;
+    let accounting = match d.accounting.as_str() {
+        "reserve_refund" => OutputAccounting::ReserveRefund,
+        "reserve_no_refund" => OutputAccounting::ReserveNoRefund,
+        "on_completion" => OutputAccounting::OnCompletion,
+        o => {
+        return Err(ConfigError::new(
+            f,
+            "deployment.accounting",
+            format!("unknown accounting {o:?}; expected reserve_refund, reserve_no_refund or on_completion"),
+        ))
+        }
+    };
+    let default_policy = defaults.unwrap_or_default().validate(f, "defaults")?;
+    let mut consumers = Vec::new();
+    for (i, c) in consumers_raw.iter().enumerate() {
+        let at = format!("consumer.{i}");
+        if c.name.trim().is_empty() || consumers.iter().any(|x: &ConsumerSpec| x.name == c.name) {
+            return Err(ConfigError::new(
+                f,
+                format!("{at}.name"),
+                format!("must be a unique non-empty name, got {:?}", c.name),
+            ));
+        }
+        let bp = pct_to_bp(c.reserved_pct).ok_or_else(|| {
+            ConfigError::new(
+                f,
+                format!("{at}.reserved_pct"),
+                format!("must be in [0, 100], got {}", c.reserved_pct),
+            )
+        })?;
+        let over = c
+            .limits
+            .unwrap_or_default()
+            .validate(f, &format!("{at}.limits"))?;
+        consumers.push(ConsumerSpec {
+            name: c.name.clone(),
+            reserved_bp: bp,
+            policy: default_policy.overridden_by(&over),
+        });
+    }
+    let limiter = LimiterConfig {
+        capacity: d.capacity as u64,
+        unit,
+        threshold: d.threshold,
+        burst,
+        semantics,
+        accounting,
+        consumers,
+    };
+    limiter
+        .validate()
+        .map_err(|r| ConfigError::new(f, "consumer", r))?;
+    if limiter.reserved_bp_total() > BP_FULL {
+        return Err(ConfigError::new(f, "consumer", "reservations exceed 100 %"));
+    }
+    Ok(limiter)
 }
 
 /// Which consumers a load line drives.
@@ -253,96 +354,7 @@ impl SharedFile {
         let f = file;
         let raw: RawShared = from_value(f, v)?;
         crate::config::expect_kind(f, &raw.kind, "shared", "a shared-deployment file")?;
-        let d = &raw.deployment;
-        if d.capacity <= 0 {
-            return Err(ConfigError::new(
-                f,
-                "deployment.capacity",
-                format!("must be > 0, got {}", d.capacity),
-            ));
-        }
-        let unit = Unit::parse(&d.unit).ok_or_else(|| {
-            ConfigError::new(
-                f,
-                "deployment.unit",
-                format!("expected \"rpm\" or \"tpm\", got {:?}", d.unit),
-            )
-        })?;
-        if !(d.threshold > 0.0 && d.threshold <= 1.0) {
-            return Err(ConfigError::new(
-                f,
-                "deployment.threshold",
-                format!("must be in (0, 1], got {}", d.threshold),
-            ));
-        }
-        let burst = match d.burst {
-            None => None,
-            Some(b) if b >= 0 => Some(b as u64),
-            Some(b) => {
-                return Err(ConfigError::new(
-                    f,
-                    "deployment.burst",
-                    format!("must be >= 0, got {b}"),
-                ))
-            }
-        };
-        let semantics = parse_semantics(f, "deployment.semantics", &d.semantics)?;
-        let accounting = match d.accounting.as_str() {
-            "reserve_refund" => OutputAccounting::ReserveRefund,
-            "reserve_no_refund" => OutputAccounting::ReserveNoRefund,
-            "on_completion" => OutputAccounting::OnCompletion,
-            o => {
-                return Err(ConfigError::new(
-                    f,
-                    "deployment.accounting",
-                    format!("unknown accounting {o:?}; expected reserve_refund, reserve_no_refund or on_completion"),
-                ))
-            }
-        };
-        let default_policy = raw.defaults.unwrap_or_default().validate(f, "defaults")?;
-        let mut consumers = Vec::new();
-        for (i, c) in raw.consumer.iter().enumerate() {
-            let at = format!("consumer.{i}");
-            if c.name.trim().is_empty() || consumers.iter().any(|x: &ConsumerSpec| x.name == c.name)
-            {
-                return Err(ConfigError::new(
-                    f,
-                    format!("{at}.name"),
-                    format!("must be a unique non-empty name, got {:?}", c.name),
-                ));
-            }
-            let bp = pct_to_bp(c.reserved_pct).ok_or_else(|| {
-                ConfigError::new(
-                    f,
-                    format!("{at}.reserved_pct"),
-                    format!("must be in [0, 100], got {}", c.reserved_pct),
-                )
-            })?;
-            let over = c
-                .limits
-                .unwrap_or_default()
-                .validate(f, &format!("{at}.limits"))?;
-            consumers.push(ConsumerSpec {
-                name: c.name.clone(),
-                reserved_bp: bp,
-                policy: default_policy.overridden_by(&over),
-            });
-        }
-        let limiter = LimiterConfig {
-            capacity: d.capacity as u64,
-            unit,
-            threshold: d.threshold,
-            burst,
-            semantics,
-            accounting,
-            consumers,
-        };
-        limiter
-            .validate()
-            .map_err(|r| ConfigError::new(f, "consumer", r))?;
-        if limiter.reserved_bp_total() > BP_FULL {
-            return Err(ConfigError::new(f, "consumer", "reservations exceed 100 %"));
-        }
+        let limiter = limiter_config(f, &raw.deployment, raw.defaults, &raw.consumer)?;
         if raw.max_tokens <= 0 {
             return Err(ConfigError::new(
                 f,

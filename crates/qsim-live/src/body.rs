@@ -1,0 +1,280 @@
+//! Settlement of an admitted request, whatever happens to it.
+//!
+//! [`Settle`] is a drop guard holding the limiter's `Grant`: dropping it
+//! calls `complete` exactly once, with the upstream's `usage` if one was
+//! seen, else the output observed so far (streamed chunks with content, ~one
+//! token each; 0 when the upstream failed before answering). So a request
+//! that ends in any way — normal end, upstream error, timeout, stall, the
+//! client going away (hyper drops the handler future or the response body) —
+//! returns its concurrency slot and its unused reservation.
+//!
+//! [`Tracked`] wraps the upstream's response body: frames are passed on as
+//! they arrive (no buffering), scanned on the side for the usage (the JSON
+//! body, or the SSE chunk carrying `usage`), and the guard is dropped at the
+//! end of the stream.
+
+use crate::server::App;
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use hyper::body::Incoming;
+use qsim_core::limiter::admission::{complete, Grant};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::time::Sleep;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+pub struct Settle {
+    app: Arc<App>,
+    grant: Grant,
+    arrived: Instant,
+    /// `usage.completion_tokens` from the upstream.
+    pub usage: Option<u64>,
+    /// Output seen so far without a usage (streamed content chunks).
+    pub partial: u64,
+    pub first_byte: bool,
+}
+
+impl Settle {
+    pub fn new(app: Arc<App>, grant: Grant, arrived: Instant) -> Settle {
+        app.metrics.in_flight.inc();
+        app.metrics.reserved_tokens.inc_by(grant.max_tokens as i64);
+        Settle {
+            app,
+            grant,
+            arrived,
+            usage: None,
+            partial: 0,
+            first_byte: false,
+        }
+    }
+    fn on_first_byte(&mut self) {
+        if !self.first_byte {
+            self.first_byte = true;
+            self.app
+                .metrics
+                .ttft
+                .observe(self.arrived.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        let out = self.usage.unwrap_or(self.partial);
+        let app = &self.app;
+        let now = app.now();
+        {
+            let mut s = app.state.lock().unwrap_or_else(|e| e.into_inner());
+            complete(&app.params, &mut s, now, &self.grant, out);
+        }
+        let m = &app.metrics;
+        m.in_flight.dec();
+        m.reserved_tokens.dec_by(self.grant.max_tokens as i64);
+        m.settled_output_tokens
+            .get_or_create(&app.consumer_label(self.grant.consumer))
+            .inc_by(out);
+        m.latency.observe(self.arrived.elapsed().as_secs_f64());
+        tracing::debug!(
+            consumer = %app.consumer_names[self.grant.consumer],
+            output_tokens = out,
+            from_usage = self.usage.is_some(),
+            "settled"
+        );
+    }
+}
+
+/// What the body is scanned for.
+enum Scan {
+    /// An error answer: nothing to settle but 0.
+    Nothing,
+    /// A JSON body, kept (up to a cap) until its end to read `usage`.
+    Json(Vec<u8>),
+    /// An SSE stream: the current incomplete line.
+    Sse(Vec<u8>),
+}
+
+const JSON_CAP: usize = 16 << 20;
+
+/// `usage.completion_tokens` of a JSON value.
+fn completion_tokens(v: &serde_json::Value) -> Option<u64> {
+    v.get("usage")?.get("completion_tokens")?.as_u64()
+}
+
+pub struct Tracked {
+    inner: Incoming,
+    guard: Option<Settle>,
+    scan: Scan,
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+    /// The SSE stream's `data: [DONE]` was seen: a client leaving after it
+    /// (SDKs stop reading there) has had the whole answer.
+    done: bool,
+}
+
+impl Tracked {
+    pub fn new(inner: Incoming, guard: Settle, ok: bool, sse: bool, idle: Duration) -> Tracked {
+        let scan = match (ok, sse) {
+            (false, _) => Scan::Nothing,
+            (true, true) => Scan::Sse(Vec::new()),
+            (true, false) => Scan::Json(Vec::new()),
+        };
+        Tracked {
+            inner,
+            guard: Some(guard),
+            scan,
+            idle,
+            sleep: Box::pin(tokio::time::sleep(idle)),
+            done: false,
+        }
+    }
+
+    fn feed(&mut self, d: &Bytes) {
+        let Some(g) = self.guard.as_mut() else {
+            return;
+        };
+        g.on_first_byte();
+        match &mut self.scan {
+            Scan::Nothing => {}
+            Scan::Json(buf) => {
+                if buf.len() + d.len() <= JSON_CAP {
+                    buf.extend_from_slice(d);
+                }
+            }
+            Scan::Sse(line) => {
+                for &b in d.iter() {
+                    if b != b'\n' {
+                        line.push(b);
+                        continue;
+                    }
+                    let l = std::mem::take(line);
+                    let l = l.strip_suffix(b"\r").unwrap_or(&l);
+                    let Some(data) = l.strip_prefix(b"data:") else {
+                        continue;
+                    };
+                    let data = data.trim_ascii();
+                    if data == b"[DONE]" {
+                        self.done = true;
+                        continue;
+                    }
+                    // only chunks that mention usage are parsed; the rest
+                    // count as ~one output token each if they carry content
+                    if memchr(data, b"\"usage\"") {
+                        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
+                            if let Some(n) = completion_tokens(&v) {
+                                g.usage = Some(n);
+                                continue;
+                            }
+                        }
+                    }
+                    if memchr(data, b"\"content\"") || memchr(data, b"\"text\"") {
+                        g.partial += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        if let (Scan::Json(buf), Some(g)) = (&self.scan, self.guard.as_mut()) {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(buf) {
+                g.usage = completion_tokens(&v);
+            }
+        }
+        self.guard = None;
+    }
+
+    fn fail(&mut self, reason: &str) {
+        if let Some(g) = &self.guard {
+            g.app
+                .metrics
+                .upstream_errors
+                .get_or_create(&crate::metrics::ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc();
+            tracing::warn!(reason, "response ended early");
+        }
+        self.guard = None;
+    }
+}
+
+fn memchr(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if self.guard.is_some() {
+            if self.done || self.inner.is_end_stream() {
+                self.finish();
+            } else {
+                // the client went away before the end of the answer
+                self.fail("client_disconnect");
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Stalled(Duration);
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "upstream sent nothing for {:?}", self.0)
+    }
+}
+impl std::error::Error for Stalled {}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.feed(d);
+                }
+                // hyper stops polling once a sized body is complete
+                if this.inner.is_end_stream() {
+                    this.finish();
+                }
+                let deadline = tokio::time::Instant::now() + this.idle;
+                this.sleep.as_mut().reset(deadline);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.fail("upstream_body");
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Ready(None) => {
+                this.finish();
+                Poll::Ready(None)
+            }
+            Poll::Pending if this.guard.is_none() => Poll::Pending,
+            Poll::Pending => match this.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.fail("upstream_stalled");
+                    Poll::Ready(Some(Err(Box::new(Stalled(this.idle)))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! qsim's real-time driver: `qsim proxy`, an HTTP proxy in front of an
+//! OpenAI-compatible (or Databricks serving-endpoints) upstream that admits
+//! requests with **the same admission limiter** the simulator runs
+//! (`qsim_core::limiter::admission`), driven by a monotonic clock.
+//!
+//! The core never reads a clock: this crate does. Time is
+//! `Instant::now() − start` in integer nanoseconds (`qsim_core::time::Nanos`),
+//! handed to `decide` per HTTP request and to `complete` when the upstream's
+//! answer ends (settled against its `usage`). The limiter's `Params` are
+//! compiled once and shared (`Arc`); its `State` lives in-process behind a
+//! mutex held only for the decision itself (no await inside).
+//!
+//! Configuration is parsed and validated by the root crate (`qsim proxy`
+//! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
+//! shared-deployment file); this crate receives a validated [`ProxyConfig`].
+
+mod body;
+pub mod estimate;
+mod metrics;
+mod server;
+
+pub use hyper::Uri;
+pub use server::Proxy;
+
+use qsim_core::limiter::admission::LimiterConfig;
+use qsim_core::time::Nanos;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// The shape of an over-limit answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitShape {
+    /// OpenAI: 429 with `retry-after`, `retry-after-ms` and `x-ratelimit-*`
+    /// headers derived from the limiter's exact retry time.
+    OpenAi,
+    /// Databricks FMAPI: 429 `{"error_code":"REQUEST_LIMIT_EXCEEDED",…}`, no hint.
+    Fmapi,
+}
+
+impl LimitShape {
+    pub fn parse(s: &str) -> Option<LimitShape> {
+        match s {
+            "openai" => Some(LimitShape::OpenAi),
+            "fmapi" => Some(LimitShape::Fmapi),
+            _ => None,
+        }
+    }
+}
+
+/// A validated proxy configuration.
+#[derive(Clone)]
+pub struct ProxyConfig {
+    /// Address to listen on (port 0: any free port, printed at start).
+    pub listen: SocketAddr,
+    /// Upstream base URL, `http://host:port[/prefix]` (no trailing slash);
+    /// the request's path is appended.
+    pub upstream: String,
+    /// Sent upstream as `Authorization: Bearer …`; never logged or printed.
+    pub credential: Option<String>,
+    /// The header identifying the consumer; `None` = `Authorization: Bearer KEY`.
+    pub consumer_header: Option<String>,
+    /// Consumer key → consumer index (never logged).
+    pub keys: Vec<(String, usize)>,
+    /// A missing or unknown key: `None` = 401, `Some(i)` = consumer `i`'s policy.
+    pub unknown_consumer: Option<usize>,
+    pub limit_shape: LimitShape,
+    /// Request bodies above this are answered 413.
+    pub max_body_bytes: usize,
+    /// Reserved when a request does not state `max_tokens`.
+    pub default_max_tokens: u64,
+    /// Until the upstream's response headers arrive (then 504).
+    pub upstream_timeout: Duration,
+    /// Longest silence of the upstream inside a response body (then the
+    /// stream is ended with an error and the reservation settled).
+    pub stream_idle_timeout: Duration,
+    /// Concurrency lease (default: the core's `DEFAULT_LEASE`).
+    pub lease: Option<Nanos>,
+    pub limiter: LimiterConfig,
+    /// Worker threads of the tokio runtime (`None`: one per core).
+    pub threads: Option<usize>,
+}
+
+impl fmt::Debug for ProxyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyConfig")
+            .field("listen", &self.listen)
+            .field("upstream", &self.upstream)
+            .field(
+                "credential",
+                &self.credential.as_ref().map(|_| "<redacted>"),
+            )
+            .field("consumer_header", &self.consumer_header)
+            .field("keys", &format_args!("<{} redacted>", self.keys.len()))
+            .field("unknown_consumer", &self.unknown_consumer)
+            .field("limit_shape", &self.limit_shape)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("upstream_timeout", &self.upstream_timeout)
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("lease", &self.lease)
+            .field("limiter", &self.limiter)
+            .finish()
+    }
+}

@@ -1,0 +1,132 @@
+//! Prometheus metrics (prometheus-client), served at `GET /metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsumerLabel {
+    pub consumer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabel {
+    pub consumer: String,
+    pub limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    pub status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: Family<RouteLabel, Counter>,
+    pub admitted: Family<ConsumerLabel, Counter>,
+    pub rejected: Family<RejectLabel, Counter>,
+    pub invalid: Family<ReasonLabel, Counter>,
+    pub in_flight: Gauge,
+    pub reserved_tokens: Gauge,
+    pub settled_output_tokens: Family<ConsumerLabel, Counter>,
+    pub upstream_status: Family<StatusLabel, Counter>,
+    pub upstream_errors: Family<ReasonLabel, Counter>,
+    pub latency: Histogram,
+    pub ttft: Histogram,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("qsim_proxy");
+        let m = Metrics {
+            requests: Family::default(),
+            admitted: Family::default(),
+            rejected: Family::default(),
+            invalid: Family::default(),
+            in_flight: Gauge::default(),
+            reserved_tokens: Gauge::default(),
+            settled_output_tokens: Family::default(),
+            upstream_status: Family::default(),
+            upstream_errors: Family::default(),
+            latency: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
+            ttft: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "requests",
+            "Requests received, by route",
+            m.requests.clone(),
+        );
+        registry.register(
+            "admitted",
+            "Requests admitted by the limiter, by consumer",
+            m.admitted.clone(),
+        );
+        registry.register(
+            "rejected",
+            "Requests denied by the limiter, by consumer and limit",
+            m.rejected.clone(),
+        );
+        registry.register(
+            "invalid",
+            "Requests refused before admission (bad input, unknown consumer), by reason",
+            m.invalid.clone(),
+        );
+        registry.register(
+            "in_flight",
+            "Admitted requests not yet settled",
+            m.in_flight.clone(),
+        );
+        registry.register(
+            "reserved_tokens",
+            "max_tokens reserved by admitted requests not yet settled",
+            m.reserved_tokens.clone(),
+        );
+        registry.register(
+            "settled_output_tokens",
+            "Output tokens settled (upstream usage, or the streamed chunks seen when it never came)",
+            m.settled_output_tokens.clone(),
+        );
+        registry.register(
+            "upstream_status",
+            "Upstream responses by HTTP status",
+            m.upstream_status.clone(),
+        );
+        registry.register(
+            "upstream_errors",
+            "Upstream failures and client disconnects, by reason",
+            m.upstream_errors.clone(),
+        );
+        registry.register(
+            "latency_seconds",
+            "Admitted requests: from arrival to the end of the upstream's answer",
+            m.latency.clone(),
+        );
+        registry.register(
+            "ttft_seconds",
+            "Admitted requests: from arrival to the first body bytes of the upstream's answer",
+            m.ttft.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // writing into a String cannot fail
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}

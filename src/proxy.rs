@@ -1,0 +1,391 @@
+//! `qsim proxy`: the proxy's configuration file (`kind = "proxy"`) →
+//! [`qsim_live::ProxyConfig`], and `qsim plan --emit-proxy-config`.
+//!
+//! The limiter tables (`[deployment]`, `[defaults]`, `[[consumer]]`) are
+//! those of a shared-deployment file and go through the very same
+//! validation ([`crate::plan::config::limiter_config`]); `[proxy]` holds the
+//! HTTP side. Every error names the field and exits 2 before any port is
+//! bound. The runtime (tokio, hyper) is in `crates/qsim-live`.
+
+use crate::config::{from_value, read_toml, ConfigError};
+use crate::limiter::admission::{LimiterConfig, BP_FULL};
+use crate::limiter::rates::OutputAccounting;
+use crate::plan::config::{limiter_config, RawConsumer, RawDeployment, RawPolicy};
+use qsim_live::{LimitShape, ProxyConfig};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `qsim proxy` flags; each overrides the file's `[proxy]` field of the same name.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ProxyArgs {
+    /// The proxy config (TOML, kind = "proxy"; `qsim plan --emit-proxy-config` writes one).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Listen address, e.g. 127.0.0.1:8080 (port 0: any free port, printed at start).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Upstream base URL, e.g. http://127.0.0.1:8000.
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Environment variable holding the upstream credential (sent as a bearer token, never logged).
+    #[arg(long)]
+    pub credential_env: Option<String>,
+    /// Over-limit answer shape: openai or fmapi.
+    #[arg(long)]
+    pub limit_shape: Option<String>,
+    /// Worker threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawProxy {
+    listen: Option<String>,
+    upstream: Option<String>,
+    credential_env: Option<String>,
+    consumer_header: Option<String>,
+    unknown_consumer: Option<String>,
+    limit_shape: Option<String>,
+    max_body_bytes: Option<i64>,
+    default_max_tokens: Option<i64>,
+    upstream_timeout_s: Option<f64>,
+    stream_idle_timeout_s: Option<f64>,
+    lease_s: Option<f64>,
+    threads: Option<i64>,
+    /// consumer name → its keys
+    #[serde(default)]
+    keys: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProxyFile {
+    kind: String,
+    title: Option<String>,
+    #[serde(default)]
+    proxy: RawProxy,
+    deployment: RawDeployment,
+    defaults: Option<RawPolicy>,
+    consumer: Vec<RawConsumer>,
+}
+
+fn pos_secs(f: &str, field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
+    let x = v.unwrap_or(default);
+    if x.is_finite() && x > 0.0 && x <= 86_400.0 {
+        Ok(Duration::from_secs_f64(x))
+    } else {
+        Err(ConfigError::new(
+            f,
+            field,
+            format!("must be in (0, 86400] seconds, got {x}"),
+        ))
+    }
+}
+
+/// Read and validate a proxy config with the flags applied. Nothing is bound.
+pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
+    let f = &args.config.display().to_string();
+    let v = read_toml(&args.config)?;
+    let raw: RawProxyFile = from_value(f, v)?;
+    crate::config::expect_kind(f, &raw.kind, "proxy", "a proxy config")?;
+    let _ = raw.title;
+    let limiter = limiter_config(f, &raw.deployment, raw.defaults, &raw.consumer)?;
+    if limiter.reserved_bp_total() > BP_FULL {
+        return Err(ConfigError::new(f, "consumer", "reservations exceed 100 %"));
+    }
+    let p = raw.proxy;
+    let flag_or = |flag: &Option<String>, file: &Option<String>, name: &str| {
+        flag.clone()
+            .map(|x| (x, format!("--{}", name.replace('_', "-"))))
+            .or_else(|| file.clone().map(|x| (x, format!("proxy.{name}"))))
+    };
+    let err_at = |at: &str, reason: String| {
+        if at.starts_with("--") {
+            ConfigError::new(at, "", reason)
+        } else {
+            ConfigError::new(f, at, reason)
+        }
+    };
+
+    let (listen_s, at) = flag_or(&args.listen, &p.listen, "listen")
+        .unwrap_or(("127.0.0.1:8080".into(), "proxy.listen".into()));
+    let listen: SocketAddr = listen_s.parse().map_err(|_| {
+        err_at(
+            &at,
+            format!("expected an address like 127.0.0.1:8080, got {listen_s:?}"),
+        )
+    })?;
+
+    let (up, at) = flag_or(&args.upstream, &p.upstream, "upstream")
+        .ok_or_else(|| ConfigError::new(f, "proxy.upstream", "missing (or give --upstream)"))?;
+    let up = up.trim_end_matches('/').to_string();
+    let rest = up.strip_prefix("http://").ok_or_else(|| {
+        let why = if up.starts_with("https://") {
+            "https upstreams are not supported yet (plain http only)".to_string()
+        } else {
+            format!("expected http://host:port[/prefix], got {up:?}")
+        };
+        err_at(&at, why)
+    })?;
+    if rest.is_empty() || up.parse::<qsim_live::Uri>().is_err() {
+        return Err(err_at(&at, format!("not a valid URL: {up:?}")));
+    }
+
+    let credential = match flag_or(&args.credential_env, &p.credential_env, "credential_env") {
+        None => None,
+        Some((var, at)) => match std::env::var(&var) {
+            Ok(c) if !c.is_empty() => Some(c),
+            _ => {
+                return Err(err_at(
+                    &at,
+                    format!(
+                        "environment variable {var} is not set (it holds the upstream credential)"
+                    ),
+                ))
+            }
+        },
+    };
+
+    let consumer_header = match &p.consumer_header {
+        None => None,
+        Some(h) if h.eq_ignore_ascii_case("authorization") => None,
+        Some(h) => {
+            let h = h.to_ascii_lowercase();
+            if h.is_empty()
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return Err(ConfigError::new(
+                    f,
+                    "proxy.consumer_header",
+                    format!("not a header name: {h:?}"),
+                ));
+            }
+            Some(h)
+        }
+    };
+
+    let index = |name: &str| limiter.consumers.iter().position(|c| c.name == name);
+    let unknown_consumer = match p.unknown_consumer.as_deref() {
+        None | Some("reject") => None,
+        Some(n) => Some(index(n).ok_or_else(|| {
+            ConfigError::new(
+                f,
+                "proxy.unknown_consumer",
+                format!("expected \"reject\" or a consumer name, got {n:?}"),
+            )
+        })?),
+    };
+
+    let mut keys: Vec<(String, usize)> = Vec::new();
+    for (name, ks) in &p.keys {
+        let at = format!("proxy.keys.{name}");
+        let c = index(name)
+            .ok_or_else(|| ConfigError::new(f, &at, format!("no consumer named {name:?}")))?;
+        for k in ks {
+            if k.trim().is_empty() || k.trim() != k {
+                return Err(ConfigError::new(
+                    f,
+                    &at,
+                    "keys must be non-empty, without surrounding spaces",
+                ));
+            }
+            if keys.iter().any(|(x, _)| x == k) {
+                // the key itself is never printed
+                return Err(ConfigError::new(f, &at, "a key is given twice"));
+            }
+            keys.push((k.clone(), c));
+        }
+    }
+    if keys.is_empty() && unknown_consumer.is_none() {
+        return Err(ConfigError::new(
+            f,
+            "proxy.keys",
+            "no consumer keys and unknown_consumer = \"reject\": every request would be refused",
+        ));
+    }
+
+    let limit_shape = match flag_or(&args.limit_shape, &p.limit_shape, "limit_shape") {
+        None => LimitShape::OpenAi,
+        Some((s, at)) => LimitShape::parse(&s)
+            .ok_or_else(|| err_at(&at, format!("expected \"openai\" or \"fmapi\", got {s:?}")))?,
+    };
+    let max_body_bytes = match p.max_body_bytes {
+        None => 1 << 20,
+        Some(x) if (1..=(1i64 << 30)).contains(&x) => x as usize,
+        Some(x) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.max_body_bytes",
+                format!("must be in 1..=1073741824, got {x}"),
+            ))
+        }
+    };
+    let default_max_tokens = match p.default_max_tokens {
+        None => 4096,
+        Some(x) if x > 0 => x as u64,
+        Some(x) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.default_max_tokens",
+                format!("must be > 0, got {x}"),
+            ))
+        }
+    };
+    let upstream_timeout = pos_secs(f, "proxy.upstream_timeout_s", p.upstream_timeout_s, 600.0)?;
+    let stream_idle_timeout = pos_secs(
+        f,
+        "proxy.stream_idle_timeout_s",
+        p.stream_idle_timeout_s,
+        120.0,
+    )?;
+    let lease = p
+        .lease_s
+        .map(|x| pos_secs(f, "proxy.lease_s", Some(x), 1.0).map(|d| d.as_nanos() as u64))
+        .transpose()?;
+    let threads = match (args.threads, p.threads) {
+        (Some(0), _) => return Err(ConfigError::new("--threads", "", "must be >= 1")),
+        (Some(t), _) => Some(t),
+        (None, Some(t)) if (1..=1024).contains(&t) => Some(t as usize),
+        (None, Some(t)) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.threads",
+                format!("must be in 1..=1024, got {t}"),
+            ))
+        }
+        (None, None) => None,
+    };
+    let cfg = ProxyConfig {
+        listen,
+        upstream: up,
+        credential,
+        consumer_header,
+        keys,
+        unknown_consumer,
+        limit_shape,
+        max_body_bytes,
+        default_max_tokens,
+        upstream_timeout,
+        stream_idle_timeout,
+        lease,
+        limiter,
+        threads,
+    };
+    Ok(cfg)
+}
+
+fn accounting_name(a: OutputAccounting) -> &'static str {
+    match a {
+        OutputAccounting::ReserveRefund => "reserve_refund",
+        OutputAccounting::ReserveNoRefund => "reserve_no_refund",
+        OutputAccounting::OnCompletion => "on_completion",
+    }
+}
+
+/// A proxy config enforcing `lim` (the limiter a plan sized): `[proxy]` with
+/// placeholders to fill (upstream, keys), then the limiter tables in the
+/// shared-deployment schema, each consumer's effective limits spelled out.
+pub fn emit_config(lim: &LimiterConfig, source: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# qsim proxy config: the limiter sized by `qsim plan` ({source}).\n\
+         # Run: qsim proxy --config THIS_FILE  (fill in upstream and keys first)\n\
+         kind = \"proxy\"\n\n\
+         [proxy]\n\
+         listen = \"127.0.0.1:8080\"\n\
+         upstream = \"http://127.0.0.1:8000\"\n\
+         # credential_env = \"OPENAI_API_KEY\"   # sent upstream as a bearer token\n\
+         limit_shape = \"openai\"               # or \"fmapi\"\n\
+         unknown_consumer = \"reject\"          # or a consumer name whose policy applies\n\n\
+         # consumer name -> the bearer keys that identify it (replace these)\n\
+         [proxy.keys]"
+    );
+    for c in &lim.consumers {
+        let _ = writeln!(s, "{} = [\"key-{}\"]", toml_key(&c.name), c.name);
+    }
+    let _ = writeln!(
+        s,
+        "\n[deployment]\ncapacity = {}\nunit = \"{}\"\nthreshold = {}",
+        lim.capacity,
+        lim.unit.name(),
+        lim.threshold
+    );
+    if let Some(b) = lim.burst {
+        let _ = writeln!(s, "burst = {b}");
+    }
+    let _ = writeln!(
+        s,
+        "semantics = \"{}\"\naccounting = \"{}\"",
+        lim.semantics.name(),
+        accounting_name(lim.accounting)
+    );
+    for c in &lim.consumers {
+        let _ = writeln!(
+            s,
+            "\n[[consumer]]\nname = {}\nreserved_pct = {}",
+            toml::Value::String(c.name.clone()),
+            c.reserved_bp as f64 / 100.0
+        );
+        let p = c.policy;
+        let fields = [
+            ("rpm", p.rpm),
+            ("tokens_per_hour", p.tokens_per_hour),
+            ("concurrent", p.concurrent.map(u64::from)),
+            ("max_input_tokens", p.max_input_tokens),
+        ];
+        if fields.iter().any(|(_, v)| v.is_some()) {
+            let _ = writeln!(s, "[consumer.limits]");
+            for (k, v) in fields {
+                if let Some(v) = v {
+                    let _ = writeln!(s, "{k} = {v}");
+                }
+            }
+        }
+    }
+    s
+}
+
+fn toml_key(k: &str) -> String {
+    if !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        k.to_string()
+    } else {
+        toml::Value::String(k.to_string()).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emitted_config_loads_back_to_the_same_limiter() {
+        let (f, _) = crate::plan::build(&crate::plan::PlanArgs {
+            capacity: Some("1000".into()),
+            reserve: Some("30,20,30".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        let text = emit_config(&f.limiter, "test");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("proxy.toml");
+        std::fs::write(&p, &text).unwrap();
+        let cfg = load(&ProxyArgs {
+            config: p,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(cfg.limiter, f.limiter);
+        assert_eq!(cfg.keys.len(), f.limiter.consumers.len());
+    }
+}
