@@ -124,9 +124,6 @@ pub(super) fn capacity(
     for _ in 0..10_000 {
         let (keep, m) = keep(p, s, c, need, t);
         let te = s.earliest(p, g, t, need.saturating_add(keep));
-        if te == NEVER {
-            return (None, NEVER);
-        }
         if te <= t {
             return if t == from {
                 (Some(Source::Shared { credit: m }), from)
@@ -134,10 +131,14 @@ pub(super) fn capacity(
                 (None, t)
             };
         }
-        // the consumer's own credits may cover the request before `te`;
-        // then only the units themselves must be in G
+        // the consumer's own credits may cover the request before `te` (or
+        // when `G` can never hold `need + keep`); then only the units
+        // themselves must be in G
         let own = p.floor[c].map_or(NEVER, |i| s.earliest(p, i, t, need));
         t = if own > t { te.min(own) } else { te };
+        if t == NEVER {
+            return (None, NEVER);
+        }
     }
     (None, t)
 }
