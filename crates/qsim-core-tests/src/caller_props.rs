@@ -387,3 +387,24 @@ fn local_rejection_is_a_hintless_429_recorded_once() {
     let p = shared.throttle.as_mut().unwrap().reject_probability(100);
     assert_eq!(p, p_after_send, "recorded once");
 }
+
+/// A closure is a `Uniform` that hands over exactly what it returns (the
+/// simulator passes its ChaCha streams this way): a full-jitter delay with
+/// the draw 0.5 is half the exponential term, 0.25 a quarter.
+#[test]
+fn a_closure_is_a_uniform_source() {
+    let p = RetryPolicy {
+        backoff: Backoff::FullJitter {
+            base: 2.0,
+            cap: 60.0,
+        },
+        max_attempts: 5,
+        retry_on: StatusSet::parse(&["429".into()]).unwrap(),
+        honor_hint: false,
+    };
+    let mut half = || 0.5;
+    assert_eq!(p.delay(3, 0, None, &mut half), 4_000_000_000);
+    let mut quarter = || 0.25;
+    assert_eq!(p.delay(1, 0, None, &mut quarter), 500_000_000);
+    assert_eq!(Uniform::unit(&mut quarter), 0.25);
+}

@@ -186,6 +186,28 @@ mod tests {
         }
     }
 
+    /// Regression (found by the property `denials_change_nothing_and_retry_times_are_exact`):
+    /// partitioned, 40 RPM, one consumer reserving 1 %: its credit and `G`
+    /// are both one unit deep, so `G` can never hold the request plus the
+    /// accruing credit; the retry time is when its own credit is whole
+    /// again (one unit per 150 s at 0.4 RPM), not `NEVER`.
+    #[test]
+    fn a_consumer_whose_credits_fill_g_is_told_when_to_retry() {
+        let mut c = cfg(Semantics::Partitioned, &[100]);
+        c.capacity = 40;
+        let mut l = Limiter::new(c, 0).unwrap();
+        assert!(l.decide(0, &req(0)).is_admit());
+        match l.decide(0, &req(0)) {
+            Decision::Deny { limit, retry_at } => {
+                assert_eq!(limit, Limit::Capacity);
+                assert_eq!(retry_at, 150 * NS_PER_SEC);
+                assert!(l.clone().decide(retry_at, &req(0)).is_admit());
+                assert!(!l.clone().decide(retry_at - 1, &req(0)).is_admit());
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
     #[test]
     fn deny_leaves_state_unchanged_and_refund_is_capped() {
         let mut c = cfg(Semantics::StrictFloors, &[5000]);
