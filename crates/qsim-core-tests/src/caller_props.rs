@@ -408,3 +408,160 @@ fn a_closure_is_a_uniform_source() {
     assert_eq!(p.delay(1, 0, None, &mut quarter), 500_000_000);
     assert_eq!(Uniform::unit(&mut quarter), 0.25);
 }
+
+fn retry_503(max_attempts: u32) -> CallerPolicy {
+    CallerPolicy {
+        retry: RetryPolicy {
+            backoff: Backoff::Constant { delay: 1.0 },
+            max_attempts,
+            retry_on: StatusSet::parse(&["503".into()]).unwrap(),
+            honor_hint: false,
+        },
+        sdk: None,
+    }
+}
+
+/// The retry quota's arithmetic through the caller: a retry costs `cost`;
+/// a success refunds `cost` if the row was retried, else `increment`;
+/// never above capacity (capacity 10, cost 4, increment 1).
+#[test]
+fn quota_refunds_a_retried_success_its_cost_and_a_first_success_the_increment() {
+    let p = retry_503(5);
+    let mut shared = PoolShared {
+        quota: Some(RetryQuota::new(10, 4, 1)),
+        throttle: None,
+    };
+    let mut zero = || 0.0;
+    let err = Reply::Error {
+        status: 503,
+        hint: None,
+    };
+    let level = |s: &PoolShared| s.quota.as_ref().unwrap().level();
+    // row 1: two retries (10 → 6 → 2), then a third refused (2 < 4)
+    let mut a = Call::start(0);
+    assert!(matches!(
+        a.on_reply(0, err, &p, &mut shared, &mut zero),
+        Next::SendAt { .. }
+    ));
+    assert!(matches!(
+        a.on_reply(0, err, &p, &mut shared, &mut zero),
+        Next::SendAt { .. }
+    ));
+    assert_eq!(level(&shared), 2);
+    match a.on_reply(0, err, &p, &mut shared, &mut zero) {
+        Next::Done(o) => assert!(o.quota_denied && o.attempts == 3),
+        n => panic!("{n:?}"),
+    }
+    // row 2 succeeds at once: + increment
+    let mut b = Call::start(0);
+    assert!(matches!(
+        b.on_reply(0, Reply::Ok, &p, &mut shared, &mut zero),
+        Next::Done(_)
+    ));
+    assert_eq!(level(&shared), 3);
+    // another first-attempt success (+1), then a row that succeeds after a
+    // paid retry gets its cost back
+    Call::start(0).on_reply(0, Reply::Ok, &p, &mut shared, &mut zero);
+    assert_eq!(level(&shared), 4);
+    let mut c = Call::start(0);
+    assert!(matches!(
+        c.on_reply(0, err, &p, &mut shared, &mut zero),
+        Next::SendAt { .. }
+    ));
+    assert_eq!(level(&shared), 0);
+    assert!(matches!(
+        c.on_reply(0, Reply::Ok, &p, &mut shared, &mut zero),
+        Next::Done(_)
+    ));
+    assert_eq!(level(&shared), 4);
+}
+
+/// The adaptive throttle through the caller: a 429 from the backend is a
+/// rejection, any other reply an accept; a fresh throttle never rejects,
+/// even on a draw of 0; the send time is kept.
+#[test]
+fn throttle_counts_backend_429s_as_rejections_and_other_replies_as_accepts() {
+    let p = retry_503(1);
+    let window = 60_000_000_000;
+    let mut shared = PoolShared {
+        quota: None,
+        throttle: Some(AdaptiveThrottle::new(2.0, window)),
+    };
+    let mut zero = || 0.0;
+    let mut call = Call::start(5);
+    assert_eq!(call.on_send(7, &mut shared, &mut zero), Send::Go);
+    assert_eq!(call.sent_at(), 7);
+    for _ in 0..4 {
+        let r = Reply::Error {
+            status: 429,
+            hint: None,
+        };
+        Call::start(10).on_reply(10, r, &p, &mut shared, &mut zero);
+    }
+    // 4 requests, 0 accepts: 4 / 5
+    let pr = shared.throttle.as_mut().unwrap().reject_probability(10);
+    assert!((pr - 0.8).abs() < 1e-12, "{pr}");
+    for _ in 0..2 {
+        let r = Reply::Error {
+            status: 503,
+            hint: None,
+        };
+        Call::start(10).on_reply(10, r, &p, &mut shared, &mut zero);
+    }
+    // 6 requests, 2 accepts: (6 − 4) / 7
+    let pr = shared.throttle.as_mut().unwrap().reject_probability(10);
+    assert!((pr - 2.0 / 7.0).abs() < 1e-12, "{pr}");
+}
+
+/// The managed executor's window and queue with several rows: the window
+/// bounds the rows in flight, a success frees a slot and widens the
+/// window, only a 429 narrows it, rows failing at the same instant are all
+/// re-queued.
+#[test]
+fn managed_window_bounds_rows_in_flight_and_only_429_narrows_it() {
+    let p = AimdParams {
+        initial: 2.0,
+        min: 1.0,
+        max: 10.0,
+        increase: 1.0,
+        decrease: 0.5,
+        retry_base_s: 1.0,
+        retry_cap_s: 4.0,
+        max_attempts: 3,
+    };
+    let ctl = qsim_core::client::AimdController::new(p.clone());
+    assert_eq!(ctl.params(), &p);
+    let mut m: Managed<u32> = Managed::new(p);
+    let mut half = || 0.5;
+    let (mut a, mut b) = (Call::start(0), Call::start(0));
+    assert!(m.has_room());
+    m.on_send(0, &mut a);
+    assert!(m.has_room());
+    m.on_send(0, &mut b);
+    assert!(!m.has_room(), "window 2: two rows in flight");
+    let o = m.on_success(10, &a);
+    assert_eq!((o.status, o.attempts, o.latency), (200, 1, 10));
+    assert_eq!(m.inflight(), 1);
+    assert_eq!(m.window(), 2.5, "+ increase / window");
+    // a 503 re-queues without narrowing
+    assert_eq!(
+        m.on_failure(20, b, 2, 503, None, &mut half),
+        ManagedNext::EligibleAt(20 + 750_000_000)
+    );
+    assert_eq!(m.window(), 2.5);
+    assert_eq!(m.inflight(), 0);
+    // two rows throttled at the same instant: both parked, window halved once
+    let (mut c, mut d) = (Call::start(30), Call::start(30));
+    m.on_send(30, &mut c);
+    m.on_send(30, &mut d);
+    m.on_failure(40, c, 3, 429, Some(5), &mut half);
+    m.on_failure(40, d, 4, 429, Some(5), &mut half);
+    assert_eq!(m.window(), 1.25);
+    let (_, r1) = m.take_eligible(750_000_020).unwrap();
+    let (_, r2) = m.take_eligible(750_000_020).unwrap();
+    let (_, r3) = m.take_eligible(750_000_020).unwrap();
+    let mut rows = vec![r1, r2, r3];
+    rows.sort();
+    assert_eq!(rows, [2, 3, 4]);
+    assert!(m.take_eligible(u64::MAX).is_none());
+}
