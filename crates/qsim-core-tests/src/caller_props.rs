@@ -188,7 +188,12 @@ proptest! {
             let mut sdk_used = 0u32;
             let mut own_wait = 0u64;
             let mut prev = 0.0f64;
+            // each caller attempt is at most 1 + the SDK's retries HTTP requests
+            let sdk_max = policy.sdk.as_ref().map_or(0, |s| s.max_retries);
+            let mut budget = policy.retry.max_attempts.max(1) * (1 + sdk_max);
             loop {
+                prop_assert!(budget > 0, "more HTTP requests than attempts × (1 + SDK retries)");
+                budget -= 1;
                 prop_assert_eq!(call.on_send(now, &mut shared, &mut tape), Send::Go);
                 let ans = *next_answer.next().unwrap();
                 let reply = match ans { Answer::Ok => Reply::Ok, Answer::Err(s, h) => Reply::Error { status: s, hint: h } };
