@@ -148,11 +148,17 @@ fn routers_differ_when_one_replica_is_busy() {
     let wait = |d: &Completion| d.first_token - d.arrival;
     let rr = run(RouterKind::RoundRobin);
     assert_eq!((rr[0].replica, rr[1].replica, rr[2].replica), (0, 1, 0));
-    assert!(wait(&rr[2]) >= 8_000_000, "round-robin: C waits for A: {rr:?}");
+    assert!(
+        wait(&rr[2]) >= 8_000_000,
+        "round-robin: C waits for A: {rr:?}"
+    );
     for router in [RouterKind::LeastOutstanding, RouterKind::LeastKv] {
         let o = run(router);
         assert_ne!(o[0].replica, o[1].replica, "{router:?}: A and B apart");
-        assert_eq!(o[2].replica, o[1].replica, "{router:?}: C to the idle replica");
+        assert_eq!(
+            o[2].replica, o[1].replica,
+            "{router:?}: C to the idle replica"
+        );
         assert!(wait(&o[2]) < 100_000, "{router:?}: C starts at once: {o:?}");
         assert!(o[2].finished < rr[2].finished);
     }
