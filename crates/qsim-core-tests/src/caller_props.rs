@@ -249,7 +249,7 @@ proptest! {
                                 now = at;
                             }
                             Next::Done(o) => {
-                                prop_assert!(!sdk_ok && !(wants && can_pay));
+                                prop_assert!(!(sdk_ok || wants && can_pay));
                                 prop_assert_eq!((o.status, o.attempts, o.own_wait, o.latency, o.quota_denied),
                                     (status, attempt, own_wait, now - first, wants && !can_pay));
                                 prop_assert!(o.attempts <= policy.retry.max_attempts.max(1));

@@ -628,8 +628,8 @@ proptest! {
             Ok(())
         }).map_err(TestCaseError::fail)?;
         let mut checked = 0;
-        for c in 0..n {
-            let Some(credit) = b.floor[c] else { continue };
+        for (c, floor) in b.floor.iter().enumerate() {
+            let Some(credit) = *floor else { continue };
             if tr.demand[c] != Demand::Greedy { continue; }
             // the bound needs the credits never to overflow between ticks
             let per_tick = (tick as u128 * credit.depth as u128).div_ceil(credit.refill as u128) as u64;

@@ -139,10 +139,10 @@ pub fn drive(
             continue;
         }
         if tick == now {
-            for c in 0..n {
+            for (c, rng) in rngs.iter_mut().enumerate() {
                 if traffic.demand[c] == Demand::Greedy {
                     let mut k = 0;
-                    while ask(lim, &mut rngs[c], now, c, &mut done, &mut flight, check)? {
+                    while ask(lim, rng, now, c, &mut done, &mut flight, check)? {
                         k += 1;
                         if k > 100_000 {
                             return Err(format!("consumer {c} admitted without end at {now}"));

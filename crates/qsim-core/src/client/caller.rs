@@ -412,7 +412,7 @@ mod tests {
                         Layer::Sdk => {
                             sdk += 1;
                             // min(0.5·2^n, 8)·(1 − 0.25·U): within [0.375, 8] s
-                            assert!(d >= 375_000_000 && d <= 8 * NS_PER_SEC, "{d}");
+                            assert!((375_000_000..=8 * NS_PER_SEC).contains(&d), "{d}");
                             assert!(call.sdk_retries() <= 2);
                         }
                         Layer::Own => {
