@@ -6,8 +6,8 @@
 use proptest::prelude::*;
 use qsim::engine::rng::{stream, unit};
 use qsim::limiter::admission::{
-    decide_pure, ConsumerPolicy, ConsumerSpec, Decision, Grant, Limit, Limiter, LimiterConfig,
-    Request, Semantics, State, Unit,
+    decide_pure, ConsumerPolicy, ConsumerSpec, Decision, Grant, Limiter, LimiterConfig, Request,
+    Semantics, State, Unit,
 };
 use qsim::limiter::rates::OutputAccounting;
 use qsim::time::{Nanos, NEVER, NS_PER_SEC};
@@ -228,17 +228,16 @@ fn drive(
                             retry_at
                         );
                     } else {
+                        // NEVER: time alone cannot help. Two hours later (every
+                        // bucket full, every lease expired) it is still denied.
+                        let mut later = lim.clone();
                         prop_assert!(
-                            matches!(
-                                limit,
-                                Limit::Concurrent
-                                    | Limit::MaxInputTokens
-                                    | Limit::Capacity
-                                    | Limit::Rpm
-                                    | Limit::TokensPerHour
-                            ),
-                            "seed {}",
-                            setup.seed
+                            !later.decide(now + 120 * MIN, &req).is_admit(),
+                            "seed {}: {:?} denial at {} said NEVER but passes later: {:?}",
+                            setup.seed,
+                            limit,
+                            now,
+                            req
                         );
                     }
                 }
@@ -369,12 +368,21 @@ proptest! {
         for c in &mut setup.cfg.consumers {
             c.policy = ConsumerPolicy::default();
         }
+        // every case checks a floor: at least one reserved consumer
+        if setup.cfg.consumers.iter().all(|c| c.reserved_bp == 0) {
+            setup.cfg.consumers.insert(0, ConsumerSpec {
+                name: "r0".into(),
+                reserved_bp: 2000 + (setup.seed % 2000) as u32,
+                policy: ConsumerPolicy::default(),
+            });
+        }
         // each consumer's demand must exceed its floor: use the largest share
         let max_bp = setup.cfg.consumers.iter().map(|c| c.reserved_bp).max().unwrap_or(0) as f64 / 10_000.0;
         let n = setup.cfg.consumers.len() as f64;
         let mult = mult.max(3.0 * max_bp * n);
         let horizon = 5 * MIN;
         let o = drive(&setup, mult, horizon, false)?;
+        let mut checked = 0;
         for (i, c) in setup.cfg.consumers.iter().enumerate() {
             if c.reserved_bp == 0 {
                 continue;
@@ -383,7 +391,9 @@ proptest! {
             let got = o.per_consumer[i].iter().filter(|&&t| t >= MIN).count() as f64;
             let want = 0.99 * floor * 4.0 - credit_from_config(&setup.cfg, c.reserved_bp as u128) as f64;
             prop_assert!(got >= want, "seed {}: {} got {} < {} (floor {}/min)", setup.seed, c.name, got, want, floor);
+            checked += 1;
         }
+        prop_assert!(checked > 0);
     }
 }
 
