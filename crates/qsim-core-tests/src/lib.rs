@@ -16,6 +16,8 @@ pub mod traffic;
 mod caller_props;
 #[cfg(test)]
 mod limiter_props;
+#[cfg(test)]
+mod rates_props;
 
 /// SplitMix64: the tests' own deterministic generator.
 #[derive(Debug, Clone)]

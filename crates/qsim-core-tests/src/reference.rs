@@ -226,6 +226,10 @@ impl RefBucket {
             t + ((missing + d - 1) / d) as u64
         }
     }
+    /// Fraction of the depth held at `t`.
+    pub fn fraction(&self, t: u64) -> f64 {
+        self.stock_at(t) as f64 / self.cap() as f64
+    }
     pub fn spend(&mut self, n: u64) {
         self.stock -= n as i128 * self.shape.refill as i128;
     }
