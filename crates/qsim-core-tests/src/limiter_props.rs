@@ -10,7 +10,7 @@ use crate::traffic::{drive, Demand, Event, Traffic};
 use proptest::prelude::*;
 use qsim_core::limiter::admission::{
     decide_pure, ConsumerPolicy, ConsumerSpec, Decision, Limit, Limiter, LimiterConfig, Params,
-    Semantics, Source, State, Unit,
+    Request, Semantics, Source, State, Unit,
 };
 use qsim_core::limiter::rates::OutputAccounting;
 use std::sync::Arc;
@@ -716,7 +716,7 @@ proptest! {
         let acc = cfg.accounting;
         let mut lim = Limiter::new(cfg.clone(), 0).unwrap();
         drive(&mut lim, &tr, &mut |e| match e {
-            Event::Decided { now, req, decision: Decision::Admit(g), .. } => {
+            Event::Decided { now, req, decision: Decision::Admit(g), after, .. } => {
                 let units = charge(tokens, acc, req.input_tokens, req.max_tokens).0;
                 let bucket = match g.source {
                     Source::Own => per_floor[req.consumer].as_mut(),
@@ -730,6 +730,9 @@ proptest! {
                     Source::Shared { .. } => return Err("litellm-priority has no shared bucket".into()),
                 };
                 window.admitted(now, units);
+                if after.saturated(now) != (window.units_at(now) as f64 >= threshold) {
+                    return Err(format!("at {now}: saturated() disagrees with the window's {} units", window.units_at(now)));
+                }
                 match bucket {
                     Some(w) => w.admit(now, units),
                     None => Err(format!("at {now}: {:?} names a bucket the configuration does not have", g.source)),
@@ -864,4 +867,123 @@ fn tpm_completion_refunds_unused_max_tokens() {
             "{sem:?}: a refund overfilled the bucket"
         );
     }
+}
+
+proptest! {
+    #![proptest_config(pt(48))]
+
+    /// The compiled parameters and the limiter's read-outs against the
+    /// configuration: every bucket as the document sizes it (capacity
+    /// buckets, credits, own limits), the total and per-consumer depths,
+    /// the default lease, the headroom of a fresh limiter and after
+    /// admissions from one bucket, the levels, the consumers in flight.
+    #[test]
+    fn params_and_read_outs_match_the_configuration(cfg in arb_any(), k in 0u64..50) {
+        let b = buckets(&cfg);
+        let p = Params::new(cfg.clone()).unwrap();
+        prop_assert_eq!(p.config(), &cfg);
+        prop_assert_eq!(p.semantics(), cfg.semantics);
+        prop_assert_eq!(p.consumers(), cfg.consumers.len());
+        prop_assert_eq!(p.lease(), 600 * SECOND);
+        let caps = b.capacity(cfg.semantics);
+        let total: u64 = caps.iter().map(|s| s.depth).sum();
+        prop_assert_eq!(p.total_depth(), total);
+        prop_assert_eq!(p.capacity_slots().len(), caps.len());
+        for c in 0..cfg.consumers.len() {
+            let want = match cfg.semantics {
+                Semantics::RateLimitOnly => 0,
+                _ => b.floor[c].map_or(0, |s| s.depth),
+            };
+            prop_assert_eq!(p.floor_depth(c), want);
+        }
+        // every bucket: capacity buckets, credits, then own limits
+        let mut want: Vec<(u64, u64)> = caps.iter().map(|s| (s.depth, s.refill)).collect();
+        if matches!(cfg.semantics, Semantics::StrictFloors | Semantics::Partitioned) {
+            want.extend(b.floor.iter().flatten().map(|s| (s.depth, s.refill)));
+        }
+        for cs in &cfg.consumers {
+            if let Some(r) = cs.policy.rpm { want.push((r.max(1), MINUTE)); }
+            if let Some(t) = cs.policy.tokens_per_hour { want.push((t.max(1), 3600 * SECOND)); }
+        }
+        let mut got: Vec<(u64, u64)> = p.buckets().iter().map(|s| (s.capacity(), s.window())).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        prop_assert_eq!(&got, &want);
+        let params = Arc::new(p);
+        let mut lim = Limiter::with_params(params.clone(), 0);
+        prop_assert_eq!(lim.config(), &cfg);
+        prop_assert_eq!(lim.headroom(0), total);
+        let mut levels: Vec<(i64, u64)> = lim.bucket_levels(0);
+        levels.sort_unstable();
+        prop_assert_eq!(levels, want.iter().map(|&(d, _)| (d as i64, d)).collect::<Vec<_>>());
+        for c in 0..cfg.consumers.len() {
+            prop_assert_eq!(lim.in_flight(c, 0), cfg.consumers[c].policy.concurrent.map(|_| 0));
+        }
+        prop_assert!(!lim.saturated(0));
+        // a single-bucket configuration: the headroom falls by what is admitted
+        let dev = cfg.consumers.len() - 1;
+        let model = SingleBucket::new(&cfg, 600 * SECOND, 0);
+        if model.models(dev) && cfg.semantics != Semantics::Partitioned {
+            let r = Request { consumer: dev, input_tokens: 10, max_tokens: 10 };
+            let units = charge(tpm(&cfg), cfg.accounting, 10, 10).0;
+            let mut taken = 0;
+            for _ in 0..k {
+                if lim.decide(0, &r).is_admit() { taken += units; }
+            }
+            prop_assert_eq!(lim.headroom(0), total - taken);
+            if cfg.consumers[dev].policy.concurrent.is_some() {
+                let live = lim.in_flight(dev, 0).unwrap() as u64;
+                prop_assert_eq!(live, taken / units.max(1));
+            }
+        }
+        let state = lim.clone().into_state();
+        prop_assert_eq!(&state, lim.state());
+        prop_assert!(Limiter::from_parts(params, state).is_ok());
+    }
+}
+
+/// A state read back from a store is checked against the parameters: the
+/// number of levels and lease lists, no level above its bucket's depth, no
+/// more leases than the concurrency limit.
+#[test]
+fn a_state_that_does_not_fit_is_refused() {
+    let mut cfg = config(
+        Semantics::StrictFloors,
+        false,
+        600,
+        80,
+        None,
+        &[3000],
+        OutputAccounting::ReserveRefund,
+        ConsumerPolicy::default(),
+    );
+    cfg.consumers[1].policy.concurrent = Some(1);
+    let p = Params::new(cfg.clone()).unwrap();
+    let good = State::new(&p, 0);
+    assert!(good.check(&p).is_ok());
+    let json = serde_json::to_value(&good).unwrap();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| -> State {
+        let mut v = json.clone();
+        f(&mut v);
+        serde_json::from_value(v).unwrap()
+    };
+    let extra_level = edit(&|v| v["levels"].as_array_mut().unwrap().push(0.into()));
+    assert!(extra_level.check(&p).unwrap_err().contains("bucket levels"));
+    let no_leases = edit(&|v| v["leases"] = serde_json::json!([]));
+    assert!(no_leases.check(&p).unwrap_err().contains("lease lists"));
+    let overfull = edit(&|v| {
+        let l = v["levels"][0].as_i64().unwrap();
+        v["levels"][0] = (l + 1).into();
+    });
+    assert!(overfull.check(&p).unwrap_err().contains("exceeds"));
+    let full = edit(&|v| {
+        let l = v["levels"][0].as_i64().unwrap();
+        v["levels"][0] = l.into();
+    });
+    assert!(full.check(&p).is_ok());
+    let leases = edit(&|v| v["leases"][0] = serde_json::json!([5, 6]));
+    assert!(leases.check(&p).unwrap_err().contains("concurrency"));
+    let one = edit(&|v| v["leases"][0] = serde_json::json!([5]));
+    assert!(one.check(&p).is_ok());
+    assert!(Limiter::from_parts(Arc::new(p), leases).is_err());
 }
