@@ -987,3 +987,110 @@ fn a_state_that_does_not_fit_is_refused() {
     assert!(one.check(&p).is_ok());
     assert!(Limiter::from_parts(Arc::new(p), leases).is_err());
 }
+
+/// Names, parsing and validation of the configuration, as the CLI and
+/// files use them (docs/limiter.md).
+#[test]
+fn names_parse_back_and_invalid_configurations_are_errors() {
+    let names = [
+        "max_input_tokens",
+        "concurrent",
+        "rpm",
+        "tokens_per_hour",
+        "capacity",
+    ];
+    for (i, l) in Limit::ALL.into_iter().enumerate() {
+        assert_eq!(l.name(), names[i]);
+        assert_eq!(l.index(), i);
+    }
+    let sems = [
+        "rate-limit-only",
+        "strict-floors",
+        "litellm-priority",
+        "partitioned",
+    ];
+    for (i, s) in Semantics::ALL.into_iter().enumerate() {
+        assert_eq!(s.name(), sems[i]);
+        assert_eq!(Semantics::parse(sems[i]), Some(s));
+        assert!(Semantics::NAMES.contains(sems[i]));
+    }
+    assert_eq!(Semantics::parse("strict"), None);
+    let g: Vec<&str> = Semantics::ALL.iter().map(|s| s.guarantee()).collect();
+    assert!(g[0].contains("no consumer has a floor"));
+    assert!(g[1].contains("work-conserving"));
+    assert!(g[2].contains("saturation threshold"));
+    assert!(g[3].contains("unreserved pool serves only unreserved"));
+    for (u, n) in [(Unit::Rpm, "rpm"), (Unit::Tpm, "tpm")] {
+        assert_eq!(u.name(), n);
+        assert_eq!(Unit::parse(n), Some(u));
+    }
+    assert_eq!(Unit::parse("rps"), None);
+    // per-entity overrides replace only the fields they set
+    let base = ConsumerPolicy {
+        rpm: Some(1),
+        tokens_per_hour: Some(2),
+        concurrent: Some(3),
+        max_input_tokens: Some(4),
+    };
+    assert_eq!(base.overridden_by(&ConsumerPolicy::default()), base);
+    let over = ConsumerPolicy {
+        rpm: Some(10),
+        tokens_per_hour: Some(20),
+        concurrent: Some(30),
+        max_input_tokens: Some(40),
+    };
+    assert_eq!(base.overridden_by(&over), over);
+    assert_eq!(ConsumerPolicy::default().overridden_by(&over), over);
+    // burst: (1 − θ)·C rounded, unless given
+    let mut cfg = config(
+        Semantics::StrictFloors,
+        false,
+        1000,
+        80,
+        None,
+        &[3000, 2000],
+        OutputAccounting::ReserveRefund,
+        ConsumerPolicy::default(),
+    );
+    assert_eq!(cfg.burst_units(), 200);
+    assert_eq!(cfg.reserved_bp_total(), 5000);
+    cfg.threshold = 0.755;
+    assert_eq!(cfg.burst_units(), 245);
+    cfg.burst = Some(7);
+    assert_eq!(cfg.burst_units(), 7);
+    assert!(cfg.validate().is_ok());
+    for (th, ok) in [
+        (0.0, false),
+        (1.0, true),
+        (1.01, false),
+        (f64::NAN, false),
+        (0.01, true),
+    ] {
+        let mut c = cfg.clone();
+        c.threshold = th;
+        assert_eq!(c.validate().is_ok(), ok, "threshold {th}");
+    }
+    let mut c = cfg.clone();
+    c.capacity = 0;
+    assert_eq!(c.validate().unwrap_err(), "capacity must be > 0");
+    let mut c = cfg.clone();
+    c.consumers.clear();
+    assert!(c.validate().unwrap_err().contains("at least one consumer"));
+    let mut c = cfg.clone();
+    c.consumers[0].reserved_bp = 8001;
+    assert_eq!(
+        c.validate().unwrap_err(),
+        "reservations add up to 100.01 %, more than 100 %"
+    );
+    c.consumers[0].reserved_bp = 8000;
+    assert!(c.validate().is_ok());
+    assert!(Params::new(c.clone()).is_ok());
+    assert!(
+        Decision::Deny {
+            limit: Limit::Rpm,
+            retry_at: 1
+        }
+        .is_admit()
+            == false
+    );
+}
