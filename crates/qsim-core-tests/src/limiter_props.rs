@@ -1085,12 +1085,9 @@ fn names_parse_back_and_invalid_configurations_are_errors() {
     c.consumers[0].reserved_bp = 8000;
     assert!(c.validate().is_ok());
     assert!(Params::new(c.clone()).is_ok());
-    assert!(
-        Decision::Deny {
-            limit: Limit::Rpm,
-            retry_at: 1
-        }
-        .is_admit()
-            == false
-    );
+    let deny = Decision::Deny {
+        limit: Limit::Rpm,
+        retry_at: 1,
+    };
+    assert!(!deny.is_admit());
 }
