@@ -3,8 +3,8 @@
 //! in requests and in tokens, with refunds, late settlement and debt.
 
 use crate::reference::{
-    buckets, charge, credit_depth, reserved_bp, settlement, share_depth, tpm, LitellmWindow,
-    RefDecision, Shape, SingleBucket, MINUTE, NEVER, SECOND,
+    buckets, charge, credit_depth, reserved_bp, settlement, share_depth, tpm, Capacity,
+    LitellmWindow, Paid, RefDecision, Shape, SingleBucket, MINUTE, NEVER, SECOND,
 };
 use crate::traffic::{drive, Demand, Event, Traffic};
 use proptest::prelude::*;
@@ -1090,4 +1090,64 @@ fn names_parse_back_and_invalid_configurations_are_errors() {
         retry_at: 1,
     };
     assert!(!deny.is_admit());
+}
+
+fn paid(s: Source) -> Paid {
+    match s {
+        Source::Shared { credit } => Paid::G { credits: credit },
+        Source::Own => Paid::Own,
+        Source::Pool => Paid::Pool,
+        Source::Borrowed(j) => Paid::Borrowed(j),
+    }
+}
+
+proptest! {
+    #![proptest_config(pt(32))]
+
+    /// Every semantics' capacity rule (docs/limiter.md, "The rule of each
+    /// semantics") on reference buckets, decision by decision: admitted or
+    /// not, and from which bucket (strict-floors: own credits, else `G`
+    /// beyond every other credit with the one accruing and its own unused
+    /// ones; litellm-priority: own floor, pool, then the most idle other
+    /// floor below saturation; partitioned: the pool for the unreserved).
+    #[test]
+    fn every_semantics_admits_by_its_documented_rule(
+        s in 0usize..4, tokens in any::<bool>(), cap in 40u64..1200, th in 10u32..=100, burst in prop::option::of(0u64..300),
+        res in prop::collection::vec(prop_oneof![Just(0u32), 100u32..4000], 0..4), acc in 0usize..3,
+        seed in any::<u64>(), mult in 0.5f64..6.0, greedy in prop::option::of(0usize..4), equal in any::<bool>(),
+    ) {
+        // equal reservations: ties between floors (litellm: the lowest index wins)
+        let res: Vec<u32> = if equal { res.iter().map(|_| res[0].max(500)).collect() } else { res };
+        let cfg = config(Semantics::ALL[s], tokens, cap, th, burst, &res, ACCOUNTING[acc], ConsumerPolicy::default());
+        let greedy = greedy.map(|g| g.min(cfg.consumers.len() - 1));
+        let tr = traffic(&cfg, seed, mult, greedy, 2 * MINUTE);
+        let mut model = Capacity::new(&cfg, 0);
+        let mut lim = Limiter::new(cfg.clone(), 0).unwrap();
+        let acc = cfg.accounting;
+        let mut admitted = 0;
+        drive(&mut lim, &tr, &mut |e| match e {
+            Event::Decided { now, req, decision, .. } => {
+                let (units, need) = charge(tokens, acc, req.input_tokens, req.max_tokens);
+                let want = model.source(now, req.consumer, need);
+                let got = match decision {
+                    Decision::Admit(g) => Some(paid(g.source)),
+                    Decision::Deny { .. } => None,
+                };
+                if got != want {
+                    return Err(format!("at {now}: {req:?} (needs {need}): limiter {decision:?}, rule {want:?}"));
+                }
+                if let Some(p) = got {
+                    admitted += 1;
+                    model.admitted(now, req.consumer, p, units);
+                }
+                Ok(())
+            }
+            Event::Completed { now, grant, actual, .. } => {
+                let (r, x) = settlement(tokens, acc, grant.max_tokens, actual);
+                model.settled(now, grant.consumer, paid(grant.source), r, x);
+                Ok(())
+            }
+        }).map_err(|e| TestCaseError::fail(format!("{cfg:?}: {e}")))?;
+        prop_assert!(admitted > 0);
+    }
 }

@@ -469,3 +469,149 @@ impl LitellmWindow {
         self.units += units.max(1);
     }
 }
+
+/// Where an admission is paid from, in the reference's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paid {
+    /// strict-floors / partitioned: `G`, `credits` of them the consumer's own.
+    G {
+        credits: u64,
+    },
+    Own,
+    Pool,
+    Borrowed(usize),
+}
+
+/// The capacity rule of every semantics as docs/limiter.md states it, on
+/// reference buckets (consumers without limits of their own): whether a
+/// request is admitted now and from where. It follows the limiter's
+/// admissions and settlements (applied to the bucket each was paid from).
+#[derive(Debug, Clone)]
+pub struct Capacity {
+    cfg: LimiterConfig,
+    floor: Vec<Option<RefBucket>>,
+    g: Option<RefBucket>,
+    pool: Option<RefBucket>,
+    window: LitellmWindow,
+}
+
+impl Capacity {
+    pub fn new(cfg: &LimiterConfig, now: u64) -> Capacity {
+        let b = buckets(cfg);
+        let full = |s: Option<Shape>| s.map(|s| RefBucket::full(s, now));
+        Capacity {
+            cfg: cfg.clone(),
+            floor: b.floor.iter().map(|s| full(*s)).collect(),
+            g: full(b.g),
+            pool: full(b.pool),
+            window: LitellmWindow::default(),
+        }
+    }
+
+    fn has(b: &Option<RefBucket>, t: u64, n: u64) -> bool {
+        b.as_ref().is_some_and(|b| b.units(t) >= n as i64)
+    }
+
+    /// The credits `G` keeps back for consumer `j` other than the one asking:
+    /// its whole credits and the one it is accruing, at most its depth.
+    fn kept_for(&self, j: usize, t: u64) -> u64 {
+        match &self.floor[j] {
+            None => 0,
+            Some(b) => {
+                let whole = b.units(t).max(0) as u64;
+                (whole + 1).min(b.shape.depth)
+            }
+        }
+    }
+
+    /// The decision of the capacity rule alone for consumer `c` needing `n` at `t`.
+    pub fn source(&self, t: u64, c: usize, n: u64) -> Option<Paid> {
+        let reserved = self.cfg.consumers[c].reserved_bp > 0;
+        match self.cfg.semantics {
+            Semantics::RateLimitOnly => Capacity::has(&self.pool, t, n).then_some(Paid::Pool),
+            Semantics::Partitioned if !reserved => {
+                Capacity::has(&self.pool, t, n).then_some(Paid::Pool)
+            }
+            Semantics::StrictFloors | Semantics::Partitioned => {
+                let own = self.floor[c]
+                    .as_ref()
+                    .map_or(0, |b| b.units(t).max(0) as u64);
+                let g = self.g.as_ref()?.units(t);
+                if own >= n && reserved {
+                    // paid by its own credits: G always backs them
+                    return (g >= n as i64).then_some(Paid::G { credits: n });
+                }
+                let others: u64 = (0..self.floor.len())
+                    .filter(|&j| j != c)
+                    .map(|j| self.kept_for(j, t))
+                    .sum();
+                // its own credits this request leaves, and the one accruing
+                let mine = if reserved { own + 1 - own.min(n) } else { 0 };
+                (g >= (n + others + mine) as i64).then_some(Paid::G {
+                    credits: own.min(n),
+                })
+            }
+            Semantics::LitellmPriority => {
+                if reserved && Capacity::has(&self.floor[c], t, n) {
+                    return Some(Paid::Own);
+                }
+                if Capacity::has(&self.pool, t, n) {
+                    return Some(Paid::Pool);
+                }
+                let saturated =
+                    self.window.units_at(t) as f64 >= self.cfg.threshold * self.cfg.capacity as f64;
+                if saturated {
+                    return None;
+                }
+                // the most idle other floor that holds the units; ties to the lowest index
+                let mut best: Option<(usize, f64)> = None;
+                for (j, b) in self.floor.iter().enumerate() {
+                    let Some(b) = b else { continue };
+                    if j == c || b.units(t) < n as i64 {
+                        continue;
+                    }
+                    let f = b.fraction(t);
+                    if best.is_none() || f > best.unwrap().1 {
+                        best = Some((j, f));
+                    }
+                }
+                best.map(|(j, _)| Paid::Borrowed(j))
+            }
+        }
+    }
+
+    fn bucket(&mut self, c: usize, paid: Paid) -> Option<&mut RefBucket> {
+        match paid {
+            Paid::G { .. } => self.g.as_mut(),
+            Paid::Own => self.floor[c].as_mut(),
+            Paid::Pool => self.pool.as_mut(),
+            Paid::Borrowed(j) => self.floor[j].as_mut(),
+        }
+    }
+
+    /// An admission of `charge` units for `c` at `t`, paid as `paid`.
+    pub fn admitted(&mut self, t: u64, c: usize, paid: Paid, charge: u64) {
+        if let Some(b) = self.bucket(c, paid) {
+            b.sync(t);
+            b.spend(charge);
+        }
+        if let Paid::G { credits } = paid {
+            if let Some(f) = self.floor[c].as_mut() {
+                f.sync(t);
+                f.spend(credits.min(charge));
+            }
+        }
+        if self.cfg.semantics == Semantics::LitellmPriority {
+            self.window.admitted(t, charge);
+        }
+    }
+
+    /// A settlement at `t` of a request of `c` paid as `paid`.
+    pub fn settled(&mut self, t: u64, c: usize, paid: Paid, refund: u64, extra: u64) {
+        if let Some(b) = self.bucket(c, paid) {
+            b.sync(t);
+            b.give_back(refund);
+            b.spend(extra);
+        }
+    }
+}
