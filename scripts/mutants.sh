@@ -26,6 +26,6 @@ exec cargo mutants \
     --test-package qsim-core \
     --test-package qsim-core-tests \
     --jobs 1 \
-    --timeout 120 \
+    --timeout 30 \
     --output . \
     "$@"
