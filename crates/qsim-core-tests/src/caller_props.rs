@@ -153,7 +153,7 @@ fn arb_answers() -> impl Strategy<Value = Vec<Answer>> {
         (
             0usize..10,
             prop::sample::select(vec![429u16, 503, 500, 400, 408]),
-            prop::option::of(0u64..150_000),
+            prop::option::of(prop_oneof![Just(0u64), 0u64..150_000]),
         )
             .prop_map(|(k, status, hint_ms)| {
                 if k == 0 {
@@ -569,4 +569,14 @@ fn managed_window_bounds_rows_in_flight_and_only_429_narrows_it() {
     rows.sort();
     assert_eq!(rows, [2, 3, 4]);
     assert!(m.take_eligible(u64::MAX).is_none());
+}
+
+/// A zero hint is no hint for the SDK layer: it sleeps its own backoff
+/// (`min(0.5·2^n, 8)·(1 − 0.25·U)`), not zero.
+#[test]
+fn sdk_treats_a_zero_hint_as_none() {
+    let s = SdkRetry::default();
+    let mut half = || 0.5;
+    assert_eq!(s.delay(0, Some(0), &mut half), 437_500_000);
+    assert_eq!(s.delay(1, Some(1), &mut half), 1);
 }
