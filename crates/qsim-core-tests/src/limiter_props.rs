@@ -1085,6 +1085,27 @@ fn names_parse_back_and_invalid_configurations_are_errors() {
     c.consumers[0].reserved_bp = 8000;
     assert!(c.validate().is_ok());
     assert!(Params::new(c.clone()).is_ok());
+    // reservations adding up to 100 %: no pool, and that is valid
+    for sem in Semantics::ALL {
+        let c = config(
+            sem,
+            false,
+            1000,
+            80,
+            None,
+            &[5000, 5000],
+            OutputAccounting::ReserveRefund,
+            ConsumerPolicy::default(),
+        );
+        let p = Params::new(c.clone()).unwrap();
+        let caps = buckets(&c).capacity(sem);
+        assert_eq!(
+            p.total_depth(),
+            caps.iter().map(|s| s.depth).sum::<u64>(),
+            "{sem:?}"
+        );
+        assert!(buckets(&c).pool.is_none() || sem == Semantics::RateLimitOnly);
+    }
     let deny = Decision::Deny {
         limit: Limit::Rpm,
         retry_at: 1,

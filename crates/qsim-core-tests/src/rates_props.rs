@@ -127,6 +127,7 @@ proptest! {
                 }
                 (got, want) => prop_assert!(false, "at {}: {:?}, reference first failing {:?}", now, got, want),
             }
+            prop_assert_eq!(rl.buckets().len(), refs.len());
             for (b, r) in rl.buckets().iter().zip(&refs) {
                 prop_assert_eq!(b.available(now), r.units(now));
                 prop_assert_eq!(b.capacity(), r.shape.depth);
@@ -187,5 +188,63 @@ fn token_bucket_against_the_reference() {
         b.advance(now);
         assert_eq!(b.available(now), r.units(now));
         assert_eq!(b.available(now + 333), r.units(now + 333));
+    }
+}
+
+/// A request that charges nothing to a limit needs nothing from it, except
+/// output counted on completion, which needs one unit available.
+#[test]
+fn a_zero_charge_needs_no_units_unless_output_comes_later() {
+    let spec = |counts, accounting| LimitSpec {
+        name: "l".into(),
+        counts,
+        limit: 10,
+        window: 60_000_000_000,
+        accounting,
+    };
+    let empty = Cost {
+        input_tokens: 0,
+        max_tokens: 0,
+    };
+    let ten = Cost {
+        input_tokens: 10,
+        max_tokens: 10,
+    };
+    for counts in [Counts::InputTokens, Counts::OutputTokens, Counts::Tokens] {
+        for acc in ACC {
+            let s = spec(counts, acc);
+            assert_eq!(
+                s.admit_charge(empty),
+                admit(counts, acc, empty),
+                "{counts:?} {acc:?}"
+            );
+            let mut rl = RateLimits::new(vec![s], 0);
+            // drain it to exactly zero
+            let later = acc == OutputAccounting::OnCompletion;
+            if counts == Counts::OutputTokens {
+                rl.commit(
+                    0,
+                    Cost {
+                        input_tokens: 0,
+                        max_tokens: 10,
+                    },
+                );
+                if later {
+                    rl.settle(0, empty, 10);
+                }
+            } else {
+                rl.commit(
+                    0,
+                    Cost {
+                        input_tokens: 10,
+                        max_tokens: 0,
+                    },
+                );
+            }
+            assert_eq!(rl.buckets()[0].available(0), 0, "{counts:?} {acc:?}");
+            let later = later && counts != Counts::InputTokens;
+            assert_eq!(rl.check(0, empty).is_err(), later, "{counts:?} {acc:?}");
+            assert!(rl.check(0, ten).is_err());
+        }
     }
 }
