@@ -1172,3 +1172,37 @@ proptest! {
         prop_assert!(admitted > 0);
     }
 }
+
+/// LiteLLM's window is 60 s long: an admission exactly 60 s after the
+/// window opened opens the next one (θ·C = 1,000 tokens; each request
+/// 1,000 tokens, so each window is saturated by its first admission).
+#[test]
+fn litellm_window_opens_again_exactly_a_minute_later() {
+    let mut cfg = config(
+        Semantics::LitellmPriority,
+        true,
+        1,
+        1,
+        Some(10),
+        &[],
+        OutputAccounting::ReserveRefund,
+        ConsumerPolicy::default(),
+    );
+    cfg.capacity = 100_000;
+    cfg.burst = Some(10_000);
+    let mut lim = Limiter::new(cfg, 0).unwrap();
+    let r = Request {
+        consumer: 0,
+        input_tokens: 500,
+        max_tokens: 500,
+    };
+    assert!(lim.decide(0, &r).is_admit());
+    assert!(lim.saturated(0) && lim.saturated(MINUTE - 1));
+    assert!(!lim.saturated(MINUTE), "the first window ended");
+    assert!(lim.decide(MINUTE, &r).is_admit());
+    assert!(
+        lim.saturated(MINUTE + 1),
+        "the admission at 60 s opened a new window"
+    );
+    assert!(!lim.saturated(2 * MINUTE));
+}
