@@ -1206,3 +1206,41 @@ fn litellm_window_opens_again_exactly_a_minute_later() {
     );
     assert!(!lim.saturated(2 * MINUTE));
 }
+
+/// litellm-priority borrows from the most idle other floor (the fullest
+/// by fraction; ties to the lowest index): with floor 0 partly used and
+/// floors 1 and 2 full, the unreserved consumer, past the pool, borrows
+/// floor 1.
+#[test]
+fn litellm_borrows_the_most_idle_floor() {
+    let cfg = config(
+        Semantics::LitellmPriority,
+        false,
+        1000,
+        80,
+        None,
+        &[3000, 2000, 3000],
+        OutputAccounting::ReserveRefund,
+        ConsumerPolicy::default(),
+    );
+    let pool = buckets(&cfg).pool.unwrap().depth;
+    let mut lim = Limiter::new(cfg, 0).unwrap();
+    let r = |c| Request {
+        consumer: c,
+        input_tokens: 10,
+        max_tokens: 10,
+    };
+    for _ in 0..10 {
+        assert!(lim.decide(0, &r(0)).is_admit());
+    }
+    for _ in 0..pool {
+        match lim.decide(0, &r(3)) {
+            Decision::Admit(g) => assert_eq!(g.source, Source::Pool),
+            d => panic!("{d:?}"),
+        }
+    }
+    match lim.decide(0, &r(3)) {
+        Decision::Admit(g) => assert_eq!(g.source, Source::Borrowed(1)),
+        d => panic!("{d:?}"),
+    }
+}
