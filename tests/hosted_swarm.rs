@@ -49,6 +49,46 @@ fn random_top_sets(seed: u64) -> Vec<String> {
     random_sets(seed).into_iter().take(5).collect()
 }
 
+/// Per row, against the experiment's policy: attempts within
+/// `max_attempts`; every row sends at least once; the SDK layer retries at
+/// most its `max_retries` per caller attempt (bounds from the config).
+fn check_attempts(
+    ctx: &str,
+    e: &experiment::config::Experiment,
+    r: &experiment::hosted::HostedResult,
+) {
+    match &e.client {
+        experiment::config::ClientKind::Pool { caller, .. } => {
+            let max = caller.retry.max_attempts.max(1);
+            assert!(
+                r.max_attempts <= max,
+                "{ctx}: {} attempts > {max}",
+                r.max_attempts
+            );
+            let sdk_max = caller.sdk.as_ref().map_or(0, |s| s.max_retries) as u64;
+            let sends = r.http_requests + r.local_rejects;
+            assert!(sends >= r.total, "{ctx}: a row that never sent");
+            assert!(
+                r.sdk_retries * (1 + sdk_max) <= sdk_max * sends,
+                "{ctx}: {} SDK retries in {sends} sends",
+                r.sdk_retries
+            );
+            assert!(
+                sends <= r.total * max as u64 * (1 + sdk_max),
+                "{ctx}: {sends} sends for {} rows",
+                r.total
+            );
+        }
+        experiment::config::ClientKind::Managed(p) => {
+            assert!(r.max_attempts <= p.max_attempts, "{ctx}: managed attempts");
+            assert!(
+                r.http_requests <= r.total * p.max_attempts as u64,
+                "{ctx}: sends"
+            );
+        }
+    }
+}
+
 #[test]
 fn swarm_invariants() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -93,11 +133,7 @@ fn swarm_invariants() {
             assert_eq!(r.latency.count(), r.total, "{ctx}: latencies");
             // nobody produces more than max_tokens
             assert!(r.output_tokens <= r.ok * e.max_tokens, "{ctx}: output cap");
-            // a 429 costs at least one HTTP request
-            assert!(
-                r.http_requests >= r.total && r.http_429 <= r.http_requests,
-                "{ctx}: http counts"
-            );
+            check_attempts(&ctx, e, r);
             // quota: the OTPM bucket can hand out at most its capacity plus refill
             let refill = otpm.limit as f64 * r.elapsed as f64 / otpm.window as f64;
             assert!(
@@ -122,4 +158,99 @@ fn swarm_invariants() {
             );
         }
     }
+}
+
+/// Hosted profiles with each retry-hint shape: `Retry-After` (whole
+/// seconds, Anthropic), `retry-after-ms` (Azure OpenAI) and a body
+/// `retry_after` (the Databricks profile with its hint switched on, ms
+/// precision). The own-retry client sleeps a constant 333.7 ms, the SDK
+/// layer off, so every own wait is either a hint (honor_hint: a whole
+/// number of the shape's unit) or 333.7 ms (hints ignored); per row,
+/// attempts stay within max_attempts; with the SDK layer on, at most its
+/// retries per caller attempt.
+#[test]
+fn hint_shapes_honoured_or_ignored_per_policy() {
+    use qsim::experiment::config::ClientKind;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("databricks-body-hint.toml");
+    let text =
+        std::fs::read_to_string(root.join("models/databricks-claude-haiku-4-5.toml")).unwrap();
+    assert!(text.contains("hint = \"none\""));
+    std::fs::write(
+        &body,
+        text.replace("hint = \"none\"", "hint = \"body_retry_after\""),
+    )
+    .unwrap();
+    let shapes = [
+        (
+            root.join("models/anthropic-claude-haiku-example-tier.toml"),
+            1_000_000_000u64,
+        ),
+        (
+            root.join("models/azure-openai-gpt-4o-30k-tpm.toml"),
+            1_000_000,
+        ),
+        (body, 1_000_000),
+    ];
+    let delay: u64 = 333_700_000;
+    let mut retried = [0u64; 2];
+    for (profile, unit_ns) in &shapes {
+        for seed in 0..8u64 {
+            let mut r = stream(seed, 97, 0);
+            let honor = seed % 2 == 0;
+            let sdk = seed % 4 == 1;
+            let sets = vec![
+                format!("endpoint={}", profile.display()),
+                format!("rows={}", 20 + (unit(&mut r) * 150.0) as u64),
+                format!("workers={}", 4 + (unit(&mut r) * 60.0) as u64),
+                format!("max_tokens={}", 64 + (unit(&mut r) * 300.0) as u64),
+                "cooldown_s=0".to_string(),
+                format!("sdk_retries={sdk}"),
+                "experiment.1.retry.backoff=constant".to_string(),
+                "experiment.1.retry.delay_s=0.3337".to_string(),
+                format!("experiment.1.retry.honor_hint={honor}"),
+                format!("experiment.1.retry.max_attempts={}", 2 + seed % 5),
+            ];
+            let file = root.join("experiments/fmapi-pacing.toml");
+            let suite = experiment::load(&file, &sets)
+                .unwrap_or_else(|e| panic!("{sets:?}: {e}"))
+                .into_hosted()
+                .unwrap();
+            assert_eq!(suite.profile.server_error_rate, 0.0, "every error a 429");
+            let results = run_suite(&suite, seed);
+            for (e, res) in suite.experiments.iter().zip(&results) {
+                let ctx = format!("seed {seed} {} {}", profile.display(), e.name);
+                check_attempts(&ctx, e, res);
+                match &e.client {
+                    ClientKind::Pool { caller, .. } => {
+                        if e.name == "exp2-backoff" && !sdk {
+                            assert_eq!(caller.retry.honor_hint, honor);
+                            if honor {
+                                assert_eq!(
+                                    res.own_wait % unit_ns,
+                                    0,
+                                    "{ctx}: a wait that is not a hint"
+                                );
+                            } else {
+                                assert_eq!(
+                                    res.own_wait % delay,
+                                    0,
+                                    "{ctx}: a wait other than the constant"
+                                );
+                            }
+                            if res.retried > 0 {
+                                retried[honor as usize] += res.retried;
+                            }
+                        }
+                    }
+                    ClientKind::Managed(_) => {}
+                }
+            }
+        }
+    }
+    assert!(
+        retried[0] > 0 && retried[1] > 0,
+        "both paths ran: {retried:?}"
+    );
 }

@@ -274,3 +274,53 @@ fn closed_pipe_ends_quietly() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.is_empty(), "quiet on a closed pipe: {err}");
 }
+
+/// The write itself fails after the temporary file exists: a file-size
+/// limit (`ulimit -f`, with SIGXFSZ ignored so the write returns EFBIG)
+/// smaller than the report. The old file stays whole and no temporary file
+/// is left behind: the report is written to a temporary file and renamed
+/// over the target only once complete.
+#[test]
+fn a_write_failing_midway_keeps_the_old_file_and_leaves_no_temp() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("report.json");
+    // every experiment of the file: a report larger than the limit below
+    let args = [
+        "run",
+        "experiments/fmapi-pacing.toml",
+        "--set",
+        "rows=20",
+        "--format",
+        "json",
+    ];
+    let ok = qsim().args(args).arg("--out").arg(&f).output().unwrap();
+    assert_eq!(ok.status.code(), Some(0));
+    let whole = fs::read(&f).unwrap();
+    assert!(whole.len() > 2048, "report of {} bytes", whole.len());
+    fs::write(&f, "precious\n").unwrap();
+    // 1 block of the shell's ulimit unit (512 or 1,024 bytes)
+    let out = std::process::Command::new("sh")
+        .current_dir(root())
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 1 && exec \"$0\" \"$@\"")
+        .arg(assert_cmd::cargo::cargo_bin("qsim"))
+        .args(args)
+        .args(["--force", "--out"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        matches!(out.status.code(), Some(c) if c != 0),
+        "a failed write must fail the run: {:?} {err}",
+        out.status
+    );
+    assert!(err.starts_with("qsim: --out "), "{err}");
+    assert_eq!(
+        fs::read_to_string(&f).unwrap(),
+        "precious\n",
+        "old file intact"
+    );
+    assert_eq!(names(d.path()), ["report.json"], "no temporary file left");
+}

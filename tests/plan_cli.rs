@@ -179,21 +179,88 @@ fn every_semantics_runs_and_threshold_findings() {
         .any(|f| f["level"] == "warn" && f["message"].as_str().unwrap().contains("over 80 %")));
 }
 
-#[test]
-fn inverse_planning_finds_capacity() {
-    let v = plan_json(&["--need", "A=250,B=150,C=250", "--e2e-p95", "4s"]);
+/// The inverse search's candidates, from its documented rule alone:
+/// `Σneed / 0.9` rounded up, then 5 % steps (each rounded up).
+fn candidates(needs: &[f64], n: usize) -> Vec<u64> {
+    let mut c = vec![(needs.iter().sum::<f64>() / 0.9).ceil() as u64];
+    while c.len() < n {
+        let last = *c.last().unwrap() as f64;
+        c.push((last * 1.05).ceil() as u64);
+    }
+    c
+}
+
+/// Reservations `need / C` rounded up to 0.01 %, and the pool.
+fn split(needs: &[f64], cap: u64) -> (Vec<f64>, f64) {
+    let r: Vec<f64> = needs
+        .iter()
+        .map(|n| (n / cap as f64 * 10_000.0).ceil() / 100.0)
+        .collect();
+    let pool = ((100.0 - r.iter().sum::<f64>()) * 100.0).round() / 100.0;
+    (r, pool)
+}
+
+fn assert_inverse(v: &Value, needs: &[f64], cap: u64, replicas: u64) {
     let inv = &v["inverse"];
-    let cap = inv["capacity"].as_u64().unwrap();
-    assert!(
-        cap >= 723,
-        "capacity {cap} below the needs plus a 10 % pool"
-    );
-    assert!(inv["explanation"].as_array().unwrap().len() >= 2);
+    assert_eq!(inv["feasible"], true);
+    assert_eq!(inv["capacity"].as_u64().unwrap(), cap);
+    assert_eq!(inv["replicas"].as_u64(), Some(replicas));
+    let (r, pool) = split(needs, cap);
+    let got: Vec<f64> = inv["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["reserved_pct"].as_f64().unwrap())
+        .collect();
+    assert_eq!(got, r);
+    assert_eq!(inv["unreserved_pct"].as_f64().unwrap(), pool);
     // the plan then runs at that capacity with the found reservations
     assert_eq!(v["capacity"].as_u64().unwrap(), cap);
-    let res = v["reservations"].as_array().unwrap();
-    for (r, need) in res.iter().zip([250.0, 150.0, 250.0]) {
-        assert!(r["reserved_rpm"].as_f64().unwrap() >= need);
+    for (x, need) in v["reservations"].as_array().unwrap().iter().zip(needs) {
+        assert!(x["reserved_rpm"].as_f64().unwrap() >= *need);
+    }
+}
+
+/// Strict floors meet the needs at the first candidate (723 RPM).
+#[test]
+fn inverse_planning_finds_capacity() {
+    let needs = [250.0, 150.0, 250.0];
+    let v = plan_json(&["--need", "A=250,B=150,C=250", "--e2e-p95", "4s"]);
+    assert_eq!(candidates(&needs, 1), [723]);
+    assert_inverse(&v, &needs, 723, 1);
+}
+
+/// Under litellm-priority the floors hold only above saturation, so the
+/// first seven candidates (723 … 971) leave a consumer below its need in a
+/// saturated minute and the search must go on to the eighth, 1,020 RPM
+/// (24.51 / 14.71 / 24.51 %, pool 36.27 %), with one replica.
+#[test]
+fn inverse_planning_steps_past_failing_candidates() {
+    let needs = [250.0, 150.0, 250.0];
+    let v = plan_json(&[
+        "--need",
+        "A=250,B=150,C=250",
+        "--semantics",
+        "litellm-priority",
+        "--e2e-p95",
+        "4s",
+    ]);
+    let cands = candidates(&needs, 8);
+    assert_eq!(cands, [723, 760, 798, 838, 880, 924, 971, 1020]);
+    assert_inverse(&v, &needs, cands[7], 1);
+    let lines: Vec<&str> = v["inverse"]["explanation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    for c in &cands[..7] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("capacity {c}: not enough"))),
+            "{c} should fail: {lines:?}"
+        );
     }
 }
 

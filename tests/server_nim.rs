@@ -139,3 +139,35 @@ fn a_scenario_gives_the_same_result_alone() {
     assert_eq!(v(&full[i]), v(&alone[0]));
     assert!(one.retain_only(&["nope".to_string()]).is_err());
 }
+
+/// The NIM profile's KV-cache size, derived from the numbers in its file
+/// (not read back from the loader): vLLM's free memory `gpu_memory_gib ×
+/// gpu_memory_utilization − weights − reserved`, in blocks of `block_size`
+/// tokens of `kv_bytes_per_token` bytes, rounded down. (79.6 × 0.9 − 12.8 −
+/// 4.0) GiB / (16 × 49,152 B) = 74,874.9 → 74,874 blocks.
+#[test]
+fn nim_kv_blocks_derive_from_the_profile_numbers() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/gpt-oss-20b-h100-nim.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    let f = |t: &str, k: &str| -> f64 {
+        let x = &v[t][k];
+        x.as_float()
+            .or_else(|| x.as_integer().map(|i| i as f64))
+            .unwrap()
+    };
+    let free_bytes = (f("kv_cache", "gpu_memory_gib") * f("kv_cache", "gpu_memory_utilization")
+        - f("iteration", "weights_gib")
+        - f("kv_cache", "reserved_gib"))
+        * (1u64 << 30) as f64;
+    let block_bytes = f("kv_cache", "block_size") * f("kv_cache", "kv_bytes_per_token");
+    let blocks = (free_bytes / block_bytes).floor() as u32;
+    // 24 layers × 8 KV heads × 64 head dim × 2 (K and V) × 2 bytes (bf16)
+    assert_eq!(
+        f("kv_cache", "kv_bytes_per_token"),
+        (24 * 8 * 64 * 2 * 2) as f64
+    );
+    let p = qsim::server::load_profile(&path).unwrap();
+    assert_eq!(p.total_blocks, blocks);
+    assert_eq!(blocks, 74_874);
+}

@@ -102,3 +102,64 @@ fn mm1_mean_wait_matches_pollaczek_khinchine() {
     );
     assert!(err < 0.02, "M/M/1 mean wait {w} vs {expect} (error {err})");
 }
+
+/// Routers told apart (one sequence at a time, service ∝ prompt): A (10 ms)
+/// and B (1 µs) arrive at 0 on two replicas, C (1 µs) at 1 ms, after B
+/// finished. Round-robin sends C to A's replica (0), where it waits for A
+/// (≈ 9 ms); least-outstanding and least-KV send it to the idle replica,
+/// B's, where it starts at once.
+#[test]
+fn routers_differ_when_one_replica_is_busy() {
+    use qsim::server::{Cluster, Completion, Request};
+    let run = |router: RouterKind| -> Vec<Completion> {
+        let mut c = Cluster::new(mg1_profile(), 2, router, 7);
+        let req = |id, input_tokens| Request {
+            id,
+            input_tokens,
+            output_tokens: 1,
+        };
+        c.submit(0, req(0, 100_000));
+        c.submit(0, req(1, 10));
+        let mut t = 0;
+        let mut arrived = false;
+        let mut out = Vec::new();
+        loop {
+            while let Some(d) = c.poll_completion() {
+                out.push(d);
+            }
+            let next = c.poll_timeout();
+            if !arrived && next.is_none_or(|n| n > 1_000_000) {
+                arrived = true;
+                c.submit(1_000_000, req(2, 10));
+                continue;
+            }
+            match next {
+                Some(n) => {
+                    t = n.max(t);
+                    c.handle_timeout(t);
+                }
+                None => break,
+            }
+        }
+        out.sort_by_key(|d| d.id);
+        assert_eq!(out.len(), 3, "{router:?}");
+        out
+    };
+    let wait = |d: &Completion| d.first_token - d.arrival;
+    let rr = run(RouterKind::RoundRobin);
+    assert_eq!((rr[0].replica, rr[1].replica, rr[2].replica), (0, 1, 0));
+    assert!(
+        wait(&rr[2]) >= 8_000_000,
+        "round-robin: C waits for A: {rr:?}"
+    );
+    for router in [RouterKind::LeastOutstanding, RouterKind::LeastKv] {
+        let o = run(router);
+        assert_ne!(o[0].replica, o[1].replica, "{router:?}: A and B apart");
+        assert_eq!(
+            o[2].replica, o[1].replica,
+            "{router:?}: C to the idle replica"
+        );
+        assert!(wait(&o[2]) < 100_000, "{router:?}: C starts at once: {o:?}");
+        assert!(o[2].finished < rr[2].finished);
+    }
+}

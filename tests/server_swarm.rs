@@ -74,6 +74,7 @@ fn run_one(seed: u64) -> Outcome {
     let mut t: Nanos = 0;
     // id → (requested output tokens, ended?)
     let mut reqs: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
+    let mut blocks_bound: BTreeMap<u64, u64> = BTreeMap::new();
     let (mut gen, mut requested, mut rejected, mut rejected_tokens) = (0u64, 0u64, 0u64, 0u64);
     let mut next = 0u64;
     let total_blocks = profile.total_blocks;
@@ -126,6 +127,10 @@ fn run_one(seed: u64) -> Outcome {
                 let input = pick(&mut rng, 0, mml * 3 / 5) as u32;
                 let output = pick(&mut rng, 0, (mml * 3 / 5).min(300)) as u32;
                 reqs.insert(next, (output, false));
+                // the most KV blocks this request can ever hold (prompt +
+                // every output token), from its own lengths
+                let most = (input as u64 + output as u64).div_ceil(profile.block_size as u64);
+                blocks_bound.insert(next, most);
                 requested += output as u64;
                 c.submit(
                     t,
@@ -139,18 +144,32 @@ fn run_one(seed: u64) -> Outcome {
                 ta = t + gap(&mut rng);
             }
         }
-        for i in 0..c.replica_count() {
-            let used = c.kv_blocks_in_use(i);
-            assert!(
-                used <= total_blocks,
-                "seed {seed}: replica {i} uses {used} > {total_blocks} KV blocks"
-            );
-        }
         {
             let mut r = (rejected, rejected_tokens);
             drain(&mut c, &mut reqs, &mut gen, &mut r);
             (rejected, rejected_tokens) = r;
         }
+        // KV blocks: within the profile's cache on every replica, and in all
+        // no more than the requests not yet ended can hold (a block kept
+        // after its request ended would show here)
+        let live: u64 = reqs
+            .iter()
+            .filter(|(_, e)| !e.1)
+            .map(|(id, _)| blocks_bound[id])
+            .sum();
+        let mut used_total = 0u64;
+        for i in 0..c.replica_count() {
+            let used = c.kv_blocks_in_use(i);
+            used_total += used as u64;
+            assert!(
+                used <= total_blocks,
+                "seed {seed}: replica {i} uses {used} > {total_blocks} KV blocks"
+            );
+        }
+        assert!(
+            used_total <= live,
+            "seed {seed}: {used_total} KV blocks in use, the live requests need at most {live}"
+        );
         assert_eq!(
             c.outstanding(),
             reqs.values().filter(|e| !e.1).count(),

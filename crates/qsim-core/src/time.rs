@@ -147,4 +147,58 @@ mod tests {
         assert_eq!(show(1e300), "1e300");
         assert_eq!(show(2.5), "2.5");
     }
+
+    /// `secs` is exact up to the clock's end (u64::MAX ns ≈ 1.8e10 s) and
+    /// saturates only beyond it; negative and NaN give 0.
+    #[test]
+    fn secs_saturates_only_past_the_clock() {
+        assert_eq!(secs(1e9), 1_000_000_000 * NS_PER_SEC);
+        assert_eq!(secs(1.8e10), 18_000_000_000 * NS_PER_SEC);
+        assert_eq!(secs(1.9e10), NEVER);
+        assert_eq!(secs(f64::NAN), 0);
+        assert_eq!(secs(0.0), 0);
+        assert_eq!(secs(1e-9), 1);
+    }
+
+    /// Scientific notation only outside [1e-4, 1e10), and never for 0 or
+    /// non-finite values; every message names the range and the value.
+    #[test]
+    fn show_and_messages() {
+        assert_eq!(show(0.0), "0");
+        assert_eq!(show(1e-4), "0.0001");
+        assert_eq!(show(5e-5), "5e-5");
+        assert_eq!(show(-5e-5), "-5e-5");
+        assert_eq!(show(9.5e9), "9500000000");
+        assert_eq!(show(1e10), "1e10");
+        assert_eq!(show(-1e10), "-1e10");
+        assert_eq!(show(f64::INFINITY), "inf");
+        let nan = TimeError::NotFinite(f64::NAN).to_string();
+        assert_eq!(
+            nan,
+            "must be a finite number in [0, 1e9] seconds (1e9 s is about 31 years), got NaN"
+        );
+        let neg = try_secs_positive(0.0).unwrap_err().to_string();
+        assert_eq!(
+            neg,
+            "must be in (0, 1e9] seconds (1e9 s is about 31 years), got 0"
+        );
+        let neg = try_secs(-2.0).unwrap_err().to_string();
+        assert_eq!(
+            neg,
+            "must be in [0, 1e9] seconds (1e9 s is about 31 years), got -2"
+        );
+        assert_eq!(
+            try_secs_positive(-1.0),
+            Err(TimeError::TooSmall {
+                got: -1.0,
+                positive: false
+            })
+        );
+        assert_eq!(try_secs_positive(1e-9), Ok(1));
+        assert_eq!(
+            try_secs(MAX_SECS + 1.0),
+            Err(TimeError::TooLarge(MAX_SECS + 1.0))
+        );
+        assert_eq!(to_secs(NS_PER_SEC * 3 / 2), 1.5);
+    }
 }

@@ -124,9 +124,6 @@ pub(super) fn capacity(
     for _ in 0..10_000 {
         let (keep, m) = keep(p, s, c, need, t);
         let te = s.earliest(p, g, t, need.saturating_add(keep));
-        if te == NEVER {
-            return (None, NEVER);
-        }
         if te <= t {
             return if t == from {
                 (Some(Source::Shared { credit: m }), from)
@@ -134,10 +131,14 @@ pub(super) fn capacity(
                 (None, t)
             };
         }
-        // the consumer's own credits may cover the request before `te`;
-        // then only the units themselves must be in G
+        // the consumer's own credits may cover the request before `te` (or
+        // when `G` can never hold `need + keep`); then only the units
+        // themselves must be in G
         let own = p.floor[c].map_or(NEVER, |i| s.earliest(p, i, t, need));
         t = if own > t { te.min(own) } else { te };
+        if t == NEVER {
+            return (None, NEVER);
+        }
     }
     (None, t)
 }
@@ -180,6 +181,28 @@ mod tests {
                 assert!(c.decide(retry_at, &req(3)).is_admit());
                 let mut c = l.clone();
                 assert!(!c.decide(retry_at - 1, &req(3)).is_admit());
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
+    /// Regression (found by the property `denials_change_nothing_and_retry_times_are_exact`):
+    /// partitioned, 40 RPM, one consumer reserving 1 %: its credit and `G`
+    /// are both one unit deep, so `G` can never hold the request plus the
+    /// accruing credit; the retry time is when its own credit is whole
+    /// again (one unit per 150 s at 0.4 RPM), not `NEVER`.
+    #[test]
+    fn a_consumer_whose_credits_fill_g_is_told_when_to_retry() {
+        let mut c = cfg(Semantics::Partitioned, &[100]);
+        c.capacity = 40;
+        let mut l = Limiter::new(c, 0).unwrap();
+        assert!(l.decide(0, &req(0)).is_admit());
+        match l.decide(0, &req(0)) {
+            Decision::Deny { limit, retry_at } => {
+                assert_eq!(limit, Limit::Capacity);
+                assert_eq!(retry_at, 150 * NS_PER_SEC);
+                assert!(l.clone().decide(retry_at, &req(0)).is_admit());
+                assert!(!l.clone().decide(retry_at - 1, &req(0)).is_admit());
             }
             d => panic!("{d:?}"),
         }
