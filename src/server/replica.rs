@@ -18,7 +18,7 @@ use super::profile::{IterationModel, ServerProfile};
 use super::{Completion, Request};
 use crate::time::{Nanos, NEVER};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 /// A request while it is inside the replica (the only per-request state).
@@ -58,8 +58,8 @@ pub(crate) struct Replica {
     /// Requests still in the API server: (time the engine sees them, seq).
     ingress: VecDeque<(Nanos, Seq)>,
     waiting: VecDeque<Seq>,
-    /// The running batch in admission order (newest last), sorted by key.
-    running: Vec<Seq>,
+    /// The running batch by key: admission order (newest last).
+    running: BTreeMap<u64, Seq>,
     free_blocks: u32,
     /// End of the iteration in flight, NEVER when idle.
     iter_end: Nanos,
@@ -92,7 +92,7 @@ impl Replica {
         let bs = profile.block_size as usize;
         Replica {
             idx,
-            running: Vec::with_capacity(profile.max_num_seqs as usize),
+            running: BTreeMap::new(),
             profile,
             ingress: VecDeque::new(),
             waiting: VecDeque::new(),
@@ -115,10 +115,8 @@ impl Replica {
     }
 
     #[inline]
-    fn pos(&self, key: u64) -> usize {
-        self.running
-            .binary_search_by_key(&key, |s| s.key)
-            .expect("a running key")
+    fn seq(&mut self, key: u64) -> &mut Seq {
+        self.running.get_mut(&key).expect("a running key")
     }
 
     /// (computed − since) modulo the block size.
@@ -129,12 +127,12 @@ impl Replica {
 
     /// Running sequence `i` (eager, just produced a token at `t`, not done)
     /// decodes lazily from iteration `since`.
-    fn make_lazy(&mut self, i: usize, since: u64) {
-        let s = &self.running[i];
+    fn make_lazy(&mut self, key: u64, since: u64) {
+        let s = &self.running[&key];
         let r = self.residue(s.computed, since);
         let last = since + (s.output - s.generated) as u64 - 1;
-        let (key, base) = (s.key, s.computed as i64 - since as i64);
-        let s = &mut self.running[i];
+        let base = s.computed as i64 - since as i64;
+        let s = self.seq(key);
         s.lazy = true;
         s.since = since;
         self.lazy_mod[r] += 1;
@@ -145,24 +143,15 @@ impl Replica {
 
     /// Make a lazy sequence concrete as of the start of iteration `j`
     /// (`j − since` iterations decoded since), and unregister it.
-    fn make_concrete(&mut self, i: usize, j: u64) {
-        let bs = self.profile.block_size;
-        let last_end = self.last_end;
-        let s = &self.running[i];
+    fn make_concrete(&mut self, key: u64, j: u64) {
+        let s = &self.running[&key];
         debug_assert!(s.lazy);
         let r = self.residue(s.computed, s.since);
         self.lazy_mod[r] -= 1;
         self.lazy_n -= 1;
         self.lazy_base -= s.computed as i64 - s.since as i64;
-        let s = &mut self.running[i];
-        let steps = (j - s.since) as u32;
-        if steps > 0 {
-            s.computed += steps;
-            s.generated += steps;
-            s.blocks = s.computed.div_ceil(bs);
-            s.last_token = last_end;
-        }
-        s.lazy = false;
+        let (bs, last_end) = (self.profile.block_size, self.last_end);
+        concrete(self.seq(key), j, bs, last_end);
     }
 
     /// Every running sequence concrete at the start of iteration `j`.
@@ -170,14 +159,18 @@ impl Replica {
         if self.lazy_n == 0 {
             return;
         }
-        for i in 0..self.running.len() {
-            if self.running[i].lazy {
-                self.make_concrete(i, j);
+        let (bs, last_end) = (self.profile.block_size, self.last_end);
+        for s in self.running.values_mut() {
+            if s.lazy {
+                concrete(s, j, bs, last_end);
             }
         }
+        self.lazy_n = 0;
+        self.lazy_base = 0;
+        self.lazy_mod.fill(0);
         self.done_at.clear();
         self.eager.clear();
-        self.eager.extend(self.running.iter().map(|s| s.key));
+        self.eager.extend(self.running.keys());
     }
 
     #[inline]
@@ -302,8 +295,8 @@ impl Replica {
         }
     }
 
-    fn preempt_newest(&mut self, m: &mut ReplicaMetrics) {
-        let mut v = self.running.pop().expect("running not empty");
+    fn preempt_newest(&mut self, run: &mut Vec<Seq>, m: &mut ReplicaMetrics) {
+        let mut v = run.pop().expect("running not empty");
         debug_assert!(!v.lazy);
         let k = self.eager.pop();
         debug_assert_eq!(k, Some(v.key));
@@ -328,15 +321,14 @@ impl Replica {
             let lazy_need = self.lazy_mod[(bs as u64 - j % bs as u64) as usize % bs as usize];
             let (mut tokens, mut blocks) = (self.lazy_n, lazy_need);
             for &key in &self.eager {
-                let s = &self.running[self.pos(key)];
+                let s = &self.running[&key];
                 let pending = s.pending();
                 tokens += pending as u64;
                 blocks += ((s.computed + pending).div_ceil(bs) - s.blocks) as u64;
             }
             if tokens <= budget as u64 && blocks <= self.free_blocks as u64 {
                 for e in 0..self.eager.len() {
-                    let i = self.pos(self.eager[e]);
-                    let s = &mut self.running[i];
+                    let s = self.running.get_mut(&self.eager[e]).expect("a running key");
                     let chunk = s.pending();
                     let need = (s.computed + chunk).div_ceil(bs) - s.blocks;
                     s.blocks += need;
@@ -364,21 +356,23 @@ impl Replica {
                 self.concrete_all(j);
             }
         }
-        let mut i = if self.lazy_n > 0 {
-            self.running.len()
+        // 1. the running batch, oldest first, one sequence at a time (all
+        // are concrete)
+        let mut run: Vec<Seq> = if self.lazy_n > 0 {
+            Vec::new()
         } else {
-            0
+            std::mem::take(&mut self.running).into_values().collect()
         };
-        // 1. the running batch, oldest first
-        while i < self.running.len() && budget > 0 {
-            let s = &self.running[i];
+        let mut i = 0;
+        while i < run.len() && budget > 0 {
+            let s = &run[i];
             let pending = s.pending();
             let chunk = pending.min(budget);
             let need = (s.computed + chunk).div_ceil(bs) - s.blocks;
             let mut self_preempted = false;
             while self.free_blocks < need {
-                let last = self.running.len() - 1;
-                self.preempt_newest(m);
+                let last = run.len() - 1;
+                self.preempt_newest(&mut run, m);
                 preempted = true;
                 if last == i {
                     self_preempted = true;
@@ -389,7 +383,7 @@ impl Replica {
                 break;
             }
             self.free_blocks -= need;
-            let s = &mut self.running[i];
+            let s = &mut run[i];
             s.blocks += need;
             s.chunk = chunk;
             budget -= chunk;
@@ -402,6 +396,10 @@ impl Replica {
             a += IterationModel::attn_pairs(s.computed, chunk);
             n += 1;
             i += 1;
+        }
+        if !run.is_empty() {
+            // keys ascending: the map is built in one pass
+            self.running = run.into_iter().map(|s| (s.key, s)).collect();
         }
         // 2. admit from the waiting queue (not in a step that preempted)
         if !preempted {
@@ -444,7 +442,7 @@ impl Replica {
                 k += chunk as u64;
                 a += IterationModel::attn_pairs(0, chunk);
                 n += 1;
-                self.running.push(s);
+                self.running.insert(s.key, s);
             }
         }
         m.running.set(t, self.running.len() as u64);
@@ -482,8 +480,8 @@ impl Replica {
         let mut done = std::mem::take(&mut self.done);
         let mut e = 0;
         while e < self.eager.len() {
-            let i = self.pos(self.eager[e]);
-            let s = &mut self.running[i];
+            let key = self.eager[e];
+            let s = self.seq(key);
             if s.chunk == 0 {
                 e += 1;
                 continue;
@@ -510,7 +508,7 @@ impl Replica {
                 }
             }
             if token && self.lazy_batch {
-                self.make_lazy(i, j + 1);
+                self.make_lazy(key, j + 1);
                 self.eager.remove(e);
             } else {
                 e += 1;
@@ -523,23 +521,20 @@ impl Replica {
             }
             debug_assert_eq!(last, j);
             self.done_at.pop();
-            let i = self.pos(key);
-            self.make_concrete(i, j + 1);
-            let s = &mut self.running[i];
+            self.make_concrete(key, j + 1);
+            let s = self.seq(key);
             s.last_token = t;
             debug_assert_eq!(s.generated, s.output);
-            self.eager
-                .insert(self.eager.partition_point(|&x| x < key), key);
             done.push(key);
         }
         if !done.is_empty() {
             done.sort_unstable();
             let mut freed = 0;
             for &key in &done {
-                let i = self.pos(key);
-                let s = self.running.remove(i);
-                let e = self.eager.partition_point(|&x| x < key);
-                self.eager.remove(e);
+                let s = self.running.remove(&key).expect("a running key");
+                if let Ok(e) = self.eager.binary_search(&key) {
+                    self.eager.remove(e);
+                }
                 freed += s.blocks;
                 m.completed += 1;
                 m.input_tokens += s.prompt as u64;
@@ -564,6 +559,19 @@ impl Replica {
         self.last_end = t;
         self.iter_end = NEVER;
     }
+}
+
+/// A lazy sequence as of the start of iteration `j` (`j − since` tokens
+/// decoded since), given the end of the last finished iteration.
+fn concrete(s: &mut Seq, j: u64, bs: u32, last_end: Nanos) {
+    let steps = (j - s.since) as u32;
+    if steps > 0 {
+        s.computed += steps;
+        s.generated += steps;
+        s.blocks = s.computed.div_ceil(bs);
+        s.last_token = last_end;
+    }
+    s.lazy = false;
 }
 
 #[cfg(test)]
