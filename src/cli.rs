@@ -76,11 +76,40 @@ pub enum Cmd {
     Sweep {
         /// The experiment file (TOML).
         file: PathBuf,
-        /// A dimension of the grid: `--vary workers=8,16,32,64,128`. Repeat for a product.
-        #[arg(long = "vary", value_name = "PATH=V1,V2,..", required = true)]
+        /// A dimension of the grid, for any scalar path: a list
+        /// `--vary policy=article,full-jitter`, a geometric range
+        /// `--vary workers=8..128:x2` (8,16,..,128) or an arithmetic one
+        /// `--vary workers=8..64:+8`. Repeat for a product (first outermost).
+        #[arg(
+            long = "vary",
+            value_name = "PATH=V1,V2,..|PATH=A..B:xK|PATH=A..B:+K",
+            required = true
+        )]
         vary: Vec<String>,
+        /// Threads running the grid's points × seeds (default: all cores).
+        /// The output is the same whatever the number.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+        threads: Option<u16>,
+        /// Run only shard I of N (counted from 0): the grid points whose
+        /// index is I modulo N. Needs `--format csv`; `qsim merge` joins the
+        /// shards' files into the single-machine CSV.
+        #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
+        shard: Option<String>,
         #[command(flatten)]
         opts: RunOpts,
+    },
+    /// Join the records files of `qsim sweep --shard I/N --format csv` into
+    /// the CSV a single-machine `qsim sweep --format csv` writes.
+    Merge {
+        /// The shards' files, in any order.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the result to this file (atomically) instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Replace the --out file if it exists.
+        #[arg(long)]
+        force: bool,
     },
     /// Plan a shared deployment: reservations, findings, and the six
     /// scenarios of the shared-deployment article simulated through the
@@ -302,7 +331,25 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref(), force)
         }
-        Cmd::Sweep { file, vary, opts } => {
+        Cmd::Merge { files, out, force } => {
+            check_out(out.as_deref(), force)?;
+            let mut texts = Vec::with_capacity(files.len());
+            for f in &files {
+                let name = f.display().to_string();
+                let text = std::fs::read_to_string(f)
+                    .map_err(|e| CliError::Config(ConfigError::new(&name, "", e.to_string())))?;
+                texts.push((name, text));
+            }
+            let text = crate::sweep::merge(&texts)?;
+            emit(&text, out.as_deref(), force)
+        }
+        Cmd::Sweep {
+            file,
+            vary,
+            threads,
+            shard,
+            opts,
+        } => {
             let RunOpts {
                 seed,
                 seeds,
@@ -313,39 +360,75 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 force,
                 budget,
             } = opts;
+            let dims = crate::sweep::parse_vary(&vary)?;
+            let shard = shard
+                .as_deref()
+                .map(crate::sweep::Shard::parse)
+                .transpose()?;
+            if let (Some(_), false) = (&shard, format == Format::Csv) {
+                return Err(CliError::Config(ConfigError::new(
+                    "--shard",
+                    "",
+                    "a shard writes the records CSV: add --format csv (qsim merge joins the shards)",
+                )));
+            }
             check_out(out.as_deref(), force)?;
-            let dims = parse_vary(&vary)?;
             let fname = file.display().to_string();
-            let mut points = Vec::new();
-            let mut tidy = Vec::new();
-            let mut cols: &[&str] = report::hosted::SWEEP_COLS;
-            // every point is loaded and its cost added up before any runs
-            let combos = grid(&dims);
+            // every point is loaded (the whole grid validated, whatever the
+            // shard) and the shard's cost added up before any runs
+            let combos = crate::sweep::grid(&dims);
+            let mine: Vec<usize> = (0..combos.len())
+                .filter(|&p| shard.is_none_or(|s| s.owns(p)))
+                .collect();
             let mut efs = Vec::with_capacity(combos.len());
             let mut cost = Cost::default();
-            for combo in &combos {
+            for (p, combo) in combos.iter().enumerate() {
                 let mut all = sets.clone();
                 all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
-                let mut ef = load_experiment(&file, &all)?;
-                ef.retain_only(&only)?;
-                cost.then(
-                    ef.cost(seeds)
-                        .map_err(|e| name_fields(e, Some(&file), &all))?,
-                );
+                let point_err = |mut e: ConfigError| {
+                    if let Some((k, v)) = combo
+                        .iter()
+                        .find(|(k, v)| e.source == format!("--set {k}={v}"))
+                    {
+                        e.source = format!("--vary {k}={v}");
+                    } else if !sets.iter().any(|s| e.source == format!("--set {s}")) {
+                        let at: Vec<String> =
+                            combo.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                        e.reason =
+                            format!("{} (at the sweep point --vary {})", e.reason, at.join(" "));
+                    }
+                    e
+                };
+                let mut ef = load_experiment(&file, &all).map_err(point_err)?;
+                ef.retain_only(&only).map_err(point_err)?;
+                if mine.binary_search(&p).is_ok() {
+                    cost.then(
+                        ef.cost(seeds)
+                            .map_err(|e| name_fields(e, Some(&file), &all))?,
+                    );
+                }
                 efs.push(ef);
             }
             cost.check(&fname, &budget)?;
-            for (combo, ef) in combos.into_iter().zip(efs) {
-                let records = ef.records(seed, seeds)?;
+            let threads = threads.map(usize::from);
+            let results = crate::sweep::run_points(&efs, &mine, seed, seeds, threads)?;
+            let mut points = Vec::new();
+            let mut tidy = Vec::new();
+            let mut cols: &[&str] = report::hosted::SWEEP_COLS;
+            for (p, records) in mine.iter().copied().zip(results) {
+                let combo = combos[p].clone();
                 if format == Format::Csv {
-                    tidy.push(PointRecords {
-                        params: combo,
-                        records,
-                    });
+                    tidy.push((
+                        p,
+                        PointRecords {
+                            params: combo,
+                            records,
+                        },
+                    ));
                     continue;
                 }
                 let s = records.spreads();
-                let rows = match &ef {
+                let rows = match &efs[p] {
                     ExperimentFile::Hosted(suite) => {
                         report::hosted::sweep_rows(&report::hosted::aggregate(suite, &s))
                     }
@@ -361,10 +444,19 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 };
                 points.push((combo, rows));
             }
-            let text = match format {
-                Format::Csv => report::records::to_csv(&tidy),
-                Format::Table => report::sweep::render_table(&fname, seed, seeds, &points, cols),
-                Format::Json => {
+            let text = match (format, shard) {
+                (Format::Csv, Some(_)) => {
+                    let axes: Vec<String> = dims.iter().map(|(k, _)| k.clone()).collect();
+                    crate::sweep::shard_csv(&axes, combos.len(), &tidy)
+                }
+                (Format::Csv, None) => {
+                    let tidy: Vec<PointRecords> = tidy.into_iter().map(|(_, p)| p).collect();
+                    report::records::to_csv(&tidy)
+                }
+                (Format::Table, _) => {
+                    report::sweep::render_table(&fname, seed, seeds, &points, cols)
+                }
+                (Format::Json, _) => {
                     report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
                 }
             };
@@ -444,58 +536,4 @@ pub fn duration_arg(s: &str) -> Result<String, String> {
         Ok(_) => Err(format!("must be a duration > 0; {units}")),
         Err(_) => Err(format!("{s:?} is not a duration; {units}")),
     }
-}
-
-/// `--vary path=v1,v2` → (path, [v1, v2]).
-fn parse_vary(vary: &[String]) -> Result<Vec<(String, Vec<String>)>, CliError> {
-    vary.iter()
-        .map(|v| {
-            let bad = |r: &str| {
-                CliError::Config(ConfigError::new(format!("--vary {v}"), "", r.to_string()))
-            };
-            let (k, vals) = v
-                .split_once('=')
-                .ok_or_else(|| bad("expected PATH=V1,V2,.."))?;
-            let vals: Vec<String> = vals.split(',').map(|x| x.trim().to_string()).collect();
-            if k.trim().is_empty() || vals.iter().any(|x| x.is_empty()) {
-                return Err(bad("empty path or value"));
-            }
-            for (i, x) in vals.iter().enumerate() {
-                if vals[..i].contains(x) {
-                    return Err(bad(&format!("value {x} given twice")));
-                }
-            }
-            Ok((k.trim().to_string(), vals))
-        })
-        .collect::<Result<Vec<_>, CliError>>()
-        .and_then(|dims| {
-            for (i, (k, _)) in dims.iter().enumerate() {
-                if dims[..i].iter().any(|(o, _)| o == k) {
-                    return Err(CliError::Config(ConfigError::new(
-                        format!("--vary {k}"),
-                        "",
-                        "path varied twice; give all its values in one --vary",
-                    )));
-                }
-            }
-            Ok(dims)
-        })
-}
-
-/// The Cartesian product of the dimensions, first dimension outermost.
-fn grid(dims: &[(String, Vec<String>)]) -> Vec<Vec<(String, String)>> {
-    let mut out: Vec<Vec<(String, String)>> = vec![vec![]];
-    for (k, vals) in dims {
-        out = out
-            .into_iter()
-            .flat_map(|p| {
-                vals.iter().map(move |v| {
-                    let mut q = p.clone();
-                    q.push((k.clone(), v.clone()));
-                    q
-                })
-            })
-            .collect();
-    }
-    out
 }

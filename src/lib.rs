@@ -26,6 +26,7 @@ pub mod plan;
 pub mod proxy;
 pub mod report;
 pub mod server;
+pub mod sweep;
 pub mod workload;
 
 // The I/O-free core, re-exported under the paths the simulator has always used.

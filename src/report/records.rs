@@ -67,6 +67,13 @@ impl Records {
         })
     }
 
+    /// Append every record of `other`, in its order (as if pushed here).
+    pub fn extend_from(&mut self, other: &Records) {
+        for r in other.iter() {
+            self.push(r.seed, r.subject, r.metric, r.value);
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.rows.len()
     }
