@@ -18,9 +18,11 @@ mod body;
 pub mod estimate;
 mod metrics;
 mod server;
+mod store;
 
 pub use hyper::Uri;
 pub use server::Proxy;
+pub use store::{FailMode, StateBackend};
 
 use qsim_core::limiter::admission::LimiterConfig;
 use qsim_core::time::Nanos;
@@ -79,6 +81,8 @@ pub struct ProxyConfig {
     pub limiter: LimiterConfig,
     /// Worker threads of the tokio runtime (`None`: one per core).
     pub threads: Option<usize>,
+    /// Where the limiter state lives (in-process, or a shared Redis).
+    pub state: StateBackend,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -100,6 +104,7 @@ impl fmt::Debug for ProxyConfig {
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("lease", &self.lease)
             .field("limiter", &self.limiter)
+            .field("state", &self.state)
             .finish()
     }
 }

@@ -1,0 +1,362 @@
+//! Where the limiter's `State` lives: in the process (default), or in a
+//! Redis shared by several replicas.
+//!
+//! With Redis the rules are still decided by qsim-core's Rust code, never by
+//! a script: a decision reads the serialized `State` (JSON text, one key),
+//! runs `decide_pure` with this replica's `now`, and, when the state changed
+//! (an admission), writes it back with a compare-and-set — a three-line Lua
+//! script that SETs only if the stored text is still the one read, else
+//! returns the current text so the decision is retried on it without another
+//! round trip. Denials write nothing. Completions (`complete`) go the same
+//! way. The core's effective time `max(now, state.clock)` makes replicas
+//! with slightly different clocks safe (docs/limiter.md, "Shared state
+//! across replicas").
+//!
+//! The client is a minimal RESP2 client on a tokio `TcpStream` (GET, SET NX,
+//! EVAL), about 100 lines instead of the `redis` crate: the proxy needs three
+//! commands, and the crate's dependency tree (combine, futures, url, sha1, …)
+//! would add to the 2-core build of every test run.
+//!
+//! Unreachable Redis (connect/IO error or timeout): the configured
+//! [`FailMode`] applies — `Open` forwards without limiting, `Closed` answers
+//! 503 — logged once on the transition; while down, a reconnection is tried
+//! at most every 250 ms, and the first success is logged ("enforcement
+//! resumes").
+
+use qsim_core::limiter::admission::{
+    complete, decide_pure, Decision, Grant, Params, Request, State,
+};
+use qsim_core::time::Nanos;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+/// What a replica does while the shared state is unreachable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailMode {
+    /// Forward every request unlimited (availability first).
+    Open,
+    /// Answer 503 to every request (the budget first).
+    Closed,
+}
+
+impl FailMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            FailMode::Open => "open",
+            FailMode::Closed => "closed",
+        }
+    }
+}
+
+/// Where the limiter state lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateBackend {
+    InProcess,
+    /// `host:port` of a Redis server.
+    Redis {
+        addr: String,
+        fail: FailMode,
+    },
+}
+
+/// The CAS: set KEYS[1] to ARGV[2] iff it holds ARGV[1] ('' = absent);
+/// returns 1, or the current text ('' when absent) to retry on.
+const CAS: &str = "local c = redis.call('GET', KEYS[1]) or '' \
+if c == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end \
+return c";
+
+/// One step of a read-modify-write: the result, and the new state if it changed.
+type Step<T> = dyn Fn(&State, Nanos) -> (T, Option<State>) + Sync;
+
+const OP_TIMEOUT: Duration = Duration::from_millis(500);
+const RETRY_DOWN: Duration = Duration::from_millis(250);
+const MAX_CAS_TRIES: usize = 1000;
+const POOL_MAX: usize = 256;
+
+#[derive(Debug)]
+enum Reply {
+    Status,
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+}
+
+struct Conn {
+    io: BufReader<TcpStream>,
+}
+
+impl Conn {
+    async fn connect(addr: &str) -> Result<Conn, String> {
+        let s = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let _ = s.set_nodelay(true);
+        Ok(Conn {
+            io: BufReader::new(s),
+        })
+    }
+
+    async fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
+        let mut out = Vec::with_capacity(64 + args.iter().map(|a| a.len() + 16).sum::<usize>());
+        out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            out.extend_from_slice(a);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.io
+            .get_mut()
+            .write_all(&out)
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        self.read().await
+    }
+
+    async fn line(&mut self) -> Result<String, String> {
+        let mut l = String::new();
+        let n = self
+            .io
+            .read_line(&mut l)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        if n == 0 || !l.ends_with("\r\n") {
+            return Err("connection closed".into());
+        }
+        l.truncate(l.len() - 2);
+        Ok(l)
+    }
+
+    async fn read(&mut self) -> Result<Reply, String> {
+        let l = self.line().await?;
+        let (kind, rest) = l.split_at(l.len().min(1));
+        let int = |s: &str| s.parse::<i64>().map_err(|_| format!("bad reply {l:?}"));
+        match kind {
+            "+" => Ok(Reply::Status),
+            "-" => Err(format!("redis error: {rest}")),
+            ":" => Ok(Reply::Int(int(rest)?)),
+            "$" => {
+                let n = int(rest)?;
+                if n < 0 {
+                    return Ok(Reply::Bulk(None));
+                }
+                let mut b = vec![0u8; n as usize + 2];
+                self.io
+                    .read_exact(&mut b)
+                    .await
+                    .map_err(|e| format!("read: {e}"))?;
+                b.truncate(n as usize);
+                Ok(Reply::Bulk(Some(b)))
+            }
+            _ => Err(format!("unexpected reply {l:?}")),
+        }
+    }
+}
+
+/// The limiter state in Redis under one key, shared by every replica whose
+/// limiter configuration is the same (the key names a hash of it).
+pub struct RedisState {
+    addr: String,
+    pub key: String,
+    pub fail: FailMode,
+    pool: Mutex<Vec<Conn>>,
+    up: AtomicBool,
+    next_try: Mutex<Option<Instant>>,
+}
+
+/// FNV-1a, 64 bits: the key of a limiter configuration.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl RedisState {
+    /// `lease`: the configured concurrency lease (part of the key).
+    pub fn new(addr: String, fail: FailMode, p: &Params, lease: Option<Nanos>) -> RedisState {
+        let ident = format!(
+            "{}|lease={lease:?}",
+            serde_json::to_string(p.config()).unwrap_or_default(),
+        );
+        RedisState {
+            addr,
+            key: format!("qsim:limiter:{:016x}", fnv(ident.as_bytes())),
+            fail,
+            pool: Mutex::new(Vec::new()),
+            up: AtomicBool::new(true),
+            next_try: Mutex::new(None),
+        }
+    }
+
+    /// One exchange on a pooled connection (a new one if none is idle, or
+    /// if the pooled one turns out dead: Redis restarted since).
+    async fn call(&self, args: &[&[u8]]) -> Result<Reply, String> {
+        let pooled = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let fut = async {
+            if let Some(mut c) = pooled {
+                match c.call(args).await {
+                    Ok(r) => return Ok((c, r)),
+                    Err(e) if e.starts_with("redis error") => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            let mut c = Conn::connect(&self.addr).await?;
+            let r = c.call(args).await?;
+            Ok::<_, String>((c, r))
+        };
+        let (c, r) = tokio::time::timeout(OP_TIMEOUT, fut).await.map_err(|_| {
+            format!(
+                "redis at {} did not answer within {OP_TIMEOUT:?}",
+                self.addr
+            )
+        })??;
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < POOL_MAX {
+            pool.push(c);
+        }
+        Ok(r)
+    }
+
+    /// While down, fail fast until the next reconnection attempt is due.
+    fn skip(&self) -> bool {
+        if self.up.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut n = self.next_try.lock().unwrap_or_else(|e| e.into_inner());
+        match *n {
+            Some(t) if Instant::now() < t => true,
+            _ => {
+                *n = Some(Instant::now() + RETRY_DOWN);
+                false
+            }
+        }
+    }
+
+    fn went_down(&self, e: &str) {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        *self.next_try.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + RETRY_DOWN);
+        if self.up.swap(false, Ordering::Relaxed) {
+            tracing::error!(
+                error = %e,
+                fail_mode = self.fail.name(),
+                "shared limiter state unreachable: failing {}",
+                self.fail.name()
+            );
+        }
+    }
+
+    fn went_up(&self) {
+        if !self.up.swap(true, Ordering::Relaxed) {
+            tracing::info!(addr = %self.addr, key = %self.key, "shared limiter state reachable again: enforcement resumes");
+        }
+    }
+
+    async fn get(&self) -> Result<Option<Vec<u8>>, String> {
+        match self.call(&[b"GET", self.key.as_bytes()]).await? {
+            Reply::Bulk(b) => Ok(b),
+            r => Err(format!("GET: unexpected reply {r:?}")),
+        }
+    }
+
+    /// Compare-and-set: `Ok(None)` = written, `Ok(Some(current))` = lost the race.
+    async fn cas(&self, expected: &[u8], new: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        match self
+            .call(&[
+                b"EVAL",
+                CAS.as_bytes(),
+                b"1",
+                self.key.as_bytes(),
+                expected,
+                new,
+            ])
+            .await?
+        {
+            Reply::Int(1) => Ok(None),
+            Reply::Bulk(Some(b)) => Ok(Some(b)),
+            r => Err(format!("CAS: unexpected reply {r:?}")),
+        }
+    }
+
+    /// Read-modify-write with `f` (returns `None` when nothing changes),
+    /// retried on conflicts; the result and the `now` it was decided at.
+    async fn update<T>(
+        &self,
+        p: &Params,
+        now: &(dyn Fn() -> Nanos + Sync),
+        f: &Step<T>,
+    ) -> Result<(T, Nanos), String> {
+        if self.skip() {
+            return Err("down (retrying every 250 ms)".into());
+        }
+        let r = async {
+            let mut cur = self.get().await?;
+            for _ in 0..MAX_CAS_TRIES {
+                let t = now();
+                let state = match &cur {
+                    None => State::new(p, t),
+                    Some(b) if b.is_empty() => State::new(p, t),
+                    Some(b) => serde_json::from_slice::<State>(b)
+                        .map_err(|e| format!("stored state unreadable: {e}"))?,
+                };
+                let (out, next) = f(&state, t);
+                let Some(next) = next else {
+                    return Ok((out, t));
+                };
+                let text = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
+                match self.cas(cur.as_deref().unwrap_or(b""), &text).await? {
+                    None => return Ok((out, t)),
+                    Some(c) => cur = Some(c),
+                }
+            }
+            Err(format!(
+                "{MAX_CAS_TRIES} compare-and-set conflicts in a row"
+            ))
+        }
+        .await;
+        match &r {
+            Ok(_) => self.went_up(),
+            Err(e) => self.went_down(e),
+        }
+        r
+    }
+
+    /// `decide` on the shared state.
+    pub async fn decide(
+        &self,
+        p: &Params,
+        now: &(dyn Fn() -> Nanos + Sync),
+        req: &Request,
+    ) -> Result<(Decision, Nanos), String> {
+        self.update(p, now, &|s, t| decide_pure(p, s, t, req)).await
+    }
+
+    /// `complete` on the shared state.
+    pub async fn complete(
+        &self,
+        p: &Params,
+        now: &(dyn Fn() -> Nanos + Sync),
+        grant: &Grant,
+        output: u64,
+    ) -> Result<(), String> {
+        self.update(p, now, &|s, t| {
+            let mut n = s.clone();
+            complete(p, &mut n, t, grant, output);
+            ((), (n != *s).then_some(n))
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_is_stable() {
+        assert_eq!(fnv(b""), 0xcbf2_9ce4_8422_2325);
+        assert_ne!(fnv(b"a"), fnv(b"b"));
+    }
+}
