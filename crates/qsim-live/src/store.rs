@@ -69,7 +69,7 @@ if c == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end \
 return c";
 
 /// One step of a read-modify-write: the result, and the new state if it changed.
-type Step<T> = dyn Fn(&State, Nanos) -> (T, Option<State>) + Sync;
+type Step<'a, T> = dyn Fn(&State, Nanos) -> (T, Option<State>) + Sync + 'a;
 
 const OP_TIMEOUT: Duration = Duration::from_millis(500);
 const RETRY_DOWN: Duration = Duration::from_millis(250);
@@ -285,7 +285,7 @@ impl RedisState {
         &self,
         p: &Params,
         now: &(dyn Fn() -> Nanos + Sync),
-        f: &Step<T>,
+        f: &Step<'_, T>,
     ) -> Result<(T, Nanos), String> {
         if self.skip() {
             return Err("down (retrying every 250 ms)".into());
