@@ -434,16 +434,43 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         input_tokens,
         max_tokens,
     };
+    let mut early_guard = None;
     let (decision, now) = match &app.store {
         Store::Local(m) => {
             let now = app.now();
             let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
             (Ok(decide(&app.params, &mut s, now, &lreq)), now)
         }
-        Store::Redis(r) => match r.decide(&app.params, &|| app.now(), &lreq).await {
-            Ok((d, now)) => (Ok(d), now),
-            Err(e) => (Err((r.fail, e)), app.now()),
-        },
+        Store::Redis(r) => {
+            // in its own task: a client leaving must neither cancel a batch
+            // being committed for other requests too, nor lose a grant (the
+            // guard made in the task settles it when dropped)
+            let a = app.clone();
+            let task = tokio::spawn(async move {
+                let r = match &a.store {
+                    Store::Redis(r) => r.decide(&a.params, &|| a.now(), &lreq).await,
+                    Store::Local(_) => Err("internal: not a shared state".to_string()),
+                };
+                r.map(|(d, now)| {
+                    let g = match d {
+                        Decision::Admit(g) => Some(Settle::new(a.clone(), Some(g), arrived)),
+                        Decision::Deny { .. } => None,
+                    };
+                    (d, now, g)
+                })
+            });
+            match task.await {
+                Ok(Ok((d, now, g))) => {
+                    early_guard = g;
+                    (Ok(d), now)
+                }
+                Ok(Err(e)) => (Err((r.fail, e)), app.now()),
+                Err(e) => (
+                    Err((r.fail, format!("decision task failed: {e}"))),
+                    app.now(),
+                ),
+            }
+        }
     };
     let grant = match decision {
         Ok(Decision::Admit(g)) => Some(g),
@@ -493,7 +520,10 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             .get_or_create(&app.consumer_label(consumer))
             .inc();
     }
-    let guard = Settle::new(app.clone(), grant, arrived);
+    let guard = match early_guard {
+        Some(g) => g,
+        None => Settle::new(app.clone(), grant, arrived),
+    };
 
     let pq = parts
         .uri
