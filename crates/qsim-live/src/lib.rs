@@ -8,7 +8,9 @@
 //! handed to `decide` per HTTP request and to `complete` when the upstream's
 //! answer ends (settled against its `usage`). The limiter's `Params` are
 //! compiled once and shared (`Arc`); its `State` lives in-process behind a
-//! mutex held only for the decision itself (no await inside).
+//! mutex held only for the decision itself (no await inside), or in a Redis
+//! shared by several replicas (`store.rs`: the same `decide_pure` /
+//! `complete`, written back by compare-and-set).
 //!
 //! Configuration is parsed and validated by the root crate (`qsim proxy`
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a

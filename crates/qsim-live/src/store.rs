@@ -18,8 +18,8 @@
 //! with slightly different clocks safe (docs/limiter.md, "Shared state
 //! across replicas").
 //!
-//! The client is a minimal RESP2 client on a tokio `TcpStream` (GET, SET NX,
-//! EVAL), about 100 lines instead of the `redis` crate: the proxy needs three
+//! The client is a minimal RESP2 client on a tokio `TcpStream` (GET, EVAL),
+//! about 100 lines instead of the `redis` crate: the proxy needs two
 //! commands, and the crate's dependency tree (combine, futures, url, sha1, …)
 //! would add to the 2-core build of every test run.
 //!
