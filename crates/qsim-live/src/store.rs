@@ -383,7 +383,8 @@ impl RedisState {
                         self.health(&r);
                         r
                     };
-                    drop(turn);
+                    // answer before giving up the turn: whoever takes it
+                    // next finds its own answer ready if it was in this batch
                     match r {
                         Ok(res) => {
                             for (tx, x) in txs.into_iter().zip(res) {
@@ -396,6 +397,7 @@ impl RedisState {
                             }
                         }
                     }
+                    drop(turn);
                 }
             }
         }
