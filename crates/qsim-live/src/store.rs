@@ -14,8 +14,9 @@
 //! `decide_pure` / `complete` calls) and writes the result with one
 //! compare-and-set (flat combining). Unbatched, concurrent compare-and-sets
 //! mostly failed against each other: 221 forwarded req/s through 3
-//! replicas; batched: 6,500–9,500 (benches/proxy.sh). The core's effective time `max(now, state.clock)` makes replicas
-//! with slightly different clocks safe (docs/limiter.md, "Shared state
+//! replicas; batched: 6,500–9,500 (benches/proxy.sh). The core's effective
+//! time `max(now, state.clock)` makes replicas with slightly different
+//! clocks safe (docs/limiter.md, "Shared state
 //! across replicas").
 //!
 //! The client is a minimal RESP2 client on a tokio `TcpStream` (GET, EVAL),
