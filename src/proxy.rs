@@ -11,7 +11,7 @@ use crate::config::{from_value, read_toml, ConfigError};
 use crate::limiter::admission::{LimiterConfig, BP_FULL};
 use crate::limiter::rates::OutputAccounting;
 use crate::plan::config::{limiter_config, RawConsumer, RawDeployment, RawPolicy};
-use qsim_live::{LimitShape, ProxyConfig};
+use qsim_live::{FailMode, LimitShape, ProxyConfig, StateBackend};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -40,6 +40,14 @@ pub struct ProxyArgs {
     /// Worker threads (default: one per core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the limiter state lives: "memory" (default) or redis://HOST:PORT
+    /// (shared by every replica with the same limiter configuration).
+    #[arg(long)]
+    pub state: Option<String>,
+    /// With a shared state, what to do while it is unreachable: open (forward
+    /// unlimited) or closed (answer 503). Default: closed.
+    #[arg(long)]
+    pub state_fail: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -57,6 +65,8 @@ struct RawProxy {
     stream_idle_timeout_s: Option<f64>,
     lease_s: Option<f64>,
     threads: Option<i64>,
+    state: Option<String>,
+    state_fail: Option<String>,
     /// consumer name → its keys
     #[serde(default)]
     keys: BTreeMap<String, Vec<String>>,
@@ -262,6 +272,45 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         }
         (None, None) => None,
     };
+    let fail = match flag_or(&args.state_fail, &p.state_fail, "state_fail") {
+        None => FailMode::Closed,
+        Some((s, at)) => match s.as_str() {
+            "open" => FailMode::Open,
+            "closed" => FailMode::Closed,
+            _ => {
+                return Err(err_at(
+                    &at,
+                    format!("expected \"open\" or \"closed\", got {s:?}"),
+                ))
+            }
+        },
+    };
+    let state = match flag_or(&args.state, &p.state, "state") {
+        None => StateBackend::InProcess,
+        Some((s, _)) if s == "memory" => StateBackend::InProcess,
+        Some((s, at)) => {
+            let addr = s
+                .strip_prefix("redis://")
+                .map(|r| r.trim_end_matches('/'))
+                .filter(|r| {
+                    r.rsplit_once(':').is_some_and(|(h, port)| {
+                        !h.is_empty()
+                            && !h.contains('@')
+                            && port.parse::<u16>().is_ok_and(|x| x > 0)
+                    })
+                })
+                .ok_or_else(|| {
+                    err_at(
+                        &at,
+                        format!("expected \"memory\" or redis://HOST:PORT, got {s:?}"),
+                    )
+                })?;
+            StateBackend::Redis {
+                addr: addr.to_string(),
+                fail,
+            }
+        }
+    };
     let cfg = ProxyConfig {
         listen,
         upstream: up,
@@ -277,6 +326,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         lease,
         limiter,
         threads,
+        state,
     };
     Ok(cfg)
 }

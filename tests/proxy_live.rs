@@ -642,6 +642,14 @@ fn a_bad_config_exits_2_naming_the_field_before_binding() {
             "proxy.credential_env",
         ),
         ("bogus = 1\n", "proxy.bogus"),
+        (
+            "state = \"redis://nohost\"\n[proxy.keys]\nA = [\"k\"]\n",
+            "proxy.state",
+        ),
+        (
+            "state = \"redis://127.0.0.1:6379\"\nstate_fail = \"maybe\"\n[proxy.keys]\nA = [\"k\"]\n",
+            "proxy.state_fail",
+        ),
         ("", "proxy.keys"),
     ] {
         std::fs::write(&p, format!("{base}{extra}")).unwrap();

@@ -13,7 +13,7 @@
 //! body, or the SSE chunk carrying `usage`), and the guard is dropped at the
 //! end of the stream.
 
-use crate::server::App;
+use crate::server::{App, Store};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
@@ -29,7 +29,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub struct Settle {
     app: Arc<App>,
-    grant: Grant,
+    /// `None`: forwarded without a decision (shared state down, fail open).
+    grant: Option<Grant>,
     arrived: Instant,
     /// `usage.completion_tokens` from the upstream.
     pub usage: Option<u64>,
@@ -39,9 +40,11 @@ pub struct Settle {
 }
 
 impl Settle {
-    pub fn new(app: Arc<App>, grant: Grant, arrived: Instant) -> Settle {
+    pub fn new(app: Arc<App>, grant: Option<Grant>, arrived: Instant) -> Settle {
         app.metrics.in_flight.inc();
-        app.metrics.reserved_tokens.inc_by(grant.max_tokens as i64);
+        if let Some(g) = &grant {
+            app.metrics.reserved_tokens.inc_by(g.max_tokens as i64);
+        }
         Settle {
             app,
             grant,
@@ -66,20 +69,44 @@ impl Drop for Settle {
     fn drop(&mut self) {
         let out = self.usage.unwrap_or(self.partial);
         let app = &self.app;
-        let now = app.now();
-        {
-            let mut s = app.state.lock().unwrap_or_else(|e| e.into_inner());
-            complete(&app.params, &mut s, now, &self.grant, out);
-        }
         let m = &app.metrics;
         m.in_flight.dec();
-        m.reserved_tokens.dec_by(self.grant.max_tokens as i64);
-        m.settled_output_tokens
-            .get_or_create(&app.consumer_label(self.grant.consumer))
-            .inc_by(out);
         m.latency.observe(self.arrived.elapsed().as_secs_f64());
+        let Some(grant) = self.grant else {
+            return;
+        };
+        match &app.store {
+            Store::Local(st) => {
+                let now = app.now();
+                let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
+                complete(&app.params, &mut s, now, &grant, out);
+            }
+            Store::Redis(_) => {
+                // the shared state is written asynchronously; if it cannot be,
+                // the lease and the reservation expire on their own (conservative)
+                let app = app.clone();
+                let task = async move {
+                    if let Store::Redis(r) = &app.store {
+                        if let Err(e) = r.complete(&app.params, &|| app.now(), &grant, out).await {
+                            tracing::warn!(error = %e, consumer = %app.consumer_names[grant.consumer],
+                                "completion not written to the shared state (its lease expires on its own)");
+                        }
+                    }
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(h) => {
+                        h.spawn(task);
+                    }
+                    Err(_) => tracing::warn!("completion dropped: no runtime (shutting down)"),
+                }
+            }
+        }
+        m.reserved_tokens.dec_by(grant.max_tokens as i64);
+        m.settled_output_tokens
+            .get_or_create(&app.consumer_label(grant.consumer))
+            .inc_by(out);
         tracing::debug!(
-            consumer = %app.consumer_names[self.grant.consumer],
+            consumer = %app.consumer_names[grant.consumer],
             output_tokens = out,
             from_usage = self.usage.is_some(),
             "settled"

@@ -8,7 +8,9 @@
 //! handed to `decide` per HTTP request and to `complete` when the upstream's
 //! answer ends (settled against its `usage`). The limiter's `Params` are
 //! compiled once and shared (`Arc`); its `State` lives in-process behind a
-//! mutex held only for the decision itself (no await inside).
+//! mutex held only for the decision itself (no await inside), or in a Redis
+//! shared by several replicas (`store.rs`: the same `decide_pure` /
+//! `complete`, written back by compare-and-set).
 //!
 //! Configuration is parsed and validated by the root crate (`qsim proxy`
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
@@ -18,9 +20,11 @@ mod body;
 pub mod estimate;
 mod metrics;
 mod server;
+mod store;
 
 pub use hyper::Uri;
 pub use server::Proxy;
+pub use store::{FailMode, StateBackend};
 
 use qsim_core::limiter::admission::LimiterConfig;
 use qsim_core::time::Nanos;
@@ -79,6 +83,8 @@ pub struct ProxyConfig {
     pub limiter: LimiterConfig,
     /// Worker threads of the tokio runtime (`None`: one per core).
     pub threads: Option<usize>,
+    /// Where the limiter state lives (in-process, or a shared Redis).
+    pub state: StateBackend,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -100,6 +106,7 @@ impl fmt::Debug for ProxyConfig {
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("lease", &self.lease)
             .field("limiter", &self.limiter)
+            .field("state", &self.state)
             .finish()
     }
 }

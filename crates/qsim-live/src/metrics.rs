@@ -44,6 +44,7 @@ pub struct Metrics {
     pub settled_output_tokens: Family<ConsumerLabel, Counter>,
     pub upstream_status: Family<StatusLabel, Counter>,
     pub upstream_errors: Family<ReasonLabel, Counter>,
+    pub state_unavailable: Family<ReasonLabel, Counter>,
     pub latency: Histogram,
     pub ttft: Histogram,
 }
@@ -61,6 +62,7 @@ impl Metrics {
             settled_output_tokens: Family::default(),
             upstream_status: Family::default(),
             upstream_errors: Family::default(),
+            state_unavailable: Family::default(),
             latency: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
             ttft: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
             registry: Registry::default(),
@@ -109,6 +111,11 @@ impl Metrics {
             "upstream_errors",
             "Upstream failures and client disconnects, by reason",
             m.upstream_errors.clone(),
+        );
+        registry.register(
+            "state_unavailable",
+            "Requests met while the shared limiter state was unreachable, by outcome (fail_open: forwarded unlimited; fail_closed: 503)",
+            m.state_unavailable.clone(),
         );
         registry.register(
             "latency_seconds",

@@ -2,6 +2,7 @@
 
 use crate::body::{BoxError, Settle, Tracked};
 use crate::metrics::{ConsumerLabel, Metrics, ReasonLabel, RejectLabel, RouteLabel, StatusLabel};
+use crate::store::{FailMode, RedisState, StateBackend};
 use crate::{estimate, LimitShape, ProxyConfig};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -27,10 +28,22 @@ use tracing::Instrument;
 
 type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// Where this process keeps the limiter state.
+pub enum Store {
+    /// Behind a mutex held only for the decision itself (no await inside).
+    Local(Mutex<State>),
+    /// In a Redis shared with other replicas (read, decide, compare-and-set).
+    Redis(RedisState),
+}
+
 /// Shared by every request of one proxy process.
 pub struct App {
     pub params: Arc<Params>,
-    pub state: Mutex<State>,
+    pub store: Store,
+    /// The core's time at `start`: 0 in-process; with a shared state, the
+    /// wall clock at start since [`SHARED_EPOCH_UNIX_S`], so replicas' times
+    /// agree up to their clocks' skew (the core's effective time absorbs it).
+    base: Nanos,
     pub metrics: Metrics,
     pub consumer_names: Vec<String>,
     start: Instant,
@@ -43,7 +56,7 @@ pub struct App {
 impl App {
     /// Nanoseconds since the proxy started (monotonic): the core's `now`.
     pub fn now(&self) -> Nanos {
-        self.start.elapsed().as_nanos().min(NEVER as u128 - 1) as Nanos
+        (self.base as u128 + self.start.elapsed().as_nanos()).min(NEVER as u128 - 1) as Nanos
     }
     pub fn consumer_label(&self, c: usize) -> ConsumerLabel {
         ConsumerLabel {
@@ -51,6 +64,10 @@ impl App {
         }
     }
 }
+
+/// 2025-01-01T00:00:00Z: the origin of the core's time when replicas share a
+/// state (keeps times small: ~3.2e16 ns per year).
+pub const SHARED_EPOCH_UNIX_S: u64 = 1_735_689_600;
 
 /// A proxy whose limiter is compiled and configuration checked; `run` binds
 /// and serves.
@@ -101,7 +118,19 @@ impl Proxy {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(conn);
-        let state = State::new(&self.params, 0);
+        let (store, base) = match &self.cfg.state {
+            StateBackend::InProcess => (Store::Local(Mutex::new(State::new(&self.params, 0))), 0),
+            StateBackend::Redis { addr, fail } => {
+                let r = RedisState::new(addr.clone(), *fail, &self.params, self.cfg.lease);
+                tracing::info!(%addr, key = %r.key, fail_mode = fail.name(), "limiter state shared in redis");
+                let wall = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|e| format!("system clock before 1970: {e}"))?
+                    .as_nanos()
+                    .saturating_sub(SHARED_EPOCH_UNIX_S as u128 * 1_000_000_000);
+                (Store::Redis(r), wall as Nanos)
+            }
+        };
         let app = Arc::new(App {
             consumer_names: self
                 .cfg
@@ -112,7 +141,8 @@ impl Proxy {
                 .collect(),
             keys: self.cfg.keys.iter().cloned().collect(),
             params: self.params,
-            state: Mutex::new(state),
+            store,
+            base,
             metrics: Metrics::new(),
             start: Instant::now(),
             cfg: self.cfg,
@@ -404,14 +434,75 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         input_tokens,
         max_tokens,
     };
-    let now = app.now();
-    let decision = {
-        let mut s = app.state.lock().unwrap_or_else(|e| e.into_inner());
-        decide(&app.params, &mut s, now, &lreq)
+    let mut early_guard = None;
+    let (decision, now) = match &app.store {
+        Store::Local(m) => {
+            let now = app.now();
+            let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
+            (Ok(decide(&app.params, &mut s, now, &lreq)), now)
+        }
+        Store::Redis(r) => {
+            // in its own task: a client leaving must neither cancel a batch
+            // being committed for other requests too, nor lose a grant (the
+            // guard made in the task settles it when dropped)
+            let a = app.clone();
+            let task = tokio::spawn(async move {
+                let r = match &a.store {
+                    Store::Redis(r) => r.decide(&a.params, &|| a.now(), &lreq).await,
+                    Store::Local(_) => Err("internal: not a shared state".to_string()),
+                };
+                r.map(|(d, now)| {
+                    let g = match d {
+                        Decision::Admit(g) => Some(Settle::new(a.clone(), Some(g), arrived)),
+                        Decision::Deny { .. } => None,
+                    };
+                    (d, now, g)
+                })
+            });
+            match task.await {
+                Ok(Ok((d, now, g))) => {
+                    early_guard = g;
+                    (Ok(d), now)
+                }
+                Ok(Err(e)) => (Err((r.fail, e)), app.now()),
+                Err(e) => (
+                    Err((r.fail, format!("decision task failed: {e}"))),
+                    app.now(),
+                ),
+            }
+        }
     };
     let grant = match decision {
-        Decision::Admit(g) => g,
-        Decision::Deny { limit, retry_at } => {
+        Ok(Decision::Admit(g)) => Some(g),
+        Err((FailMode::Open, e)) => {
+            app.metrics
+                .state_unavailable
+                .get_or_create(&ReasonLabel {
+                    reason: "fail_open".into(),
+                })
+                .inc();
+            tracing::warn!(id, error = %e, "limiter state unavailable: forwarded unlimited (fail open)");
+            None
+        }
+        Err((FailMode::Closed, e)) => {
+            app.metrics
+                .state_unavailable
+                .get_or_create(&ReasonLabel {
+                    reason: "fail_closed".into(),
+                })
+                .inc();
+            tracing::warn!(id, error = %e, "limiter state unavailable: refused (fail closed)");
+            let mut r = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "limiter_state_unavailable",
+                "the shared limiter state is unreachable; retry shortly",
+            );
+            r.headers_mut()
+                .insert("retry-after", HeaderValue::from_static("1"));
+            return r;
+        }
+        Ok(Decision::Deny { limit, retry_at }) => {
             app.metrics
                 .rejected
                 .get_or_create(&RejectLabel {
@@ -423,11 +514,16 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             return limited(&app, consumer, limit, retry_at, now, input_tokens);
         }
     };
-    app.metrics
-        .admitted
-        .get_or_create(&app.consumer_label(consumer))
-        .inc();
-    let guard = Settle::new(app.clone(), grant, arrived);
+    if grant.is_some() {
+        app.metrics
+            .admitted
+            .get_or_create(&app.consumer_label(consumer))
+            .inc();
+    }
+    let guard = match early_guard {
+        Some(g) => g,
+        None => Settle::new(app.clone(), grant, arrived),
+    };
 
     let pq = parts
         .uri

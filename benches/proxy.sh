@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Benchmark of `qsim proxy` on loopback (not a test; run by hand):
+#   benches/proxy.sh [SECONDS]
+# A fast local upstream (a tiny hyper server answering a fixed chat
+# completion: crates/qsim-live/examples/loadgen.rs) and a tokio load
+# generator (the same example): the 429 path and the forwarded path at full
+# speed (closed loop), the added latency at 1,000 req/s (open loop, latency
+# from the scheduled send time: direct vs through the proxy), the proxy's
+# RSS; then the same through 3 replicas sharing one redis-server.
+# Everything on 127.0.0.1; every process started here is stopped at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
+SECS="${1:-5}"
+cargo build --release --quiet --bin qsim
+cargo build --release --quiet -p qsim-live --example loadgen
+QSIM="$CARGO_TARGET_DIR/release/qsim"
+LG="$CARGO_TARGET_DIR/release/examples/loadgen"
+command -v redis-server >/dev/null || { echo "redis-server missing: run scripts/live-deps.sh" >&2; exit 1; }
+TMP="$(mktemp -d)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not open" >&2; exit 1; }
+rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
+
+UP_PORT=$(port); "$LG" upstream "$UP_PORT" >/dev/null & PIDS+=($!); wait_port "$UP_PORT"
+UP="http://127.0.0.1:$UP_PORT"
+
+# $1 name, $2 capacity (rpm), $3 extra [proxy] lines; prints the pid, address in $TMP/$1.addr
+start_proxy() {
+  local p; p=$(port)
+  cat > "$TMP/$1.toml" <<TOML
+kind = "proxy"
+[proxy]
+listen = "127.0.0.1:$p"
+upstream = "$UP"
+$3
+[proxy.keys]
+bench = ["bench"]
+[deployment]
+capacity = $2
+burst = 0
+threshold = 1.0
+semantics = "rate-limit-only"
+[[consumer]]
+name = "bench"
+TOML
+  "$QSIM" proxy --config "$TMP/$1.toml" ${THREADS:+--threads $THREADS} >/dev/null 2>"$TMP/$1.log" &
+  PIDS+=($!); echo $! > "$TMP/$1.pid"; echo "127.0.0.1:$p" > "$TMP/$1.addr"; wait_port "$p"
+}
+
+run() { echo "  $1: $("$LG" load "${@:2}")"; }
+
+echo "== one replica (proxy: 2 worker threads; load generator: 1 thread; upstream: 1 thread)"
+THREADS=2 start_proxy deny 1 ""
+THREADS=2 start_proxy fwd 1000000000 ""
+D=$(cat "$TMP/deny.addr"); F=$(cat "$TMP/fwd.addr")
+run "429 path, closed loop, 64 conns" --target "$D" --conns 64 --secs "$SECS"
+run "forwarded path, closed loop, 64 conns" --target "$F" --conns 64 --secs "$SECS"
+run "direct to the upstream, 1000 req/s" --target "$UP" --conns 32 --rate 1000 --secs "$SECS"
+run "through the proxy, 1000 req/s" --target "$F" --conns 32 --rate 1000 --secs "$SECS"
+echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
+kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")"
+
+RP=$(port)
+redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >/dev/null & PIDS+=($!); wait_port "$RP"
+echo "== three replicas sharing one redis-server (each proxy: 1 worker thread)"
+for i in 0 1 2; do THREADS=1 start_proxy "rd$i" 1 "state = \"redis://127.0.0.1:$RP\""; done
+for i in 0 1 2; do THREADS=1 start_proxy "rf$i" 1000000000 "state = \"redis://127.0.0.1:$RP\""; done
+RD="$(cat "$TMP/rd0.addr"),$(cat "$TMP/rd1.addr"),$(cat "$TMP/rd2.addr")"
+RF="$(cat "$TMP/rf0.addr"),$(cat "$TMP/rf1.addr"),$(cat "$TMP/rf2.addr")"
+run "429 path, closed loop, 64 conns over 3 replicas" --target "$RD" --conns 64 --secs "$SECS"
+run "forwarded path, closed loop, 64 conns over 3 replicas" --target "$RF" --conns 64 --secs "$SECS"
+run "through 3 replicas, 1000 req/s" --target "$RF" --conns 32 --rate 1000 --secs "$SECS"
+echo "  RSS: forwarding replicas $(for i in 0 1 2; do echo -n "$(rss_mb "$(cat "$TMP/rf$i.pid")") "; done)MB"
