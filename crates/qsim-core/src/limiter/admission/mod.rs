@@ -539,6 +539,9 @@ pub(crate) mod tests {
         );
         assert_eq!(l, before);
         assert!(!l.decide(30 * NS_PER_SEC - 1, &req(1)).is_admit());
+        // a lease expiring at t no longer holds its slot at t
+        assert_eq!(l.in_flight(1, 30 * NS_PER_SEC - 1), Some(1));
+        assert_eq!(l.in_flight(1, 30 * NS_PER_SEC), Some(0));
         let next = match l.decide(30 * NS_PER_SEC, &req(1)) {
             Decision::Admit(g) => g,
             d => panic!("{d:?}"),
