@@ -1,6 +1,6 @@
 //! Server-model fidelity across load: the Llama-3.1-8B profile against
 //! published measurements (experiments/data/llama-8b-fidelity-measured.toml),
-//! and gpt-oss-20b against seed 003 at 1000 RPM. Points marked `held_out`
+//! and gpt-oss-20b against the shared-deployment article at 1000 RPM. Points marked `held_out`
 //! were never used to choose a coefficient; their errors are checked here.
 //!
 //! `scripts/fidelity.sh` runs this test with `QSIM_FIDELITY_OUT=docs/fidelity.md`
@@ -200,7 +200,7 @@ fn llama_8b_held_out_points_within_thresholds() {
     let (_, g) = gpt_oss();
     let _ = writeln!(
         doc,
-        "### gpt-oss-20b, 1x H100, NIM (seed 003, DataRobot article)\n\n{g}"
+        "### gpt-oss-20b, 1x H100, NIM (the shared-deployment article, DataRobot)\n\n{g}"
     );
     println!("{doc}");
     if let Some(out) = std::env::var_os("QSIM_FIDELITY_OUT") {
