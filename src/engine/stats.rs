@@ -5,11 +5,7 @@ use crate::time::Nanos;
 use hdrhistogram::Histogram;
 
 /// A histogram of durations, recorded at microsecond resolution with 3
-/// significant digits, from 1 µs to ~11.6 days. Its counts start at 1 ms and
-/// grow on demand up to the largest value recorded (the buckets, hence every
-/// quantile, are those of the full range; only untouched high buckets are
-/// never allocated): ~16 KB fresh, ~90 KB once it holds a 1 s value, instead
-/// of ~250 KB for the full range at once.
+/// significant digits, from 1 µs to ~11.6 days.
 #[derive(Clone)]
 pub struct DurationHist {
     h: Histogram<u64>,
@@ -31,10 +27,8 @@ impl std::fmt::Debug for DurationHist {
 
 impl DurationHist {
     pub fn new() -> Self {
-        let mut h = Histogram::new_with_bounds(1, 1_000, 3).expect("valid bounds");
-        h.auto(true);
         DurationHist {
-            h,
+            h: Histogram::new_with_bounds(1, 1_000_000_000_000, 3).expect("valid bounds"),
             sum_ns: 0,
             max_ns: 0,
         }
@@ -43,10 +37,7 @@ impl DurationHist {
     #[inline]
     pub fn record(&mut self, d: Nanos) {
         let us = (d / 1_000).clamp(1, 1_000_000_000_000);
-        // grows the counts on demand (auto-resize); saturate only if it cannot
-        if self.h.record(us).is_err() {
-            self.h.saturating_record(us);
-        }
+        self.h.saturating_record(us);
         self.sum_ns += d as u128;
         self.max_ns = self.max_ns.max(d);
     }
@@ -58,9 +49,7 @@ impl DurationHist {
             return;
         }
         let us = (d / 1_000).clamp(1, 1_000_000_000_000);
-        if self.h.record_n(us, n).is_err() {
-            self.h.saturating_record_n(us, n);
-        }
+        self.h.saturating_record_n(us, n);
         self.sum_ns += d as u128 * n as u128;
         self.max_ns = self.max_ns.max(d);
     }

@@ -36,11 +36,13 @@ impl RetryQuota {
         Self::new(500, 5, 1)
     }
 
+    #[inline]
     pub fn level(&self) -> u32 {
         self.level
     }
 
     /// Take the permission for one retry; `false` if the quota cannot pay.
+    #[inline]
     pub fn try_acquire(&mut self) -> bool {
         if self.level >= self.cost {
             self.level -= self.cost;
@@ -51,6 +53,7 @@ impl RetryQuota {
     }
 
     /// A call succeeded; `was_retry` if it took more than one attempt.
+    #[inline]
     pub fn on_success(&mut self, was_retry: bool) {
         let back = if was_retry {
             self.cost
@@ -99,6 +102,7 @@ impl AdaptiveThrottle {
     }
 
     /// The probability of rejecting a request locally at `now`.
+    #[inline]
     pub fn reject_probability(&mut self, now: Nanos) -> f64 {
         self.expire(now);
         let r = self.requests as f64;
@@ -107,6 +111,7 @@ impl AdaptiveThrottle {
 
     /// Count one request at `now`; `accepted` if the backend did not reject
     /// it for overload (a local rejection is not accepted).
+    #[inline]
     pub fn record(&mut self, now: Nanos, accepted: bool) {
         self.expire(now);
         let start = now - now % self.slot;

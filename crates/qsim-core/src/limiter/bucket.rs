@@ -35,9 +35,11 @@ impl BucketSpec {
             window: window.max(1),
         }
     }
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
+    #[inline]
     pub fn window(&self) -> Nanos {
         self.window
     }
@@ -62,11 +64,13 @@ impl BucketSpec {
         level.div_euclid(self.window as i128) as i64
     }
     /// Fraction of capacity in `level`, in [-inf, 1].
+    #[inline]
     pub fn fraction(&self, level: i128) -> f64 {
         level as f64 / self.full_level() as f64
     }
     /// Earliest time ≥ `at` at which `n` tokens are available, given the
     /// `level` at `at`; `NEVER` if `n` exceeds the capacity.
+    #[inline]
     pub fn earliest(&self, level: i128, at: Nanos, n: u64) -> Nanos {
         if n > self.capacity {
             return NEVER;
@@ -120,9 +124,11 @@ impl TokenBucket {
             window: self.window,
         }
     }
+    #[inline]
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
+    #[inline]
     pub fn window(&self) -> Nanos {
         self.window
     }
@@ -137,12 +143,14 @@ impl TokenBucket {
     }
 
     /// Whole tokens available at `now` (negative while in debt).
+    #[inline]
     pub fn available(&self, now: Nanos) -> i64 {
         let s = self.spec();
         s.whole(s.refill(self.level, self.last, now))
     }
 
     /// Fraction of capacity available at `now`, in [-inf, 1].
+    #[inline]
     pub fn fill_fraction(&self, now: Nanos) -> f64 {
         let s = self.spec();
         s.fraction(s.refill(self.level, self.last, now))
@@ -150,12 +158,14 @@ impl TokenBucket {
 
     /// Earliest time at which `n` tokens are available, or `NEVER` if `n`
     /// exceeds the capacity. `now` itself if they are available already.
+    #[inline]
     pub fn earliest(&self, now: Nanos, n: u64) -> Nanos {
         let s = self.spec();
         s.earliest(s.refill(self.level, self.last, now), now.max(self.last), n)
     }
 
     /// Can `n` tokens be taken at `now`? `Err(t)` gives the earliest time they can.
+    #[inline]
     pub fn check(&self, now: Nanos, n: u64) -> Result<(), Nanos> {
         let t = self.earliest(now, n);
         if t <= now {
@@ -167,6 +177,7 @@ impl TokenBucket {
 
     /// Take `n` tokens if available; otherwise leave the bucket unchanged and
     /// return the earliest time a retry could pass.
+    #[inline]
     pub fn try_take(&mut self, now: Nanos, n: u64) -> Result<(), Nanos> {
         self.check(now, n)?;
         self.force_take(now, n);

@@ -133,15 +133,18 @@ impl RateLimits {
         RateLimits { specs, buckets }
     }
 
+    #[inline]
     pub fn specs(&self) -> &[LimitSpec] {
         &self.specs
     }
+    #[inline]
     pub fn buckets(&self) -> &[TokenBucket] {
         &self.buckets
     }
 
     /// Check every limit without changing anything. `Err` names the first
     /// limit that fails and the earliest time *every* limit would pass.
+    #[inline]
     pub fn check(&self, now: Nanos, cost: Cost) -> Result<(), Denial> {
         let mut denied: Option<usize> = None;
         let mut retry_at = now;
@@ -160,6 +163,7 @@ impl RateLimits {
     }
 
     /// Charge every limit for an admitted request (call after [`check`](Self::check)).
+    #[inline]
     pub fn commit(&mut self, now: Nanos, cost: Cost) {
         for (s, b) in self.specs.iter().zip(self.buckets.iter_mut()) {
             let (charge, _) = s.admit_charge(cost);
@@ -170,6 +174,7 @@ impl RateLimits {
     }
 
     /// Check every limit; admit (charging all) only if all pass.
+    #[inline]
     pub fn admit(&mut self, now: Nanos, cost: Cost) -> Result<(), Denial> {
         self.check(now, cost)?;
         self.commit(now, cost);
@@ -178,6 +183,7 @@ impl RateLimits {
 
     /// Settle an admitted request at completion: refund unused reservations
     /// or charge output counted on completion.
+    #[inline]
     pub fn settle(&mut self, now: Nanos, cost: Cost, actual_output: u64) {
         for (s, b) in self.specs.iter().zip(self.buckets.iter_mut()) {
             let (refund, extra) = s.settle(cost, actual_output);
