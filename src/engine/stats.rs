@@ -5,7 +5,10 @@ use crate::time::Nanos;
 use hdrhistogram::Histogram;
 
 /// A histogram of durations, recorded at microsecond resolution with 3
-/// significant digits, from 1 µs to ~11.6 days.
+/// significant digits, from 1 µs to ~11.6 days. Counts are allocated up to
+/// 100 s at first and grow on demand beyond (the buckets, hence every
+/// quantile, are those of the full range): ~150 KB instead of ~250 KB, and
+/// no reallocation for the latencies of ordinary runs.
 #[derive(Clone)]
 pub struct DurationHist {
     h: Histogram<u64>,
@@ -28,7 +31,11 @@ impl std::fmt::Debug for DurationHist {
 impl DurationHist {
     pub fn new() -> Self {
         DurationHist {
-            h: Histogram::new_with_bounds(1, 1_000_000_000_000, 3).expect("valid bounds"),
+            h: {
+                let mut h = Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds");
+                h.auto(true);
+                h
+            },
             sum_ns: 0,
             max_ns: 0,
         }
@@ -37,7 +44,10 @@ impl DurationHist {
     #[inline]
     pub fn record(&mut self, d: Nanos) {
         let us = (d / 1_000).clamp(1, 1_000_000_000_000);
-        self.h.saturating_record(us);
+        // grows the counts on demand (auto-resize); saturate only if it cannot
+        if self.h.record(us).is_err() {
+            self.h.saturating_record(us);
+        }
         self.sum_ns += d as u128;
         self.max_ns = self.max_ns.max(d);
     }
@@ -49,7 +59,9 @@ impl DurationHist {
             return;
         }
         let us = (d / 1_000).clamp(1, 1_000_000_000_000);
-        self.h.saturating_record_n(us, n);
+        if self.h.record_n(us, n).is_err() {
+            self.h.saturating_record_n(us, n);
+        }
         self.sum_ns += d as u128 * n as u128;
         self.max_ns = self.max_ns.max(d);
     }
