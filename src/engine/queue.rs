@@ -10,7 +10,8 @@
 //! replies, snapshots) and one sans-IO component with internal deadlines
 //! ([`Timed`]: the server cluster, the managed executor's re-queued rows,
 //! the ideal backend). [`EventQueue::next_time`] is the earliest of the two;
-//! [`EventQueue::step`] runs it:
+//! [`EventQueue::step`] (or `step_while`, with a horizon) runs it, polling
+//! the component once:
 //!
 //! - **at equal times the component's deadline runs first**, then queued
 //!   events in insertion order (FIFO); so an event at `t` sees the component
@@ -21,9 +22,8 @@
 //!   last step, and events scheduled in the past are clamped to it.
 //!
 //! ```text
-//! while let Some(t) = q.next_time(&component) {
-//!     if t > end { break }
-//!     if let (now, Some(ev)) = q.step(&mut component).unwrap() { handle(now, ev) }
+//! while let Some((now, ev)) = q.step_while(&mut component, |t| t <= end) {
+//!     if let Some(ev) = ev { handle(now, ev) }
 //!     drain(&mut component)
 //! }
 //! ```
@@ -165,15 +165,35 @@ impl<E> EventQueue<E> {
     /// returning `(t, None)` — else pop the next event — `(t, Some(event))`.
     #[inline]
     pub fn step<C: Timed + ?Sized>(&mut self, c: &mut C) -> Option<(Nanos, Option<E>)> {
+        self.step_while(c, |_| true)
+    }
+
+    /// [`step`](Self::step), if `go(t)` holds for the time `t` of the next
+    /// step (a horizon); `None` (and nothing run) otherwise. The component
+    /// is polled once per step.
+    #[inline]
+    pub fn step_while<C: Timed + ?Sized>(
+        &mut self,
+        c: &mut C,
+        go: impl FnOnce(Nanos) -> bool,
+    ) -> Option<(Nanos, Option<E>)> {
         let tq = self.peek_time();
-        match c.poll_timeout() {
-            Some(tc) if tq.is_none_or(|tq| tc <= tq) => {
-                let tc = tc.max(self.now);
-                self.now = tc;
-                c.handle_timeout(tc);
-                Some((tc, None))
-            }
-            _ => self.pop().map(|(t, e)| (t, Some(e))),
+        let tc = c.poll_timeout().map(|t| t.max(self.now));
+        let (t, component) = match (tc, tq) {
+            (Some(tc), Some(tq)) if tc <= tq => (tc, true),
+            (Some(tc), None) => (tc, true),
+            (_, Some(tq)) => (tq, false),
+            (None, None) => return None,
+        };
+        if !go(t) {
+            return None;
+        }
+        if component {
+            self.now = t;
+            c.handle_timeout(t);
+            Some((t, None))
+        } else {
+            self.pop().map(|(t, e)| (t, Some(e)))
         }
     }
 

@@ -478,11 +478,11 @@ pub fn run_scenario(
     // the engine's event-loop contract: the cluster's deadline first at
     // equal times, then this driver's events FIFO; completions drained after
     // every step
-    while let Some(t) = q.next_time(&cluster) {
-        if t > end && !(s.drain && cluster.outstanding() > 0) {
+    loop {
+        let draining = s.drain && cluster.outstanding() > 0;
+        let Some((now, ev)) = q.step_while(&mut cluster, |t| t <= end || draining) else {
             break;
-        }
-        let (now, ev) = q.step(&mut cluster).expect("a step is due");
+        };
         if let Some(ev) = ev {
             match ev {
                 Ev::Arrival => {
@@ -542,7 +542,7 @@ pub fn run_scenario(
                 }
             }
         }
-        last = t;
+        last = now;
         while let Some(c) = cluster.poll_completion() {
             if !c.rejected {
                 completed += 1;

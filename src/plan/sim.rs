@@ -350,14 +350,13 @@ pub fn run_scenario(
     // the engine's event-loop contract: the backend's deadline first at
     // equal times, then this driver's events FIFO; completions drained after
     // every step
-    while let Some(t) = q.next_time(backend) {
-        if t >= end {
-            break;
-        }
+    loop {
         let outstanding = backend.outstanding();
-        conc_integral += outstanding as u128 * (t - last_t) as u128;
-        last_t = t;
-        let (now, ev) = q.step(backend).expect("a step is due");
+        let Some((now, ev)) = q.step_while(backend, |t| t < end) else {
+            break;
+        };
+        conc_integral += outstanding as u128 * (now - last_t) as u128;
+        last_t = now;
         match ev {
             None => {}
             Some(ev) => match ev {

@@ -18,7 +18,7 @@ use qsim_core::limiter::admission::{
 };
 use qsim_core::time::{Nanos, NEVER};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,7 +48,7 @@ pub struct App {
     pub consumer_names: Vec<String>,
     start: Instant,
     cfg: ProxyConfig,
-    keys: HashMap<String, usize>,
+    keys: BTreeMap<String, usize>,
     client: Client<HttpConnector, Full<Bytes>>,
     next_id: AtomicU64,
 }
