@@ -5,45 +5,13 @@
 //! Every process is started here, on free ports, and killed at the end; every
 //! wait is bounded.
 
+mod common;
+use common::{free_port, venv_bin, Proc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn venv_bin(name: &str) -> PathBuf {
-    let venv = std::env::var_os("QSIM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/qsim-venv")
-        });
-    let p = venv.join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/live-deps.sh (scripts/test.sh does)",
-        p.display()
-    );
-    p
-}
-
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// Start llmock on a free port with extra flags; wait until it accepts.
 fn llmock(extra: &[&str]) -> (Proc, String) {

@@ -5,45 +5,14 @@
 //! configured fail mode (closed: 503; open: forwarded unlimited), logged;
 //! Redis restarted → enforcement resumes, logged.
 
+mod common;
+use common::{free_port, venv_bin, Proc};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn venv_bin(name: &str) -> PathBuf {
-    let venv = std::env::var_os("QSIM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/qsim-venv")
-        });
-    let p = venv.join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/live-deps.sh (scripts/test.sh does)",
-        p.display()
-    );
-    p
-}
-
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn wait_port(p: &mut Proc, port: u16, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
