@@ -98,8 +98,8 @@ impl BucketSpec {
 /// one per limit).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenBucket {
-    capacity: u64,
-    window: Nanos,
+    #[serde(flatten)]
+    spec: BucketSpec,
     /// tokens × window; at most capacity × window.
     level: i128,
     /// Time up to which refill has been applied.
@@ -110,27 +110,23 @@ impl TokenBucket {
     /// A full bucket at time `now`.
     pub fn full(spec: BucketSpec, now: Nanos) -> Self {
         TokenBucket {
-            capacity: spec.capacity,
-            window: spec.window,
             level: spec.full_level(),
+            spec,
             last: now,
         }
     }
 
     #[inline]
     pub fn spec(&self) -> BucketSpec {
-        BucketSpec {
-            capacity: self.capacity,
-            window: self.window,
-        }
+        self.spec
     }
     #[inline]
     pub fn capacity(&self) -> u64 {
-        self.capacity
+        self.spec.capacity
     }
     #[inline]
     pub fn window(&self) -> Nanos {
-        self.window
+        self.spec.window
     }
 
     /// Apply refill up to `now` (a `now` in the past is ignored).
