@@ -133,6 +133,14 @@ pub enum Cmd {
         #[arg(long, value_name = "FILE")]
         emit_proxy_config: Option<PathBuf>,
     },
+    /// Search a hosted experiment's client knobs (workers, max_tokens, retry
+    /// policy and its parameters, the AIMD window) for the best configuration
+    /// under constraints; prints the winner, runner-ups, the Pareto front
+    /// (elapsed vs p95) and the evidence.
+    Recommend {
+        #[command(flatten)]
+        args: crate::recommend::RecommendArgs,
+    },
     /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
     /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
     Proxy {
@@ -263,6 +271,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref(), force)
         }
+        Cmd::Recommend { args } => crate::recommend::run_cli(&args),
         Cmd::Proxy { args } => {
             let cfg =
                 crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;

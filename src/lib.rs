@@ -24,6 +24,7 @@ pub mod hosted;
 pub mod output;
 pub mod plan;
 pub mod proxy;
+pub mod recommend;
 pub mod report;
 pub mod server;
 pub mod sweep;
