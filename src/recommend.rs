@@ -565,9 +565,7 @@ impl Config {
                 let mut c = self.clone();
                 c.workers = (w + d) as u32;
                 if let Some(win) = &mut c.window {
-                    let base = win.clone();
-                    *win = presets::aimd_window(&base, c.workers);
-                    win.initial = base.initial.min(c.workers as f64);
+                    *win = presets::aimd_window(win, c.workers);
                 }
                 out.push(c);
             }
@@ -580,7 +578,7 @@ impl Config {
                 out.push(c);
             }
         }
-        if let Some(win) = &self.window {
+        if self.window.is_some() {
             let mut push = |f: &dyn Fn(&mut AimdParams)| {
                 let mut c = self.clone();
                 let w = c.window.as_mut().expect("aimd");
@@ -597,7 +595,6 @@ impl Config {
             push(&|w| w.increase /= 2.0);
             push(&|w| w.decrease = round(w.decrease + 0.1, 3));
             push(&|w| w.decrease = round(w.decrease - 0.1, 3));
-            let _ = win;
             return out;
         }
         let ClientPolicy::Pool { retry, .. } = &self.client else {
@@ -955,35 +952,41 @@ fn pareto(evaluated: &[Scored], cons: &[Constraint], rows: f64) -> Vec<FrontPoin
         let m = c.lhs_metric();
         m == ELAPSED || m == P95
     };
-    let eligible: Vec<&Scored> = evaluated
+    // (evaluation index, configuration): ties keep the earliest evaluated,
+    // as the winner's ranking does
+    let eligible: Vec<(usize, &Scored)> = evaluated
         .iter()
-        .filter(|s| {
+        .enumerate()
+        .filter(|(_, s)| {
             cons.iter()
                 .filter(|c| !axes(c))
                 .all(|c| c.check(&s.evidence, rows).0)
         })
         .collect();
-    let mut pts: Vec<&Scored> = eligible
+    let dominated = |s: &Scored| {
+        eligible.iter().any(|(_, o)| {
+            let (e, p) = (o.median(ELAPSED), o.median(P95));
+            e <= s.median(ELAPSED)
+                && p <= s.median(P95)
+                && (e < s.median(ELAPSED) || p < s.median(P95))
+        })
+    };
+    let mut pts: Vec<(usize, &Scored)> = eligible
         .iter()
         .copied()
-        .filter(|s| {
-            !eligible.iter().any(|o| {
-                let (e, p) = (o.median(ELAPSED), o.median(P95));
-                e <= s.median(ELAPSED)
-                    && p <= s.median(P95)
-                    && (e < s.median(ELAPSED) || p < s.median(P95))
-            })
-        })
+        .filter(|(_, s)| !dominated(s))
         .collect();
-    pts.sort_by(|a, b| {
+    pts.sort_by(|(i, a), (j, b)| {
         a.median(ELAPSED)
             .total_cmp(&b.median(ELAPSED))
             .then(a.median(P95).total_cmp(&b.median(P95)))
-            .then(a.config.label().cmp(&b.config.label()))
+            .then(i.cmp(j))
     });
-    pts.dedup_by(|a, b| a.median(ELAPSED) == b.median(ELAPSED) && a.median(P95) == b.median(P95));
+    pts.dedup_by(|(_, a), (_, b)| {
+        a.median(ELAPSED) == b.median(ELAPSED) && a.median(P95) == b.median(P95)
+    });
     pts.into_iter()
-        .map(|s| FrontPoint {
+        .map(|(_, s)| FrontPoint {
             label: s.config.label(),
             elapsed_s: s.median(ELAPSED),
             p95_s: s.median(P95),
