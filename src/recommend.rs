@@ -25,6 +25,7 @@ use crate::client::managed::AimdParams;
 use crate::client::policy::{Backoff, RetryPolicy};
 use crate::client::presets::{self, ClientPolicy, PRESETS};
 use crate::config::ConfigError;
+use crate::experiment::budget::{self, Budget, Cost};
 use crate::experiment::config::{client_with, ClientKind, Experiment};
 use crate::experiment::{hosted, ExperimentFile, HostedSuite};
 use crate::report::records::Records;
@@ -87,6 +88,9 @@ pub struct RecommendArgs {
     /// Replace the --out file if it exists.
     #[arg(long)]
     pub force: bool,
+    /// The work budget, checked against the grid stage's estimate.
+    #[command(flatten)]
+    pub budget: Budget,
 }
 
 // ---------------------------------------------------------------- metrics
@@ -482,7 +486,7 @@ impl Config {
         };
         Experiment {
             index: 0,
-            name: "candidate".into(),
+            name: self.label(),
             description: String::new(),
             rows: suite.base.rows,
             max_tokens: self.max_tokens,
@@ -781,6 +785,42 @@ fn order(evaluated: &[Scored], obj: Objective) -> Vec<usize> {
     ix
 }
 
+/// The configurations of the grid stage, in evaluation order.
+fn grid_configs(suite: &HostedSuite) -> Vec<Config> {
+    let base = &suite.base;
+    let mut workers: Vec<u32> = GRID_WORKERS.to_vec();
+    workers.push(base.workers);
+    workers.sort_unstable();
+    workers.dedup();
+    let mut mts: Vec<u64> = GRID_MAX_TOKENS_EIGHTHS
+        .iter()
+        .map(|e| (base.max_tokens * e / 8).max(1))
+        .collect();
+    mts.dedup();
+    let mut grid = Vec::new();
+    for p in PRESETS {
+        for &w in &workers {
+            for &mt in &mts {
+                grid.push(Config::new(p.name, w, mt, &base.managed));
+            }
+        }
+    }
+    grid
+}
+
+/// The work-budget estimate of the grid stage on `seeds` seeds (the
+/// refinement adds at most [`MAX_ROUNDS`] × [`REFINE_TOP`] × ~16
+/// configurations near the best, whose runs are no longer).
+pub fn grid_cost(suite: &HostedSuite, seeds: u64) -> Cost {
+    let mut c = Cost::default();
+    for g in grid_configs(suite) {
+        c.then(
+            budget::hosted_suite(&single(suite, g.experiment(suite))).times(seeds as f64, "seeds"),
+        );
+    }
+    c
+}
+
 /// Run the search.
 pub fn search(
     suite: &HostedSuite,
@@ -814,23 +854,7 @@ pub fn search(
     };
 
     // 1. the grid
-    let mut workers: Vec<u32> = GRID_WORKERS.to_vec();
-    workers.push(base.workers);
-    workers.sort_unstable();
-    workers.dedup();
-    let mut mts: Vec<u64> = GRID_MAX_TOKENS_EIGHTHS
-        .iter()
-        .map(|e| (base.max_tokens * e / 8).max(1))
-        .collect();
-    mts.dedup();
-    let mut grid = Vec::new();
-    for p in PRESETS {
-        for &w in &workers {
-            for &mt in &mts {
-                grid.push(Config::new(p.name, w, mt, &base.managed));
-            }
-        }
-    }
+    let grid = grid_configs(suite);
     let grid_size = grid.len();
     let mut evaluated = run(grid);
     let mut seen: std::collections::BTreeSet<String> =
@@ -1220,6 +1244,7 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
             )))
         }
     };
+    grid_cost(&suite, a.seeds).check(&fname, &a.budget)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(a.threads.map_or(0, usize::from))
         .build()

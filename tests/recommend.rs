@@ -195,6 +195,10 @@ fn bad_input_exits_2_naming_it() {
             "policy: unknown policy \"bogus\"",
         ),
         (
+            &["recommend", PACING, "--set", "rows=100000000"],
+            "work budget",
+        ),
+        (
             &["run", PACING, "--set", "policy=bogus"],
             "fmapi-pacing.toml: policy: unknown policy \"bogus\"",
         ),
