@@ -273,6 +273,6 @@ fn the_presets_are_the_policies_the_files_spell_out() {
         "json",
     ]))
     .unwrap();
-    let text = j.to_string();
-    assert!(text.contains("\"managed\""), "{text}");
+    assert_eq!(j["experiments"][0]["client"], "managed", "{j}");
+    assert_eq!(j["experiments"][0]["ok"], 200, "{j}");
 }
