@@ -9,7 +9,7 @@ mod common;
 mod serve_helpers;
 
 use serde_json::Value;
-use serve_helpers::{model, python, serve};
+use serve_helpers::{model, python, python_env, serve};
 use std::process::Command;
 use std::time::Duration;
 
@@ -64,13 +64,14 @@ print(json.dumps({"completed": k, "tokens": [r["n"] for r in res],
 "#;
 
 fn run_closed_loop(url: &str, clients: u32, duration: f64, scale: f64) -> Value {
-    // python() sets URL; the rest goes through the environment of this process
-    std::env::set_var("CLIENTS", clients.to_string());
-    std::env::set_var("DURATION", duration.to_string());
-    std::env::set_var("SCALE", scale.to_string());
-    python(
+    python_env(
         CLOSED_LOOP,
         url,
+        &[
+            ("CLIENTS", clients.to_string()),
+            ("DURATION", duration.to_string()),
+            ("SCALE", scale.to_string()),
+        ],
         Duration::from_secs_f64(duration / scale + 60.0),
     )
 }

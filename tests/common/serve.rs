@@ -51,11 +51,17 @@ pub fn model(name: &str) -> std::path::PathBuf {
 
 /// Run a Python script with `URL` set; its last stdout line is JSON.
 pub fn python(script: &str, url: &str, timeout: Duration) -> Value {
+    python_env(script, url, &[], timeout)
+}
+
+/// [`python`] with more environment variables.
+pub fn python_env(script: &str, url: &str, env: &[(&str, String)], timeout: Duration) -> Value {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     f.write_all(script.as_bytes()).unwrap();
     let mut child = Command::new(venv_bin("python"))
         .arg(f.path())
         .env("URL", url)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
