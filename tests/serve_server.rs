@@ -126,7 +126,7 @@ clients = {clients}
 ///   token cancels in the gaps, so ITL gets 5 % (mean and median); E2E (~1.1
 ///   s) gets 5 % (mean and median); TTFT is compared at its median, since a
 ///   single stall moves its ~21 ms mean by several ms (measured here: means
-///   37–45 ms with medians 23–30 ms at time scale 1);
+///   37–45 ms with medians 23–30 ms at time scales 0.5–1);
 /// - phase: the client sends its next request a few ms after the answer
 ///   (parse, think, send), and where an arrival falls in the iteration in
 ///   flight decides how long it waits for the next one (up to one ~8 ms
