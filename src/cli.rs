@@ -147,6 +147,13 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::proxy::ProxyArgs,
     },
+    /// Answer OpenAI / serving-endpoints requests from a profile in real
+    /// time: a hosted profile's limits, 429s and latency, or a server
+    /// profile's continuous batching (`--time-scale` runs it faster).
+    Serve {
+        #[command(flatten)]
+        args: crate::serve::ServeArgs,
+    },
 }
 
 /// An error the CLI reports: configuration/usage problems exit 2, anything
@@ -280,6 +287,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
             proxy.run().map_err(CliError::Io)
         }
+        Cmd::Serve { args } => crate::serve::run(&args),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,
