@@ -139,6 +139,13 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::proxy::ProxyArgs,
     },
+    /// Play a shared-deployment scenario against a real endpoint (e.g. a
+    /// `qsim proxy`) and report it in the plan's records, optionally beside
+    /// the plan's prediction.
+    Load {
+        #[command(flatten)]
+        args: crate::load::LoadArgs,
+    },
 }
 
 /// An error the CLI reports: configuration/usage problems exit 2, anything
@@ -270,6 +277,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let proxy = qsim_live::Proxy::new(cfg)
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
             proxy.run().map_err(CliError::Io)
+        }
+        Cmd::Load { args } => {
+            check_out(args.out.as_deref(), args.force)?;
+            let text = crate::load::run_cli(&args)?;
+            emit(&text, args.out.as_deref(), args.force)
         }
         Cmd::Run { file, opts } => {
             let RunOpts {

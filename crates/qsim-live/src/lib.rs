@@ -18,6 +18,7 @@
 
 mod body;
 pub mod estimate;
+pub mod load;
 mod metrics;
 mod server;
 mod store;
@@ -85,6 +86,10 @@ pub struct ProxyConfig {
     pub threads: Option<usize>,
     /// Where the limiter state lives (in-process, or a shared Redis).
     pub state: StateBackend,
+    /// The limiter's clock runs this many times faster than real time (1:
+    /// real time). Compressed time for tests against `qsim load
+    /// --time-scale` with the same factor; retry hints are then in scaled time.
+    pub time_scale: f64,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -107,6 +112,7 @@ impl fmt::Debug for ProxyConfig {
             .field("lease", &self.lease)
             .field("limiter", &self.limiter)
             .field("state", &self.state)
+            .field("time_scale", &self.time_scale)
             .finish()
     }
 }
