@@ -431,6 +431,9 @@ pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, Config
     })
 }
 
+/// The plan's figure for the seed, its spread over seeds, the observed.
+type PerSat = (f64, crate::report::Spread, f64);
+
 /// Per consumer: (plan's admitted per saturated minute for the seed, its
 /// median and 90 % interval over the simulated seeds, the observed mean
 /// over the plan's saturated minutes); `None` without a saturated minute.
@@ -438,7 +441,7 @@ fn per_saturated_minute(
     p: &Prepared,
     sim: &Predicted,
     obs: &Records,
-) -> Vec<(String, Option<(f64, crate::report::Spread, f64)>)> {
+) -> Vec<(String, Option<PerSat>)> {
     let sc = &p.file.scenarios[0].name;
     let spreads = sim.all.spreads();
     let sat: Vec<usize> = (0..sim.saturated.len())
