@@ -77,7 +77,7 @@ fn proxy_time_scale_is_validated() {
     let body = "kind = \"proxy\"\n[proxy]\nupstream = \"http://127.0.0.1:1\"\n\
                 [proxy.keys]\nA = [\"k\"]\n[deployment]\ncapacity = 60\n\
                 [[consumer]]\nname = \"A\"\n";
-    std::fs::write(&cfg, format!("{body}")).unwrap();
+    std::fs::write(&cfg, body).unwrap();
     let o = qsim()
         .args(["proxy", "--config"])
         .arg(&cfg)
