@@ -154,6 +154,13 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::serve::ServeArgs,
     },
+    /// Play a shared-deployment scenario against a real endpoint (e.g. a
+    /// `qsim proxy`) and report it in the plan's records, optionally beside
+    /// the plan's prediction.
+    Load {
+        #[command(flatten)]
+        args: crate::load::LoadArgs,
+    },
 }
 
 /// An error the CLI reports: configuration/usage problems exit 2, anything
@@ -288,6 +295,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::serve::run(&args),
+        Cmd::Load { args } => {
+            check_out(args.out.as_deref(), args.force)?;
+            let text = crate::load::run_cli(&args)?;
+            emit(&text, args.out.as_deref(), args.force)
+        }
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

@@ -21,6 +21,7 @@
 
 mod body;
 pub mod estimate;
+pub mod load;
 mod metrics;
 pub mod serve;
 mod server;
@@ -89,6 +90,10 @@ pub struct ProxyConfig {
     pub threads: Option<usize>,
     /// Where the limiter state lives (in-process, or a shared Redis).
     pub state: StateBackend,
+    /// The limiter's clock runs this many times faster than real time (1:
+    /// real time). Compressed time for tests against `qsim load
+    /// --time-scale` with the same factor; retry hints are then in scaled time.
+    pub time_scale: f64,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -111,6 +116,7 @@ impl fmt::Debug for ProxyConfig {
             .field("lease", &self.lease)
             .field("limiter", &self.limiter)
             .field("state", &self.state)
+            .field("time_scale", &self.time_scale)
             .finish()
     }
 }
