@@ -16,6 +16,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
@@ -24,6 +25,7 @@ pub mod hosted;
 pub mod output;
 pub mod plan;
 pub mod proxy;
+pub mod replay;
 pub mod report;
 pub mod server;
 pub mod sweep;

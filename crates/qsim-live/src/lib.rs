@@ -19,6 +19,7 @@
 mod body;
 pub mod estimate;
 mod metrics;
+pub mod replay;
 mod server;
 mod store;
 
