@@ -430,7 +430,12 @@ async fn exchange(
             Ok(r) => r,
             Err(e) => {
                 let kind = classify_client_error(&e, https);
-                x.error = Some((kind, short(&chain(&e))));
+                let label = match kind {
+                    "tls" => "TLS failure",
+                    "connect" => "cannot connect",
+                    _ => "HTTP failure",
+                };
+                x.error = Some((kind, format!("{label}: {}", short(&chain(&e)))));
                 return;
             }
         };
