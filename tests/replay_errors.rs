@@ -74,7 +74,10 @@ fn llmock(extra: &[&str]) -> (Proc, String) {
 /// A loopback server answering every connection with `answer` (or holding
 /// it open without a word if `None`); returns its address and the requests
 /// it saw (head, body).
-fn fake(answer: Option<&'static str>) -> (String, Arc<Mutex<Vec<(String, String)>>>) {
+/// The (head, body) of every request a fake server saw.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+fn fake(answer: Option<&'static str>) -> (String, Seen) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));

@@ -37,8 +37,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use qsim_core::client::managed::AimdParams;
 use qsim_core::client::{
-    Call, CallerPolicy, Layer, Managed, ManagedNext, Next, Outcome, PoolShared, Reply,
-    Send as CallSend,
+    Call, CallerPolicy, Managed, ManagedNext, Next, Outcome, PoolShared, Reply, Send as CallSend,
 };
 use qsim_core::time::Nanos;
 use serde_json::{json, Value};
@@ -834,8 +833,7 @@ async fn pool(
                         .call
                         .on_reply(t, Reply::LocalReject, caller, &mut shared, rng)
                     {
-                        Next::SendAt { at, layer } => {
-                            let _ = layer;
+                        Next::SendAt { at, .. } => {
                             timers.push(Reverse((at, seq, w)));
                             seq += 1;
                             slots[w].1 = Some(a);
@@ -873,8 +871,7 @@ async fn pool(
                 let reply = d.settle(w, a.rec, &x);
                 let t = d.clock.now();
                 match a.call.on_reply(t, reply, caller, &mut shared, rng) {
-                    Next::SendAt { at, layer } => {
-                        let _ = layer == Layer::Sdk;
+                    Next::SendAt { at, .. } => {
                         timers.push(Reverse((at, seq, w)));
                         seq += 1;
                         slots[w].1 = Some(a);
