@@ -837,3 +837,62 @@ pub fn run_cli(a: ReplayArgs) -> Result<(), CliError> {
     };
     emit(&text, None, false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_only() {
+        for u in [
+            "http://127.0.0.1:8000/v1",
+            "http://127.3.2.1",
+            "http://localhost:9/x",
+            "http://[::1]:8000",
+            "https://user@127.0.0.1/serving-endpoints",
+        ] {
+            assert!(is_loopback(u), "{u}");
+        }
+        for u in [
+            "https://adb-1.azuredatabricks.net/serving-endpoints",
+            "http://10.0.0.1:8000",
+            "http://127.0.0.1.example.com",
+            "http://[::2]:80",
+        ] {
+            assert!(!is_loopback(u), "{u}");
+        }
+    }
+
+    #[test]
+    fn base_urls() {
+        let b = |t: &str, w| base_url(t, w).map_err(|e| e.to_string());
+        assert_eq!(
+            b("http://127.0.0.1:8000", Wire::OpenAi).unwrap(),
+            "http://127.0.0.1:8000/v1"
+        );
+        assert_eq!(
+            b("http://127.0.0.1:8000/", Wire::OpenAi).unwrap(),
+            "http://127.0.0.1:8000/v1"
+        );
+        assert_eq!(
+            b("https://h/serving-endpoints/", Wire::Databricks).unwrap(),
+            "https://h/serving-endpoints"
+        );
+        assert_eq!(b("http://h:1/v1", Wire::OpenAi).unwrap(), "http://h:1/v1");
+        assert!(b("ftp://h", Wire::OpenAi)
+            .unwrap_err()
+            .contains("http:// or https://"));
+        assert!(b("http://", Wire::OpenAi).unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn generated_prompts_are_distinct_and_about_the_asked_size() {
+        let a = generated_prompt(1, 250);
+        let b = generated_prompt(2, 250);
+        assert_ne!(a, b);
+        assert!(a.starts_with("Summarise review 1 in three sentences: the "));
+        let words = a.split(' ').count() as u64;
+        assert!((245..=255).contains(&words), "{words}");
+        assert_eq!(generated_prompt(1, 250), a, "deterministic");
+    }
+}
