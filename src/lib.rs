@@ -18,6 +18,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
@@ -28,6 +29,7 @@ pub mod output;
 pub mod plan;
 pub mod proxy;
 pub mod recommend;
+pub mod replay;
 pub mod report;
 pub mod serve;
 pub mod server;

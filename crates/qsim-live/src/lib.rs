@@ -24,6 +24,7 @@ pub mod estimate;
 pub mod load;
 mod metrics;
 pub mod serve;
+pub mod replay;
 mod server;
 mod store;
 
