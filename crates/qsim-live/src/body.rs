@@ -124,7 +124,10 @@ impl Drop for Settle {
                         app.pending_writes.fetch_add(1, Ordering::AcqRel);
                         h.spawn(task);
                     }
-                    Err(_) => tracing::warn!(id = self.id, "completion dropped: no runtime (shutting down)"),
+                    Err(_) => tracing::warn!(
+                        id = self.id,
+                        "completion dropped: no runtime (shutting down)"
+                    ),
                 }
             }
         }

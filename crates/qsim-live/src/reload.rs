@@ -22,8 +22,8 @@
 //! switch together): such a reload is refused and logged; the other
 //! settings (keys, shapes, waiting, timeouts) are reloaded.
 
-use crate::server::{compile, lock, App, Gen, Store};
 use crate::metrics::ResultLabel;
+use crate::server::{compile, lock, App, Gen, Store};
 use crate::ProxyConfig;
 use qsim_core::limiter::admission::carry_over;
 use std::sync::Arc;
@@ -76,7 +76,10 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
     let fixed = [
         ("listen", cfg.listen != old.cfg.listen),
         ("upstream", cfg.upstream != old.cfg.upstream),
-        ("upstream_ca_file", cfg.upstream_ca_file != old.cfg.upstream_ca_file),
+        (
+            "upstream_ca_file",
+            cfg.upstream_ca_file != old.cfg.upstream_ca_file,
+        ),
         ("state", cfg.state != old.cfg.state),
         ("threads", cfg.threads != old.cfg.threads),
     ];

@@ -58,7 +58,12 @@ impl Gen {
         Gen {
             id,
             keys: cfg.keys.iter().cloned().collect(),
-            names: cfg.limiter.consumers.iter().map(|c| c.name.clone()).collect(),
+            names: cfg
+                .limiter
+                .consumers
+                .iter()
+                .map(|c| c.name.clone())
+                .collect(),
             params,
             cfg,
         }
@@ -359,8 +364,14 @@ impl Proxy {
         // stop accepting: new connections are refused from here on
         drop(listener);
         let open = app.metrics.in_flight.get();
-        tracing::info!(in_flight = open, drain_timeout_s = drain.as_secs_f64(), "shutting down: finishing in-flight requests");
-        let drained = tokio::time::timeout(drain, graceful.shutdown()).await.is_ok();
+        tracing::info!(
+            in_flight = open,
+            drain_timeout_s = drain.as_secs_f64(),
+            "shutting down: finishing in-flight requests"
+        );
+        let drained = tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_ok();
         // completions being written to the shared state
         let t = Instant::now();
         while app.pending_writes.load(Ordering::Acquire) > 0 && t.elapsed() < Duration::from_secs(2)

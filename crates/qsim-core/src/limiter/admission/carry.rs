@@ -75,7 +75,9 @@ pub fn carry_over(old_p: &Params, old: &State, new_p: &Params, now: Nanos) -> St
         next.levels[i] = (nb.full_level() - scaled).min(nb.full_level());
     }
     for (c, cs) in new_p.cfg.consumers.iter().enumerate() {
-        let Some((ni, _)) = new_p.slots[c] else { continue };
+        let Some((ni, _)) = new_p.slots[c] else {
+            continue;
+        };
         if let Some((oi, _)) = consumer_index(old_p, &cs.name).and_then(|oc| old_p.slots[oc]) {
             next.leases[ni] = cur.leases[oi].iter().copied().filter(|&e| e > t).collect();
         }
