@@ -65,6 +65,15 @@ run "through the proxy, 1000 req/s" --target "$F" --conns 32 --rate 1000 --secs 
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")"
 
+echo "== on_limit = \"wait\", consumer saturated (60/min), clients' deadline 2 s (x-stainless-timeout)"
+echo "   (a request is held when its predicted admission is within its deadline, else 429 at once)"
+THREADS=2 start_proxy wait 60 'on_limit = "wait"
+max_wait_s = 30'
+W=$(cat "$TMP/wait.addr")
+run "deadline-aware waiting, 1000 req/s, 64 conns" --target "$W" --conns 64 --rate 1000 --secs "$SECS" --header "x-stainless-timeout:2"
+curl -s "http://$W/metrics" | grep -E '^qsim_proxy_waits_total' | sed 's/^/  /'
+kill "$(cat "$TMP/wait.pid")"
+
 RP=$(port)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >/dev/null & PIDS+=($!); wait_port "$RP"
 echo "== three replicas sharing one redis-server (each proxy: 1 worker thread)"
