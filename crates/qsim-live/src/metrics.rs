@@ -6,21 +6,22 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
-    pub route: String,
+    pub route: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConsumerLabel {
-    pub consumer: String,
+    pub consumer: Arc<String>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabel {
-    pub consumer: String,
-    pub limit: String,
+    pub consumer: Arc<String>,
+    pub limit: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,9 +36,9 @@ pub struct ReasonLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WaitLabel {
-    pub consumer: String,
-    /// admitted | refused_deadline | refused_max_wait | expired | abandoned | unavailable
-    pub outcome: String,
+    pub consumer: Arc<String>,
+    /// admitted | refused_deadline | refused_max_wait | expired | unavailable
+    pub outcome: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -202,12 +202,12 @@ async fn predict(app: &Arc<App>, name: &str, req: Request, ticket: Option<u64>) 
     Pred::At(t, last)
 }
 
-fn count(app: &App, gen: &Gen, consumer: usize, outcome: &str) {
+fn count(app: &App, gen: &Gen, consumer: usize, outcome: &'static str) {
     app.metrics
         .waits
         .get_or_create(&WaitLabel {
-            consumer: gen.names[consumer].clone(),
-            outcome: outcome.into(),
+            consumer: gen.labels[consumer].clone(),
+            outcome,
         })
         .inc();
 }
@@ -235,7 +235,7 @@ pub async fn admit(
     let name = gen.names[req.consumer].clone();
     let refuse = |limit, retry_at, now, outcome| {
         count(app, gen, req.consumer, outcome);
-        tracing::info!(id, consumer = %name, outcome, hold_ms = hold.as_millis() as u64,
+        tracing::debug!(id, consumer = %name, outcome, hold_ms = hold.as_millis() as u64,
             retry_in_ms = crate::server::wait_ms(retry_at, now), "not held");
         Outcome::Deny {
             limit,
