@@ -557,9 +557,8 @@ fn identify(gen: &Gen, h: &HeaderMap) -> Option<usize> {
 /// the OpenAI SDKs' `x-stainless-timeout` (Node) or
 /// `x-stainless-read-timeout` (Python: its read timeout, i.e. how long it
 /// waits for the first byte of the answer).
-pub fn deadline(cfg: &ProxyConfig, h: &HeaderMap) -> Option<Duration> {
-    cfg.deadline_header
-        .as_deref()
+pub fn deadline(configured: Option<&str>, h: &HeaderMap) -> Option<Duration> {
+    configured
         .into_iter()
         .chain(["x-stainless-timeout", "x-stainless-read-timeout"])
         .find_map(|n| {
@@ -688,7 +687,7 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
     let outcome = match gen.cfg.on_limit[consumer] {
         OnLimit::Reject => decide_once(&app, &gen, lreq, arrived, id).await,
         OnLimit::Wait { max_wait } => {
-            let d = deadline(&gen.cfg, &parts.headers);
+            let d = deadline(gen.cfg.deadline_header.as_deref(), &parts.headers);
             crate::wait::admit(&app, &gen, lreq, arrived, id, max_wait, d).await
         }
     };
@@ -972,5 +971,31 @@ mod tests {
     fn wait_rounds_up() {
         assert_eq!(wait_ms(1_000_001, 0), 2);
         assert_eq!(wait_ms(5, 10), 0);
+    }
+
+    #[test]
+    fn deadline_from_the_configured_header_then_the_sdks() {
+        let mut h = HeaderMap::new();
+        assert_eq!(deadline(None, &h), None);
+        h.insert(
+            "x-stainless-read-timeout",
+            HeaderValue::from_static("600.0"),
+        );
+        assert_eq!(deadline(None, &h), Some(Duration::from_secs(600)));
+        h.insert("x-stainless-timeout", HeaderValue::from_static("2.5"));
+        assert_eq!(deadline(None, &h), Some(Duration::from_millis(2500)));
+        h.insert("x-deadline", HeaderValue::from_static("0.25"));
+        assert_eq!(
+            deadline(Some("x-deadline"), &h),
+            Some(Duration::from_millis(250))
+        );
+        // unreadable values are skipped
+        h.insert("x-deadline", HeaderValue::from_static("soon"));
+        assert_eq!(
+            deadline(Some("x-deadline"), &h),
+            Some(Duration::from_millis(2500))
+        );
+        h.insert("x-stainless-timeout", HeaderValue::from_static("-1"));
+        assert_eq!(deadline(None, &h), Some(Duration::from_secs(600)));
     }
 }
