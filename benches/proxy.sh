@@ -58,7 +58,7 @@ TOML
 # proxy CPU time (user + system) per request, from /proc: a figure that the
 # other jobs on a shared machine disturb much less than req/s
 TCK=$(getconf CLK_TCK)
-ticks() { local t=0; for p in $CPU_PIDS; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+ticks() { local t=0; for p in ${CPU_PIDS:-}; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 run() {
   local t0 out t1; t0=$(ticks); out=$("$LG" load "${@:2}"); t1=$(ticks)
   local n; n=$(sed -E 's/.*"requests":([0-9]+).*/\1/' <<<"$out")
