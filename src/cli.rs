@@ -133,11 +133,26 @@ pub enum Cmd {
         #[arg(long, value_name = "FILE")]
         emit_proxy_config: Option<PathBuf>,
     },
+    /// Search a hosted experiment's client knobs (workers, max_tokens, retry
+    /// policy and its parameters, the AIMD window) for the best configuration
+    /// under constraints; prints the winner, runner-ups, the Pareto front
+    /// (elapsed vs p95) and the evidence.
+    Recommend {
+        #[command(flatten)]
+        args: crate::recommend::RecommendArgs,
+    },
     /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
     /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
     Proxy {
         #[command(flatten)]
         args: crate::proxy::ProxyArgs,
+    },
+    /// Answer OpenAI / serving-endpoints requests from a profile in real
+    /// time: a hosted profile's limits, 429s and latency, or a server
+    /// profile's continuous batching (`--time-scale` runs it faster).
+    Serve {
+        #[command(flatten)]
+        args: crate::serve::ServeArgs,
     },
 }
 
@@ -263,6 +278,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref(), force)
         }
+        Cmd::Recommend { args } => crate::recommend::run_cli(&args),
         Cmd::Proxy { args } => {
             let cfg =
                 crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
@@ -272,6 +288,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .with_reload(Box::new(move || crate::proxy::reload(&args)));
             proxy.run().map_err(CliError::Io)
         }
+        Cmd::Serve { args } => crate::serve::run(&args),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

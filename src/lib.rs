@@ -10,6 +10,7 @@
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`proxy`]: `qsim proxy` configuration (the runtime is the `qsim-live` crate);
+//! - [`serve`]: `qsim serve`, the models behind an OpenAI-compatible endpoint;
 //! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
@@ -24,7 +25,9 @@ pub mod hosted;
 pub mod output;
 pub mod plan;
 pub mod proxy;
+pub mod recommend;
 pub mod report;
+pub mod serve;
 pub mod server;
 pub mod sweep;
 pub mod workload;

@@ -12,6 +12,9 @@
 //! shared by several replicas (`store.rs`: the same `decide_pure` /
 //! `complete`, written back by compare-and-set).
 //!
+//! [`serve`] is the other real-time driver: `qsim serve`'s HTTP side around
+//! a sans-IO model backend (the root crate's hosted and server models).
+//!
 //! Configuration is parsed and validated by the root crate (`qsim proxy`
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
 //! shared-deployment file); this crate receives a validated [`ProxyConfig`].
@@ -21,6 +24,7 @@ mod clock;
 pub mod estimate;
 mod metrics;
 mod reload;
+pub mod serve;
 mod server;
 mod store;
 pub mod tls;
