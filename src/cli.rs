@@ -304,7 +304,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
             let file = args.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)
-                .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
+                .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?
+                .with_reload(Box::new(move || crate::proxy::reload(&args)));
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::serve::run(&args),
