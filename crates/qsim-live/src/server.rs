@@ -305,8 +305,12 @@ impl Proxy {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", self.cfg.listen))?;
         let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
+        // Idle upstream connections are dropped after 4 s, before the
+        // shortest keep-alive common servers use (uvicorn's 5 s): a pooled
+        // connection the upstream has already closed failed a forwarded
+        // request with a 502 (`SendRequest`) under bursty load.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_secs(4))
             .build(self.connector);
         let drain = self.cfg.drain_timeout;
         let gen = Arc::new(Gen::new(1, self.cfg, self.params));
