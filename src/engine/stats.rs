@@ -16,15 +16,17 @@ const LZ_BASE: u32 = 64 - (SUB_HALF_MAG + 1);
 /// Counters from 1 µs to [`MAX_US`]: 30 buckets, plus the first bucket's
 /// lower half (hdrhistogram's `num_bins(buckets_to_cover(1e12))`).
 const BINS: usize = 31 * SUB_HALF;
-/// Counters per page (a power of two): 64 × 8 bytes.
-const PAGE_MAG: u32 = 6;
+/// Counters per page (a power of two): 8 × 8 bytes. Small pages keep a
+/// histogram of few, spread samples small (a page per sample at worst);
+/// the directory costs 2 bytes per page.
+const PAGE_MAG: u32 = 3;
 const PAGE: usize = 1 << PAGE_MAG;
-/// Pages of the whole range.
+/// Pages of the whole range: 3,968.
 const PAGES: usize = BINS / PAGE;
 
 /// Bytes of one page of counters.
 pub const HIST_PAGE_BYTES: usize = PAGE * 8;
-/// Bytes of a histogram's page directory (allocated at the first sample).
+/// Bytes of a histogram's page directory at its largest (every page).
 pub const HIST_DIRECTORY_BYTES: usize = PAGES * 2;
 /// Pages of a histogram whose samples span the whole range.
 pub const HIST_MAX_PAGES: usize = PAGES;
@@ -35,17 +37,22 @@ pub const HIST_MAX_PAGES: usize = PAGES;
 ///
 /// The buckets are exactly hdrhistogram's (`Histogram::<u64>::new_with_bounds
 /// (1, 1e12, 3)`): a value's counter has the same index, and quantiles,
-/// count and mean are the same numbers hdrhistogram gives (a property test
-/// checks it). The counters are kept in pages of 64, allocated when a value
-/// first falls in them, behind a directory of 496 page numbers allocated at
-/// the first sample: an empty histogram holds no heap, one whose values
-/// span a factor of 2 from 1 ms up holds at most 17 pages (9 KB), and
-/// every value range at once 254 KB, as hdrhistogram's full array.
+/// count and mean are the same numbers hdrhistogram gives (a property test,
+/// tests/hist_props.rs, checks it). The counters are u64 and saturate (as
+/// hdrhistogram's), kept in pages of 8 allocated when a value first falls
+/// in them, found through a directory of page numbers that spans the pages
+/// allocated. So memory follows what the histogram holds: an empty one has
+/// no heap, one with a single sample 66 bytes, one whose values lie within
+/// a factor of 2 (from 1 ms up: 1,024 counters) at most 129 pages (8.3 KB),
+/// and one with values across the whole range 262 KB (hdrhistogram's full
+/// array, 254 KB, and the directory). Recording is an index computation and
+/// two array lookups; a new page (or a wider directory) is the cold path.
 #[derive(Clone, Default)]
 pub struct DurationHist {
-    /// Per page of counters: 0 if absent, else its place in `pages` plus 1.
-    /// Empty until the first sample, then `PAGES` long.
+    /// Per page of counters from page `base` up to the highest page
+    /// allocated: 0 if absent, else its place in `pages` plus 1.
     dir: Vec<u16>,
+    base: u16,
     pages: Vec<[u64; PAGE]>,
     total: u64,
     sum_ns: u128,
@@ -95,9 +102,10 @@ impl DurationHist {
     /// The counter at `i`, its page allocated if need be.
     #[inline]
     fn counter(&mut self, i: usize) -> &mut u64 {
-        let slot = match self.dir.get(i >> PAGE_MAG) {
+        let p = i >> PAGE_MAG;
+        let slot = match self.dir.get(p.wrapping_sub(self.base as usize)) {
             Some(&s) if s != 0 => s,
-            _ => self.new_page(i >> PAGE_MAG),
+            _ => self.new_page(p),
         };
         &mut self.pages[slot as usize - 1][i & (PAGE - 1)]
     }
@@ -105,8 +113,26 @@ impl DurationHist {
     #[cold]
     #[inline(never)]
     fn new_page(&mut self, p: usize) -> u16 {
-        if self.dir.is_empty() {
-            self.dir = vec![0; PAGES];
+        let (base, len) = (self.base as usize, self.dir.len());
+        if len == 0 {
+            self.base = p as u16;
+            self.dir = vec![0];
+        } else if p < base || p >= base + len {
+            // extend the directory to cover page p, by at least a quarter
+            // (amortised: a histogram's values spreading page by page copy
+            // its directory a few dozen times), within 0..PAGES
+            let grow = (len / 4).max(1);
+            let (lo, hi) = if p < base {
+                (p.min(base.saturating_sub(grow)), base + len)
+            } else {
+                (base, (p + 1).max(base + len + grow).min(PAGES))
+            };
+            let mut d = Vec::with_capacity(hi - lo);
+            d.resize(base - lo, 0);
+            d.extend_from_slice(&self.dir);
+            d.resize(hi - lo, 0);
+            self.dir = d;
+            self.base = lo as u16;
         }
         if self.pages.len() == self.pages.capacity() {
             // grow by a quarter (at least a page, never past PAGES): fewer
@@ -116,9 +142,9 @@ impl DurationHist {
             self.pages.reserve_exact((n / 4).max(1).min(PAGES - n));
         }
         self.pages.push([0; PAGE]);
-        // at most PAGES (496) pages: fits u16
+        // at most PAGES pages: fits u16
         let slot = self.pages.len() as u16;
-        self.dir[p] = slot;
+        self.dir[p - self.base as usize] = slot;
         slot
     }
 
@@ -163,10 +189,11 @@ impl DurationHist {
         let q = if q > 1.0 { 1.0 } else { q };
         let target = ((q * self.total as f64).ceil() as u64).max(1);
         let mut acc: u64 = 0;
-        for (p, &slot) in self.dir.iter().enumerate() {
+        for (k, &slot) in self.dir.iter().enumerate() {
             if slot == 0 {
                 continue;
             }
+            let p = self.base as usize + k;
             let page = &self.pages[slot as usize - 1];
             let sum = page.iter().fold(0u64, |a, &c| a.saturating_add(c));
             if acc.saturating_add(sum) < target {
@@ -205,12 +232,12 @@ impl DurationHist {
     }
 
     pub fn merge(&mut self, other: &DurationHist) {
-        for (p, &slot) in other.dir.iter().enumerate() {
+        for (k, &slot) in other.dir.iter().enumerate() {
             if slot == 0 {
                 continue;
             }
             let src = &other.pages[slot as usize - 1];
-            let base = p << PAGE_MAG;
+            let base = (other.base as usize + k) << PAGE_MAG;
             for (j, &c) in src.iter().enumerate() {
                 if c != 0 {
                     let d = self.counter(base + j);
@@ -265,9 +292,12 @@ mod tests {
         assert_eq!(h.heap_bytes(), 0);
         assert_eq!(h.quantile_s(0.5), 0.0);
         let mut h = DurationHist::new();
-        // a million samples from 16.384 to 32.4 ms: one bucket, 16 pages
-        for i in 0..1_000_000u64 {
-            h.record(16_384_000 + i * 16);
+        h.record(7_000_000);
+        assert_eq!(h.heap_bytes(), 2 + HIST_PAGE_BYTES);
+        let mut h = DurationHist::new();
+        // every µs from 16.384 to 32.767 ms: one bucket, 1024 counters
+        for us in 16_384..32_768u64 {
+            h.record(us * 1_000);
         }
         assert_eq!(h.pages(), 1024 / PAGE);
         // 10 to 20 ms: across two buckets, 17 pages
@@ -287,6 +317,16 @@ mod tests {
         h.record(u64::MAX);
         assert_eq!(h.pages(), index_of(MAX_US) / PAGE + 1);
         assert!(h.pages() <= HIST_MAX_PAGES);
+        assert!(h.heap_bytes() <= HIST_DIRECTORY_BYTES + HIST_MAX_PAGES * HIST_PAGE_BYTES);
+        // the same values downwards: the directory grows towards 0
+        let mut g = DurationHist::new();
+        let mut v = MAX_US;
+        while v >= 1 {
+            g.record(v * 1_000);
+            v -= (v >> 11).max(1);
+        }
+        assert_eq!(g.pages(), h.pages());
+        assert!(g.heap_bytes() <= HIST_DIRECTORY_BYTES + HIST_MAX_PAGES * HIST_PAGE_BYTES);
     }
 
     #[test]
