@@ -116,8 +116,23 @@ fn build(s: &[(u64, u64)]) -> (DurationHist, Reference) {
     (d, r)
 }
 
+/// Deterministic by default (the test command runs the same cases every
+/// time); QSIM_PROPTEST_SEED=<u64> explores others, QSIM_PROPTEST_CASES=<n>
+/// runs more of them.
+fn config(cases: u32) -> ProptestConfig {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    ProptestConfig {
+        cases: env("QSIM_PROPTEST_CASES").map_or(cases, |c| c as u32),
+        failure_persistence: None,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(
+            env("QSIM_PROPTEST_SEED").unwrap_or(0x5eed_0008),
+        ),
+        ..ProptestConfig::default()
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(config(2000))]
 
     #[test]
     fn same_numbers_as_hdrhistogram(
@@ -127,6 +142,11 @@ proptest! {
         let (d, r) = build(&s);
         same(&d, &r, &qs)?;
     }
+}
+
+proptest! {
+    // fewer cases: each merges up to five histograms and compares after each
+    #![proptest_config(config(400))]
 
     #[test]
     fn merges_give_the_same_numbers(
