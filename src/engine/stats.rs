@@ -343,7 +343,10 @@ mod tests {
             // the top counter: 999,653,638,144 to 1,000,190,509,055 µs
             let top = value_of(index_of(MAX_US));
             assert!(top <= MAX_US && MAX_US < top + (1 << bucket_of(top)));
-            assert_eq!(x.quantile_s(1.0), (top + (1 << bucket_of(top)) - 1) as f64 / 1e6);
+            assert_eq!(
+                x.quantile_s(1.0),
+                (top + (1 << bucket_of(top)) - 1) as f64 / 1e6
+            );
             assert_eq!(x.quantile_s(0.0), 0.000005);
         }
     }
