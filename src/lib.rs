@@ -23,6 +23,7 @@ pub mod experiment;
 pub mod hosted;
 pub mod output;
 pub mod plan;
+pub mod plot;
 pub mod proxy;
 pub mod report;
 pub mod server;

@@ -578,7 +578,7 @@ fn draw_heatmap<DB: DrawingBackend>(
         }
     }
     chart.draw_series(cells).map_err(err)?;
-    let fs = if nx * ny > 150 { 10 } else { 13 };
+    let fs = if nx * ny > 150 { 11 } else { 16 };
     chart
         .draw_series(labels.into_iter().map(|(t, p, ink)| {
             Text::new(
@@ -804,6 +804,8 @@ pub fn server_over_time(title: &str, scenarios: &[ServerSeries]) -> Figure {
 pub struct PlanConsumer {
     pub name: String,
     pub admitted_per_min: Vec<f64>,
+    /// Per minute, the 90 % interval over seeds (empty: no band).
+    pub band: Vec<(f64, f64)>,
     pub floor: Option<f64>,
 }
 
@@ -829,8 +831,20 @@ pub fn plan_minutes(title: &str, unit: &str, capacity: f64, scenarios: &[PlanSce
             }];
             for (i, c) in s.consumers.iter().enumerate() {
                 if let Some(f) = c.floor {
+                    // one label for the consumers sharing a floor
+                    let same: Vec<&str> = s
+                        .consumers
+                        .iter()
+                        .filter(|o| o.floor == Some(f))
+                        .map(|o| o.name.as_str())
+                        .collect();
+                    let first = same.first() == Some(&c.name.as_str());
                     hlines.push(HLine {
-                        label: format!("{} floor {}", c.name, fmt_num(f)),
+                        label: if first {
+                            format!("{} floor {}", same.join(", "), fmt_num(f))
+                        } else {
+                            String::new()
+                        },
                         y: f,
                         series: Some(i),
                     });
@@ -851,7 +865,12 @@ pub fn plan_minutes(title: &str, unit: &str, capacity: f64, scenarios: &[PlanSce
                             .enumerate()
                             .map(|(m, &v)| (m as f64 + 1.0, v))
                             .collect(),
-                        band: vec![],
+                        band: c
+                            .band
+                            .iter()
+                            .enumerate()
+                            .map(|(m, &(lo, hi))| (m as f64 + 1.0, lo, hi))
+                            .collect(),
                     })
                     .collect(),
                 hlines,
