@@ -553,6 +553,29 @@ pub fn sweep_figures(
     figs
 }
 
+/// A table of metrics (rows) × experiments or scenarios (columns), each
+/// cell `median [lo–hi]` over seeds: the text report's layout.
+pub fn metrics_table(rows: &[Row], cols: &[&str], runs: usize) -> Block {
+    let mut header = vec!["metric".to_string()];
+    header.extend(rows.iter().map(|r| r.name.clone()));
+    Block::Table {
+        header,
+        rows: cols
+            .iter()
+            .map(|k| {
+                let mut line = vec![metric_label(k)];
+                for r in rows {
+                    line.push(match r.metrics.iter().find(|m| m.0 == *k) {
+                        Some((_, d, s)) if s.median.is_finite() => fmt_spread(s, *d, runs),
+                        _ => "–".into(),
+                    });
+                }
+                line
+            })
+            .collect(),
+    }
+}
+
 /// A table of rows (experiments, scenarios, consumers) × metrics, each
 /// cell `median [lo–hi]` over seeds.
 pub fn rows_table(rows: &[Row], cols: &[&str], runs: usize) -> Block {
@@ -727,7 +750,7 @@ pub fn run_outputs(
         t,
         &title,
         &intro,
-        vec![rows_table(&rows, &cols, s.runs)],
+        vec![metrics_table(&rows, &cols, s.runs)],
         &figs,
         text,
     )

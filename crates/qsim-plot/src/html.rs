@@ -45,7 +45,8 @@ const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-se
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd}\
 pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px;line-height:1.35}\
 table{border-collapse:collapse;margin:1em 0;font-size:13px}\
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee}\
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}\
+div.t{overflow-x:auto}th{background:#eee}\
 td:first-child,th:first-child{text-align:left}\
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}\
 figcaption{font-size:13px;color:#555}";
@@ -88,7 +89,7 @@ impl Document {
                 Block::Paragraph(t) => o.push_str(&format!("<p>{}</p>\n", escape(t))),
                 Block::Pre(t) => o.push_str(&format!("<pre>{}</pre>\n", escape(t))),
                 Block::Table { header, rows } => {
-                    o.push_str("<table>\n<thead><tr>");
+                    o.push_str("<div class=\"t\"><table>\n<thead><tr>");
                     for h in header {
                         o.push_str(&format!("<th>{}</th>", escape(h)));
                     }
@@ -100,7 +101,7 @@ impl Document {
                         }
                         o.push_str("</tr>\n");
                     }
-                    o.push_str("</tbody>\n</table>\n");
+                    o.push_str("</tbody>\n</table></div>\n");
                 }
                 Block::Figure { svg, caption } => {
                     o.push_str("<figure>\n");

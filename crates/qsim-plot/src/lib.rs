@@ -10,6 +10,7 @@
 //! permitted, see `fonts/LICENSE-DejaVu.txt`) through plotters' `ab_glyph`
 //! feature, so no system font or fontconfig is needed.
 
+pub mod check;
 pub mod html;
 
 use plotters::coord::Shift;
@@ -147,8 +148,12 @@ pub struct ParetoPoint {
     pub y: f64,
 }
 
+/// Front points labelled on a Pareto scatter (the first, by x).
+pub const PARETO_LABELS: usize = 12;
+
 /// A Pareto scatter: every point in grey, the front (points no other point
-/// beats on both objectives) in colour, joined and labelled.
+/// beats on both objectives) in colour, joined, the first
+/// [`PARETO_LABELS`] labelled.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pareto {
     pub title: String,
@@ -680,7 +685,7 @@ fn draw_pareto<DB: DrawingBackend>(
         .draw_series(fp.iter().map(|&p| Circle::new(p, 6, col.filled())))
         .map_err(err)?;
     chart
-        .draw_series(front.iter().take(12).map(|&i| {
+        .draw_series(front.iter().take(PARETO_LABELS).map(|&i| {
             let p = &s.points[i];
             Text::new(
                 p.label.clone(),
