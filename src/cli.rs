@@ -296,7 +296,9 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     .map_err(|e| plan_err(e, None, &[]))?;
                 if targets.wanted() {
                     let text = (format == Format::Table).then_some(r.text.as_str());
-                    crate::plot::plan_outputs(&targets, &r.file, &r.records, args.seed, args.seeds, text)?;
+                    crate::plot::plan_outputs(
+                        &targets, &r.file, &r.records, args.seed, args.seeds, text,
+                    )?;
                 }
                 r.text
             };
@@ -366,7 +368,9 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         .map_err(|e| plan_err(e, Some(&file), &sets))?;
                     if targets.wanted() {
                         let text = (format == Format::Table).then_some(r.text.as_str());
-                        crate::plot::plan_outputs(&targets, &r.file, &r.records, seed, seeds, text)?;
+                        crate::plot::plan_outputs(
+                            &targets, &r.file, &r.records, seed, seeds, text,
+                        )?;
                     }
                     r.text
                 }

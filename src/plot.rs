@@ -37,8 +37,7 @@ use crate::report::{self, fmt_spread};
 use crate::time::Nanos;
 use qsim_plot::html::{Block, Document};
 use qsim_plot::{
-    Figure, Heatmap, LineChart, PlanConsumer, PlanScenario, Series, ServerSeries,
-    XAxis, MAX_SERIES,
+    Figure, Heatmap, LineChart, PlanConsumer, PlanScenario, Series, ServerSeries, XAxis, MAX_SERIES,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,8 +46,9 @@ use std::path::{Path, PathBuf};
 pub const SAMPLES: u64 = 240;
 /// Points of a CDF (quantiles 0, 1/N, …, 1).
 pub const CDF_POINTS: usize = 200;
-/// Most figures of one kind (per metric) a sweep draws.
-pub const MAX_FIGURES: usize = 12;
+/// Most figures of one kind per metric a sweep draws (the first in grid
+/// order; the rest are left out).
+pub const MAX_FIGURES: usize = 64;
 
 /// Where plots and the HTML page go (`--plot DIR`, `--html FILE`).
 #[derive(Debug, Clone, Default)]
@@ -96,9 +96,9 @@ impl Targets {
         }
         if let Some(h) = &self.html {
             output::check_target(h, self.force).map_err(|e| match e {
-                output::OutputError::BadTarget { reason, .. } => {
-                    CliError::Config(ConfigError::new(format!("--html {}", h.display()), "", reason))
-                }
+                output::OutputError::BadTarget { reason, .. } => CliError::Config(
+                    ConfigError::new(format!("--html {}", h.display()), "", reason),
+                ),
                 other => CliError::Output(other),
             })?;
         }
@@ -358,8 +358,15 @@ fn file_key(s: &str) -> String {
         .collect()
 }
 
+/// The values of the further `--vary` paths at a grid point.
+type Combo = Vec<(String, String)>;
+
 /// A grid point's values: x, the second path's, the further paths'.
-fn key<'a>(xv: &'a str, iv: Option<(&'a str, &'a str)>, ov: &'a [(String, String)]) -> Vec<&'a str> {
+fn key<'a>(
+    xv: &'a str,
+    iv: Option<(&'a str, &'a str)>,
+    ov: &'a [(String, String)],
+) -> Vec<&'a str> {
     let mut k = vec![xv];
     k.extend(iv.map(|(_, v)| v));
     k.extend(ov.iter().map(|(_, v)| v.as_str()));
@@ -410,7 +417,10 @@ pub fn sweep_figures(
         ),
     };
     let inner: Vec<Option<(&str, &str)>> = match rest.first() {
-        Some((p, vals)) => vals.iter().map(|v| Some((p.as_str(), v.as_str()))).collect(),
+        Some((p, vals)) => vals
+            .iter()
+            .map(|v| Some((p.as_str(), v.as_str())))
+            .collect(),
         None => vec![None],
     };
     let outer_dims = if rest.len() > 1 { &rest[1..] } else { &[][..] };
@@ -434,7 +444,7 @@ pub fn sweep_figures(
         // charts: per outer combination; per name too if the series would
         // not fit one chart
         let split = names.len() * inner.len() > MAX_SERIES && names.len() > 1;
-        let groups: Vec<(Vec<&String>, &Vec<(String, String)>)> = outer
+        let groups: Vec<(Vec<&String>, &Combo)> = outer
             .iter()
             .flat_map(|ov| {
                 if split {
@@ -460,7 +470,8 @@ pub fn sweep_figures(
                     };
                     for (xi, xv) in x_vals.iter().enumerate() {
                         let k = key(xv, *iv, ov);
-                        if let Some(sp) = by.get(&k).and_then(|rows| spread_of(rows, name, metric)) {
+                        if let Some(sp) = by.get(&k).and_then(|rows| spread_of(rows, name, metric))
+                        {
                             if sp.median.is_finite() {
                                 s.points.push((xs[xi], sp.median));
                                 if seeds > 1 {
@@ -503,7 +514,7 @@ pub fn sweep_figures(
     };
     for &metric in heat {
         let label = metric_label(metric);
-        let groups: Vec<(usize, &String, &Vec<(String, String)>)> = outer
+        let groups: Vec<(usize, &String, &Combo)> = outer
             .iter()
             .enumerate()
             .flat_map(|(oi, ov)| names.iter().map(move |n| (oi, n, ov)))
@@ -816,7 +827,10 @@ mod tests {
                 "experiments/nim-load.toml",
                 vec!["duration_s=120".to_string(), "drain=true".to_string()],
             ),
-            ("experiments/llama-8b-clients.toml", vec!["duration_s=60".to_string()]),
+            (
+                "experiments/llama-8b-clients.toml",
+                vec!["duration_s=60".to_string()],
+            ),
         ] {
             let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let ef = experiment::load(&p, &sets).unwrap();

@@ -15,7 +15,10 @@ pub enum Block {
         rows: Vec<Vec<String>>,
     },
     /// An SVG figure (the text of [`crate::Figure::svg`]) and its caption.
-    Figure { svg: String, caption: String },
+    Figure {
+        svg: String,
+        caption: String,
+    },
 }
 
 /// An HTML document.

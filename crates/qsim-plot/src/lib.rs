@@ -233,7 +233,8 @@ impl Figure {
         fonts();
         let mut s = String::new();
         {
-            let root = SVGBackend::with_string(&mut s, (self.width, self.height)).into_drawing_area();
+            let root =
+                SVGBackend::with_string(&mut s, (self.width, self.height)).into_drawing_area();
             self.draw(&root)?;
             root.present().map_err(err)?;
         }
@@ -262,7 +263,7 @@ pub fn fmt_num(v: f64) -> String {
         return "–".into();
     }
     let a = v.abs();
-    let s = if a != 0.0 && (a >= 1e6 || a < 1e-3) {
+    let s = if a != 0.0 && !(1e-3..1e6).contains(&a) {
         format!("{v:.1e}")
     } else if a >= 100.0 {
         format!("{v:.0}")
@@ -327,7 +328,11 @@ fn draw_lines<DB: DrawingBackend>(
         x1 = cats.len().max(1) as f64 - 0.5;
     } else {
         (x0, x1) = pad(x0, x1, false);
-        if !log && x0 < 0.0 && x1 > 0.0 && c.series.iter().all(|s| s.points.iter().all(|p| p.0 >= 0.0)) {
+        if !log
+            && x0 < 0.0
+            && x1 > 0.0
+            && c.series.iter().all(|s| s.points.iter().all(|p| p.0 >= 0.0))
+        {
             x0 = 0.0;
         }
     }
@@ -391,7 +396,8 @@ fn draw_lines<DB: DrawingBackend>(
         .y_label_formatter(&yfmt)
         .label_style((FAMILY, 14))
         .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(0xf0, 0xf0, 0xf0))
+        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+        .max_light_lines(1)
         .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd));
     if !cats.is_empty() {
         mesh.x_labels(cats.len().max(2) * 2 + 1);
@@ -442,11 +448,7 @@ fn draw_lines<DB: DrawingBackend>(
         }
         let style = col.stroke_width(w);
         chart
-            .draw_series(
-                dashes
-                    .into_iter()
-                    .map(move |d| PathElement::new(d, style)),
-            )
+            .draw_series(dashes.into_iter().map(move |d| PathElement::new(d, style)))
             .map_err(err)?;
         if !h.label.is_empty() {
             let label = h.label.clone();
@@ -455,10 +457,12 @@ fn draw_lines<DB: DrawingBackend>(
                 .draw_series(std::iter::once(Text::new(
                     label,
                     anchor,
-                    (FAMILY, 12).into_font().color(&col).pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Bottom,
-                    )),
+                    (FAMILY, 12).into_font().color(&col).pos(
+                        plotters::style::text_anchor::Pos::new(
+                            plotters::style::text_anchor::HPos::Left,
+                            plotters::style::text_anchor::VPos::Bottom,
+                        ),
+                    ),
                 )))
                 .map_err(err)?;
         }
@@ -486,7 +490,11 @@ pub fn viridis(t: f64) -> (u8, u8, u8) {
         (122.0, 209.0, 81.0),
         (253.0, 231.0, 37.0),
     ];
-    let t = if t.is_finite() { t.clamp(0.0, 1.0) } else { 0.0 };
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     let x = t * (A.len() - 1) as f64;
     let i = (x.floor() as usize).min(A.len() - 2);
     let f = x - i as f64;
@@ -589,10 +597,13 @@ fn draw_heatmap<DB: DrawingBackend>(
             Text::new(
                 t,
                 p,
-                (FAMILY, fs).into_font().color(&ink).pos(plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Center,
-                    plotters::style::text_anchor::VPos::Center,
-                )),
+                (FAMILY, fs)
+                    .into_font()
+                    .color(&ink)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Center,
+                    )),
             )
         }))
         .map_err(err)?;
@@ -660,7 +671,8 @@ fn draw_pareto<DB: DrawingBackend>(
         .y_label_formatter(&f)
         .label_style((FAMILY, 14))
         .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(0xf0, 0xf0, 0xf0))
+        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+        .max_light_lines(1)
         .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
         .draw()
         .map_err(err)?;
@@ -675,7 +687,10 @@ fn draw_pareto<DB: DrawingBackend>(
         .label(format!("all configurations ({})", fin.len()))
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], grey.filled()));
     let col = color(0);
-    let fp: Vec<(f64, f64)> = front.iter().map(|&i| (s.points[i].x, s.points[i].y)).collect();
+    let fp: Vec<(f64, f64)> = front
+        .iter()
+        .map(|&i| (s.points[i].x, s.points[i].y))
+        .collect();
     chart
         .draw_series(LineSeries::new(fp.clone(), col.stroke_width(2)))
         .map_err(err)?
@@ -690,10 +705,13 @@ fn draw_pareto<DB: DrawingBackend>(
             Text::new(
                 p.label.clone(),
                 (p.x, p.y),
-                (FAMILY, 12).into_font().color(&BLACK).pos(plotters::style::text_anchor::Pos::new(
-                    plotters::style::text_anchor::HPos::Left,
-                    plotters::style::text_anchor::VPos::Bottom,
-                )),
+                (FAMILY, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Left,
+                        plotters::style::text_anchor::VPos::Bottom,
+                    )),
             )
         }))
         .map_err(err)?;
@@ -909,7 +927,14 @@ mod tests {
             x,
             y,
         };
-        let pts = vec![p(3.0, 1.0), p(1.0, 3.0), p(2.0, 2.0), p(2.5, 2.5), p(1.0, 4.0), p(f64::NAN, 0.0)];
+        let pts = vec![
+            p(3.0, 1.0),
+            p(1.0, 3.0),
+            p(2.0, 2.0),
+            p(2.5, 2.5),
+            p(1.0, 4.0),
+            p(f64::NAN, 0.0),
+        ];
         assert_eq!(pareto_front(&pts), vec![1, 2, 0]);
     }
 

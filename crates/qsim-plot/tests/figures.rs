@@ -25,8 +25,15 @@ fn draw(dir: &Path, name: &str, f: &Figure, colors: &[usize]) -> String {
     assert_eq!(size, (f.width, f.height));
     assert_eq!(seen, colors, "{name}.png: series colours shown");
     let text = std::fs::read_to_string(&svg).unwrap();
-    assert!(text.trim_end().ends_with("</svg>"), "{name}.svg is complete");
-    assert_eq!(svg_size(&text), Some((f.width, f.height)), "{name}.svg size");
+    assert!(
+        text.trim_end().ends_with("</svg>"),
+        "{name}.svg is complete"
+    );
+    assert_eq!(
+        svg_size(&text),
+        Some((f.width, f.height)),
+        "{name}.svg size"
+    );
     assert_eq!(f.svg().unwrap(), text, "save and svg() agree");
     text
 }
@@ -150,7 +157,9 @@ fn plan_admitted_floors_and_capacity() {
             .map(|i| PlanConsumer {
                 name: format!("C{i}"),
                 admitted_per_min: (0..5).map(|m| 100.0 * (i + 1) as f64 + m as f64).collect(),
-                band: (0..5).map(|m| (90.0 + m as f64, 110.0 + m as f64)).collect(),
+                band: (0..5)
+                    .map(|m| (90.0 + m as f64, 110.0 + m as f64))
+                    .collect(),
                 floor: (i < 2).then_some(300.0),
             })
             .collect()
@@ -216,7 +225,10 @@ fn pareto_front_highlighted() {
         let labelled = svg.contains(&format!("\ncfg{i}\n"));
         assert_eq!(labelled, k < PARETO_LABELS, "front point {i} labelled");
     }
-    assert!(!svg.contains("\ncfg1\n"), "dominated points are not labelled");
+    assert!(
+        !svg.contains("\ncfg1\n"),
+        "dominated points are not labelled"
+    );
 }
 
 #[test]
