@@ -211,17 +211,21 @@ fn capped<T>(v: Vec<T>) -> (Vec<T>, String) {
 
 /// The figures of `qsim run` on a hosted or server file.
 pub fn run_figures(ef: &ExperimentFile, x: &Extras, seed: u64, seeds: u64) -> Vec<Fig> {
-    let note = seeds_note(seed, seeds);
+    let note = if seeds > 1 {
+        format!("{} pooled", seeds_note(seed, seeds))
+    } else {
+        seeds_note(seed, seeds)
+    };
     let mut figs = Vec::new();
     match ef {
         ExperimentFile::Hosted(suite) => {
             let (lat, more) = capped(x.latency.iter().collect());
             let series = lat.iter().map(|(n, h)| (n.clone(), cdf(h))).collect();
-            let title = format!("Row latency CDF per experiment{more}, {note} pooled");
+            let title = format!("Row latency CDF per experiment{more}, {note}");
             figs.push(Fig {
                 name: "latency-cdf".into(),
                 caption: format!(
-                    "{}: latency of each row (first send to final outcome, waits included), {note} pooled",
+                    "{}: latency of each row (first send to final outcome, waits included), {note}",
                     suite.title
                 ),
                 figure: qsim_plot::latency_cdf(&title, "row latency (s)", series),
@@ -249,9 +253,9 @@ pub fn run_figures(ef: &ExperimentFile, x: &Extras, seed: u64, seeds: u64) -> Ve
             let series = lat.iter().map(|(n, h)| (n.clone(), cdf(h))).collect();
             figs.push(Fig {
                 name: "e2e-cdf".into(),
-                caption: format!("E2E latency CDF per scenario, {note} pooled"),
+                caption: format!("E2E latency CDF per scenario, {note}"),
                 figure: qsim_plot::latency_cdf(
-                    &format!("E2E CDF per scenario{more}, {note} pooled"),
+                    &format!("E2E CDF per scenario{more}, {note}"),
                     "E2E (s)",
                     series,
                 ),
@@ -547,7 +551,11 @@ pub fn sweep_figures(
                 } else {
                     format!("heatmap-{}-{}", file_key(metric), file_key(name))
                 },
-                caption: format!("{title}, median over {note}"),
+                caption: if seeds > 1 {
+                    format!("{title}, median over {note}")
+                } else {
+                    format!("{title}, {note}")
+                },
                 figure: qsim_plot::heatmap(Heatmap {
                     title,
                     x_label: x_path.clone(),

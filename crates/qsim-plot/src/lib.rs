@@ -121,6 +121,17 @@ pub struct LineChart {
     pub markers: bool,
     /// Fixed y range; None: from the data (from 0 when all y ≥ 0).
     pub y_range: Option<(f64, f64)>,
+    /// Where the legend goes.
+    pub legend: Legend,
+}
+
+/// The corner of a chart's legend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Legend {
+    #[default]
+    UpperRight,
+    /// For CDFs: their upper left is empty.
+    UpperLeft,
 }
 
 /// A heatmap: `cells[row][col]` is the value at (`x_values[col]`,
@@ -470,7 +481,10 @@ fn draw_lines<DB: DrawingBackend>(
     if !c.series.is_empty() {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(match c.legend {
+                Legend::UpperRight => SeriesLabelPosition::UpperRight,
+                Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+            })
             .background_style(WHITE.mix(0.85))
             .border_style(RGBColor(0xbb, 0xbb, 0xbb))
             .label_font((FAMILY, 14))
@@ -777,6 +791,7 @@ pub fn latency_cdf(title: &str, x_label: &str, series: Vec<(String, Vec<(f64, f6
         hlines: vec![],
         markers: false,
         y_range: Some((0.0, 1.02)),
+        legend: Legend::UpperLeft,
     }))
 }
 
