@@ -16,10 +16,11 @@
 //! - `qsim sweep`: `sweep-METRIC[-K]` — the metric's median against the
 //!   first `--vary` path with its 90 % interval over seeds, one line per
 //!   experiment (or scenario, or scenario/consumer) and value of the second
-//!   path, one figure per combination of the further paths;
-//!   `heatmap-METRIC-EXPERIMENT[-K]` (with two or more paths) — the median over the
-//!   first two paths, one per experiment and combination of the further
-//!   paths.
+//!   path, one figure per combination of the further paths (and per
+//!   experiment when the lines would be more than ten);
+//!   `heatmap-METRIC-EXPERIMENT[-K]` (with two or more paths) — the median
+//!   over the first two paths, one per experiment and combination of the
+//!   further paths. At most [`MAX_FIGURES`] of each per metric.
 //!
 //! The latency histograms and server samples are not in the records: the
 //! run that makes the records also returns them when plots are asked for
@@ -809,7 +810,8 @@ pub fn sweep_outputs(
     )
 }
 
-/// Sample interval of a scenario's series (exposed for tests).
+/// Sample interval of a scenario's series: [`SAMPLES`] samples over its
+/// duration, at least 1 ms apart.
 pub fn sample_every(duration: Nanos) -> Nanos {
     (duration / SAMPLES).max(1_000_000)
 }
