@@ -161,11 +161,46 @@ pub enum Cmd {
         #[command(flatten)]
         plots: PlotOpts,
     },
+    /// Search a hosted experiment's client knobs (workers, max_tokens, retry
+    /// policy and its parameters, the AIMD window) for the best configuration
+    /// under constraints; prints the winner, runner-ups, the Pareto front
+    /// (elapsed vs p95) and the evidence.
+    Recommend {
+        #[command(flatten)]
+        args: crate::recommend::RecommendArgs,
+    },
     /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
     /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
     Proxy {
         #[command(flatten)]
         args: crate::proxy::ProxyArgs,
+    },
+    /// Answer OpenAI / serving-endpoints requests from a profile in real
+    /// time: a hosted profile's limits, 429s and latency, or a server
+    /// profile's continuous batching (`--time-scale` runs it faster).
+    Serve {
+        #[command(flatten)]
+        args: crate::serve::ServeArgs,
+    },
+    /// Play a shared-deployment scenario against a real endpoint (e.g. a
+    /// `qsim proxy`) and report it in the plan's records, optionally beside
+    /// the plan's prediction.
+    Load {
+        #[command(flatten)]
+        args: crate::load::LoadArgs,
+    },
+    /// Run a hosted experiment's client side for real against an endpoint
+    /// (the same caller state machines as the simulation), log every HTTP
+    /// attempt and write the summary records `qsim run` writes.
+    Replay {
+        #[command(flatten)]
+        args: crate::replay::ReplayArgs,
+    },
+    /// Prediction vs observation per metric: two records files (`qsim run
+    /// --format csv`, `qsim replay`'s summary.csv).
+    Compare {
+        #[command(flatten)]
+        args: crate::compare::CompareArgs,
     },
 }
 
@@ -304,6 +339,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             };
             emit(&text, out.as_deref(), force)
         }
+        Cmd::Recommend { args } => crate::recommend::run_cli(&args),
         Cmd::Proxy { args } => {
             let cfg =
                 crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
@@ -312,6 +348,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
             proxy.run().map_err(CliError::Io)
         }
+        Cmd::Serve { args } => crate::serve::run(&args),
+        Cmd::Load { args } => {
+            check_out(args.out.as_deref(), args.force)?;
+            let text = crate::load::run_cli(&args)?;
+            emit(&text, args.out.as_deref(), args.force)
+        }
+        Cmd::Replay { args } => crate::replay::run_cli(args),
+        Cmd::Compare { args } => crate::compare::run_cli(args),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

@@ -10,22 +10,29 @@
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`proxy`]: `qsim proxy` configuration (the runtime is the `qsim-live` crate);
+//! - [`serve`]: `qsim serve`, the models behind an OpenAI-compatible endpoint;
+//! - [`load`]: `qsim load`: a scenario compiled for the live load generator (`qsim-live`);
 //! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
 pub mod experiment;
 pub mod hosted;
+pub mod load;
 pub mod output;
 pub mod plan;
 pub mod plot;
 pub mod proxy;
+pub mod recommend;
+pub mod replay;
 pub mod report;
+pub mod serve;
 pub mod server;
 pub mod sweep;
 pub mod workload;

@@ -48,6 +48,10 @@ pub struct ProxyArgs {
     /// unlimited) or closed (answer 503). Default: closed.
     #[arg(long)]
     pub state_fail: Option<String>,
+    /// Compressed time for tests: the limiter's clock runs X times faster
+    /// than real time (in (0, 100]; default 1). Pair with `qsim load --time-scale X`.
+    #[arg(long, allow_negative_numbers = true)]
+    pub time_scale: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -67,6 +71,7 @@ struct RawProxy {
     threads: Option<i64>,
     state: Option<String>,
     state_fail: Option<String>,
+    time_scale: Option<f64>,
     /// consumer name → its keys
     #[serde(default)]
     keys: BTreeMap<String, Vec<String>>,
@@ -311,6 +316,17 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
             }
         }
     };
+    let time_scale = match (args.time_scale, p.time_scale) {
+        (Some(x), _) => (x, "--time-scale"),
+        (None, Some(x)) => (x, "proxy.time_scale"),
+        (None, None) => (1.0, ""),
+    };
+    if !(time_scale.0 > 0.0 && time_scale.0 <= 100.0) {
+        return Err(err_at(
+            time_scale.1,
+            format!("must be in (0, 100], got {}", time_scale.0),
+        ));
+    }
     let cfg = ProxyConfig {
         listen,
         upstream: up,
@@ -327,6 +343,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         limiter,
         threads,
         state,
+        time_scale: time_scale.0,
     };
     Ok(cfg)
 }

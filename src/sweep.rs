@@ -14,6 +14,10 @@ use crate::report::records::{to_csv, PointRecords, Records};
 use rayon::prelude::*;
 use std::io::IsTerminal;
 
+/// Seeds run as one job (one records buffer): large enough that the
+/// per-run bookkeeping vanishes, small enough to balance the threads.
+const SEED_CHUNK: u64 = 64;
+
 /// Largest grid accepted (points, before seeds).
 pub const MAX_POINTS: usize = 1_000_000;
 
@@ -213,31 +217,41 @@ pub fn run_points(
     seeds: u64,
     threads: Option<usize>,
 ) -> Result<Vec<Records>, ConfigError> {
-    let jobs: Vec<(usize, u64)> = points
+    // a job is a run of up to SEED_CHUNK consecutive seeds of one point,
+    // its records in one Records (names interned once per chunk, not per
+    // run); a point's chunks concatenated in order are its serial records
+    let chunk = SEED_CHUNK.min(seeds.max(1));
+    let jobs: Vec<(usize, u64, u64)> = points
         .iter()
-        .flat_map(|&p| (0..seeds).map(move |k| (p, k)))
+        .flat_map(|&p| {
+            (0..seeds)
+                .step_by(chunk as usize)
+                .map(move |k| (p, k, chunk.min(seeds - k)))
+        })
         .collect();
-    let bar = progress(jobs.len() as u64);
+    let bar = progress(points.len() as u64 * seeds);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
         .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
-    let per_run: Vec<Records> = pool.install(|| {
+    let per_job: Vec<Records> = pool.install(|| {
         jobs.par_iter()
-            .map(|&(p, k)| {
-                let r = efs[p].records(seed.wrapping_add(k), 1);
-                bar.inc(1);
+            .map(|&(p, k, n)| {
+                let r = efs[p].records(seed.wrapping_add(k), n);
+                bar.inc(n);
                 r
             })
             .collect::<Result<Vec<_>, _>>()
     })?;
     bar.finish_and_clear();
-    let mut runs = per_run.into_iter();
+    let per_point = seeds.div_ceil(chunk) as usize;
+    let mut runs = per_job.into_iter();
     Ok(points
         .iter()
         .map(|_| {
-            let mut r = Records::default();
-            for one in runs.by_ref().take(seeds as usize) {
+            let mut chunks = runs.by_ref().take(per_point);
+            let mut r = chunks.next().unwrap_or_default();
+            for one in chunks {
                 r.extend_from(&one);
             }
             r

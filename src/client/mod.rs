@@ -4,5 +4,6 @@
 
 pub use qsim_core::client::*;
 
+pub mod presets;
 pub mod raw;
 pub use raw::RawRetry;

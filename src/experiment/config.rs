@@ -3,6 +3,7 @@
 
 use crate::client::managed::AimdParams;
 use crate::client::policy::{RetryPolicy, SdkRetry};
+use crate::client::presets::{aimd_window, preset, ClientPolicy};
 use crate::client::throttle::{AdaptiveThrottle, RetryQuota};
 use crate::client::RawRetry;
 use crate::client::{CallerPolicy, PoolShared};
@@ -90,6 +91,9 @@ struct RawHostedSuite {
     input_tokens: RawDist,
     output_tokens: RawDist,
     managed: Option<RawManaged>,
+    /// A named client policy ([`crate::client::presets`]) for every pool
+    /// experiment, in place of its own retry layers.
+    policy: Option<String>,
     experiment: Vec<RawExperiment>,
 }
 
@@ -126,6 +130,21 @@ pub struct Experiment {
     pub client: ClientKind,
 }
 
+/// The file's top-level client settings, which its experiments inherit
+/// (what `qsim recommend` searches from).
+#[derive(Debug, Clone)]
+pub struct SuiteBase {
+    pub rows: u64,
+    pub max_tokens: u64,
+    pub workers: u32,
+    /// The SDK's hidden retry layer of pool clients, if `sdk_retries` is on.
+    pub sdk: Option<SdkRetry>,
+    /// The managed executor's parameters (`[managed]` or the defaults).
+    pub managed: AimdParams,
+    /// The `policy` knob, if set.
+    pub policy: Option<String>,
+}
+
 /// A validated hosted-API suite.
 #[derive(Debug, Clone)]
 pub struct HostedSuite {
@@ -137,6 +156,7 @@ pub struct HostedSuite {
     pub input_tokens: Sampler,
     pub output_tokens: Sampler,
     pub experiments: Vec<Experiment>,
+    pub base: SuiteBase,
 }
 
 fn positive_int(file: &str, field: &str, v: i64, max: i64) -> Result<u64, ConfigError> {
@@ -296,6 +316,10 @@ impl HostedSuite {
         };
         let managed_base =
             managed_params(f, "managed", AimdParams::default(), raw.managed.as_ref())?;
+        let policy = match &raw.policy {
+            None => None,
+            Some(name) => Some(preset(name).map_err(|r| ConfigError::new(f, "policy", r))?),
+        };
         if raw.experiment.is_empty() {
             return Err(ConfigError::new(
                 f,
@@ -376,13 +400,14 @@ impl HostedSuite {
                             Some(AdaptiveThrottle::new(k, secs(w)))
                         }
                     };
-                    ClientKind::Pool {
-                        workers,
-                        caller: CallerPolicy {
-                            retry,
-                            sdk: sdk_on.then(|| sdk.clone()),
+                    let sdk = sdk_on.then(|| sdk.clone());
+                    match &policy {
+                        None => ClientKind::Pool {
+                            workers,
+                            caller: CallerPolicy { retry, sdk },
+                            shared: PoolShared { quota, throttle },
                         },
-                        shared: PoolShared { quota, throttle },
+                        Some(p) => client_with(p, workers, sdk, &managed_base),
                     }
                 }
                 "managed" => {
@@ -442,6 +467,36 @@ impl HostedSuite {
             input_tokens: dist("input_tokens", &raw.input_tokens)?,
             output_tokens: dist("output_tokens", &raw.output_tokens)?,
             experiments,
+            base: SuiteBase {
+                rows,
+                max_tokens,
+                workers: workers as u32,
+                sdk: raw.sdk_retries.then_some(sdk),
+                managed: managed_base,
+                policy: raw.policy,
+            },
         })
+    }
+}
+
+/// The client of a pool of `workers` under the client policy `p` (the
+/// SDK layer `sdk` applies to pool policies; `aimd` is the managed
+/// executor with its window's ceiling at `workers`).
+pub fn client_with(
+    p: &ClientPolicy,
+    workers: u32,
+    sdk: Option<SdkRetry>,
+    managed: &AimdParams,
+) -> ClientKind {
+    match p {
+        ClientPolicy::Pool { retry, shared } => ClientKind::Pool {
+            workers,
+            caller: CallerPolicy {
+                retry: retry.clone(),
+                sdk,
+            },
+            shared: shared.clone(),
+        },
+        ClientPolicy::Aimd => ClientKind::Managed(aimd_window(managed, workers)),
     }
 }

@@ -61,6 +61,9 @@ struct RawHostedProfile {
     latency: RawLatency,
     #[serde(default)]
     server_error_rate: f64,
+    /// Only `qsim serve` reads it (answer lengths).
+    #[serde(default)]
+    serve: Option<crate::serve::RawServe>,
 }
 
 /// A validated hosted-API profile.
@@ -75,6 +78,9 @@ pub struct HostedProfile {
     pub ttft: Sampler,
     pub tpot: Sampler,
     pub server_error_rate: f64,
+    /// `[serve]`: how `qsim serve` sizes answers (the simulation takes
+    /// lengths from the experiment file instead).
+    pub serve: crate::serve::ServeSpec,
 }
 
 fn dist(file: &str, field: &str, d: &RawDist) -> Result<Sampler, ConfigError> {
@@ -133,6 +139,7 @@ impl HostedProfile {
             ttft: dist(file, "latency.ttft", &raw.latency.ttft)?,
             tpot: dist(file, "latency.tpot", &raw.latency.tpot)?,
             server_error_rate: raw.server_error_rate,
+            serve: crate::serve::ServeSpec::from_raw(file, raw.serve.as_ref())?,
         })
     }
 }

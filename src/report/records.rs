@@ -69,9 +69,22 @@ impl Records {
 
     /// Append every record of `other`, in its order (as if pushed here).
     pub fn extend_from(&mut self, other: &Records) {
-        for r in other.iter() {
-            self.push(r.seed, r.subject, r.metric, r.value);
+        // each of other's names interned here once (in first-use order, as
+        // pushing its records one by one would), then its rows remapped
+        let mut map = vec![u32::MAX; other.names.names.len()];
+        for &(_, s, m, _) in &other.rows {
+            for i in [s, m] {
+                if map[i as usize] == u32::MAX {
+                    map[i as usize] = self.names.id(&other.names.names[i as usize]);
+                }
+            }
         }
+        self.rows.extend(
+            other
+                .rows
+                .iter()
+                .map(|&(seed, s, m, v)| (seed, map[s as usize], map[m as usize], v)),
+        );
     }
 
     pub fn len(&self) -> usize {

@@ -223,6 +223,21 @@ impl Cluster {
         self.replicas[i as usize].blocks_in_use()
     }
 
+    /// Output tokens produced so far by every request in a running batch,
+    /// as `f(id, generated)` (replica by replica). Read-only: it changes
+    /// nothing the simulation sees; `qsim serve` streams tokens with it.
+    pub fn progress(&self, mut f: impl FnMut(u64, u32)) {
+        for r in &self.replicas {
+            r.progress(&mut f);
+        }
+    }
+
+    /// Why a request could never run on this profile (it would come back at
+    /// once as a rejected completion), if it could not.
+    pub fn reject_reason(&self, req: &Request) -> Option<&'static str> {
+        self.replicas[0].reject_reason(req)
+    }
+
     /// The time of the last `handle_timeout`/`submit`.
     pub fn now(&self) -> Nanos {
         self.now

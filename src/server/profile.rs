@@ -97,6 +97,9 @@ struct RawServerProfile {
     scheduler: RawScheduler,
     kv_cache: RawKv,
     iteration: RawIteration,
+    /// Only `qsim serve` reads it (answer lengths).
+    #[serde(default)]
+    serve: Option<crate::serve::RawServe>,
 }
 
 /// The iteration-time model, with coefficients in nanoseconds.
@@ -164,6 +167,9 @@ pub struct ServerProfile {
     pub kv_bytes_per_token: f64,
     pub iteration: IterationModel,
     pub ingress: Nanos,
+    /// `[serve]`: how `qsim serve` sizes answers (the simulation takes
+    /// lengths from the experiment file instead).
+    pub serve: crate::serve::ServeSpec,
 }
 
 fn pos_int(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
@@ -386,6 +392,7 @@ impl ServerProfile {
             kv_bytes_per_token: kv_bytes,
             iteration,
             ingress: ingress.round() as Nanos,
+            serve: crate::serve::ServeSpec::from_raw(file, raw.serve.as_ref())?,
         })
     }
 

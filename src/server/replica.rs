@@ -200,6 +200,27 @@ impl Replica {
         ing.min(self.iter_end)
     }
 
+    /// Output tokens each running sequence has produced by the end of the
+    /// last finished iteration, as `f(id, generated)` in admission order.
+    /// Read-only (a lazy sequence's count is derived, not made concrete):
+    /// the real-time driver uses it to stream tokens as iterations end.
+    pub fn progress(&self, f: &mut impl FnMut(u64, u32)) {
+        // iterations finished so far: the one in flight is `cur_iter`
+        let finished = if self.iter_end != NEVER {
+            self.cur_iter
+        } else {
+            self.next_iter
+        };
+        for s in self.running.values() {
+            let g = if s.lazy {
+                s.generated + finished.saturating_sub(s.since) as u32
+            } else {
+                s.generated
+            };
+            f(s.id, g);
+        }
+    }
+
     /// Why a request can never run on this profile, if it cannot.
     pub fn reject_reason(&self, r: &Request) -> Option<&'static str> {
         let p = &self.profile;
@@ -579,6 +600,7 @@ mod tests {
     use super::*;
     use crate::engine::rng;
     use rand::Rng;
+    use std::collections::BTreeMap;
 
     /// Drive one replica with `n` requests arriving every `gap` ns, lengths
     /// drawn from `seed`; returns the completions and the metrics' Debug.
@@ -614,6 +636,80 @@ mod tests {
         assert_eq!((r.lazy_n, r.lazy_base, r.eager.len()), (0, 0, 0));
         assert!(r.lazy_mod.iter().all(|&c| c == 0) && r.done_at.is_empty());
         (out.into_iter().collect(), format!("{m:?}"))
+    }
+
+    /// `progress` (what `qsim serve` streams) reads the lazy batch as the
+    /// sequence-by-sequence reference counts it, after every step: the same
+    /// (id, generated) pairs, never decreasing, never above the output.
+    #[test]
+    fn progress_of_the_lazy_batch_equals_the_reference() {
+        let base = crate::server::load_profile(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/llama-3.1-8b-h100-vllm.toml"
+        )))
+        .unwrap();
+        for (blocks, budget) in [(100_000, 8192), (150, 8192), (100_000, 300)] {
+            let mut p = base.clone();
+            p.total_blocks = blocks;
+            p.max_batched_tokens = budget;
+            p.max_model_len = 1000;
+            let p = Arc::new(p);
+            let mut reps: Vec<Replica> = [true, false]
+                .into_iter()
+                .map(|lazy| {
+                    let mut r = Replica::new(0, p.clone());
+                    r.lazy_batch = lazy;
+                    r
+                })
+                .collect();
+            let mut ms: Vec<ReplicaMetrics> = (0..2)
+                .map(|_| ReplicaMetrics::new(p.total_blocks))
+                .collect();
+            let mut outs = [VecDeque::new(), VecDeque::new()];
+            let mut g = rng::stream(9, 1, 2);
+            let mut seen: BTreeMap<u64, u32> = BTreeMap::new();
+            let mut t = 0;
+            let mut next_id = 0;
+            let mut steps = 0;
+            loop {
+                let d = reps[0].deadline();
+                assert_eq!(d, reps[1].deadline());
+                let arrive = if next_id < 300 { t + 3_000_000 } else { NEVER };
+                if d == NEVER && arrive == NEVER {
+                    break;
+                }
+                t = d.min(arrive);
+                for i in 0..2 {
+                    reps[i].advance(t, &mut outs[i], &mut ms[i]);
+                }
+                if t == arrive {
+                    let req = Request {
+                        id: next_id,
+                        input_tokens: g.gen_range(1..400),
+                        output_tokens: g.gen_range(1..300),
+                    };
+                    next_id += 1;
+                    for i in 0..2 {
+                        reps[i].submit(t, req, &mut outs[i], &mut ms[i]);
+                    }
+                }
+                let mut prog = [Vec::new(), Vec::new()];
+                for i in 0..2 {
+                    reps[i].progress(&mut |id, n| prog[i].push((id, n)));
+                }
+                assert_eq!(prog[0], prog[1], "at {t}");
+                for &(id, n) in &prog[0] {
+                    let old = seen.insert(id, n).unwrap_or(0);
+                    assert!(n >= old, "{id}: {old} → {n}");
+                    let s = reps[1].running.values().find(|s| s.id == id).unwrap();
+                    assert!(n <= s.output);
+                }
+                steps += 1;
+            }
+            assert_eq!(outs[0], outs[1]);
+            assert_eq!(outs[0].len(), 300);
+            assert!(steps > 600, "{steps} steps");
+        }
     }
 
     /// The lazy batch gives exactly what scheduling every sequence every

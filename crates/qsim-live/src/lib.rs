@@ -12,13 +12,19 @@
 //! shared by several replicas (`store.rs`: the same `decide_pure` /
 //! `complete`, written back by compare-and-set).
 //!
+//! [`serve`] is the other real-time driver: `qsim serve`'s HTTP side around
+//! a sans-IO model backend (the root crate's hosted and server models).
+//!
 //! Configuration is parsed and validated by the root crate (`qsim proxy`
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
 //! shared-deployment file); this crate receives a validated [`ProxyConfig`].
 
 mod body;
 pub mod estimate;
+pub mod load;
 mod metrics;
+pub mod replay;
+pub mod serve;
 mod server;
 mod store;
 
@@ -85,6 +91,10 @@ pub struct ProxyConfig {
     pub threads: Option<usize>,
     /// Where the limiter state lives (in-process, or a shared Redis).
     pub state: StateBackend,
+    /// The limiter's clock runs this many times faster than real time (1:
+    /// real time). Compressed time for tests against `qsim load
+    /// --time-scale` with the same factor; retry hints are then in scaled time.
+    pub time_scale: f64,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -107,6 +117,7 @@ impl fmt::Debug for ProxyConfig {
             .field("lease", &self.lease)
             .field("limiter", &self.limiter)
             .field("state", &self.state)
+            .field("time_scale", &self.time_scale)
             .finish()
     }
 }

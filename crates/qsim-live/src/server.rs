@@ -54,9 +54,18 @@ pub struct App {
 }
 
 impl App {
-    /// Nanoseconds since the proxy started (monotonic): the core's `now`.
+    /// Nanoseconds since the proxy started (monotonic): the core's `now`;
+    /// with `time_scale` X ≠ 1, (base + real elapsed) × X (compressed time
+    /// for tests: limiter refills, retry hints and leases run X times faster).
     pub fn now(&self) -> Nanos {
-        (self.base as u128 + self.start.elapsed().as_nanos()).min(NEVER as u128 - 1) as Nanos
+        let real = self.base as u128 + self.start.elapsed().as_nanos();
+        let x = self.cfg.time_scale;
+        let t = if x == 1.0 {
+            real
+        } else {
+            (real as f64 * x) as u128
+        };
+        t.min(NEVER as u128 - 1) as Nanos
     }
     pub fn consumer_label(&self, c: usize) -> ConsumerLabel {
         ConsumerLabel {

@@ -1,0 +1,92 @@
+//! Helpers of the `qsim serve` live tests: start `qsim serve`, run a
+//! Python script (the venv's interpreter, the official openai SDK).
+
+#![allow(dead_code)]
+
+use crate::common::{venv_bin, Proc};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Start `qsim serve PROFILE --listen 127.0.0.1:0 --time-scale X --seed N`;
+/// returns the process and the base URL read from stdout's first line.
+pub fn serve(profile: &Path, time_scale: f64, seed: u64) -> (Proc, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
+        .arg("serve")
+        .arg(profile)
+        .args(["--listen", "127.0.0.1:0", "--time-scale"])
+        .arg(time_scale.to_string())
+        .arg("--seed")
+        .arg(seed.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start qsim serve");
+    let out = child.stdout.take().unwrap();
+    let p = Proc(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("qsim serve did not start in 20 s");
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (p, url)
+}
+
+pub fn model(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(name)
+}
+
+/// Run a Python script with `URL` set; its last stdout line is JSON.
+pub fn python(script: &str, url: &str, timeout: Duration) -> Value {
+    python_env(script, url, &[], timeout)
+}
+
+/// [`python`] with more environment variables.
+pub fn python_env(script: &str, url: &str, env: &[(&str, String)], timeout: Duration) -> Value {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(script.as_bytes()).unwrap();
+    let mut child = Command::new(venv_bin("python"))
+        .arg(f.path())
+        .env("URL", url)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("python script timed out after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
