@@ -27,6 +27,7 @@ pub mod hosted;
 pub mod load;
 pub mod output;
 pub mod plan;
+pub mod plot;
 pub mod proxy;
 pub mod recommend;
 pub mod replay;
