@@ -30,4 +30,8 @@ cp "$TMP/plan/plan-admitted.png" "$OUT/plan-admitted.png"
 "$QSIM" run experiments/nim-load.toml --plot "$TMP/server" > /dev/null
 cp "$TMP/server/server-over-time.png" "$OUT/nim-server-over-time.png"
 
+# qsim recommend's search: elapsed vs p95, the Pareto front
+"$QSIM" recommend experiments/fmapi-pacing.toml --plot "$TMP/recommend" > /dev/null
+cp "$TMP/recommend/recommend-pareto.png" "$OUT/recommend-pareto.png"
+
 ls -l "$OUT"

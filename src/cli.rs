@@ -77,7 +77,7 @@ pub struct PlotOpts {
 }
 
 impl PlotOpts {
-    fn targets(&self, force: bool) -> crate::plot::Targets {
+    pub fn targets(&self, force: bool) -> crate::plot::Targets {
         crate::plot::Targets {
             plot: self.plot.clone(),
             html: self.html.clone(),
