@@ -49,11 +49,14 @@ pub struct RunOpts {
     /// Run only these experiments of the file (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Write the report to this file (atomically) instead of stdout. Only a
-    /// regular file is written; a symbolic link is written through.
-    #[arg(long)]
+    /// FILE (a name with an extension): write the report there (atomically)
+    /// instead of stdout; only a regular file is written, a symbolic link is
+    /// written through. DIR (no extension, or ending in /): write the result
+    /// tables there (runs.parquet, runs.csv, points.parquet, points.csv,
+    /// manifest.json; the report still goes to stdout).
+    #[arg(long, value_name = "FILE|DIR")]
     pub out: Option<PathBuf>,
-    /// Replace the --out file if it exists.
+    /// Replace the --out file, or the --out directory of qsim's files, if it exists.
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
@@ -91,23 +94,26 @@ pub enum Cmd {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
         /// Run only shard I of N (counted from 0): the grid points whose
-        /// index is I modulo N. Needs `--format csv`; `qsim merge` joins the
-        /// shards' files into the single-machine CSV.
+        /// index is I modulo N. Needs `--out DIR` or `--format csv`; `qsim
+        /// merge` joins the shards' directories (or CSV files) into the
+        /// single-machine result.
         #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
         shard: Option<String>,
         #[command(flatten)]
         opts: RunOpts,
     },
-    /// Join the records files of `qsim sweep --shard I/N --format csv` into
-    /// the CSV a single-machine `qsim sweep --format csv` writes.
+    /// Join the shards of `qsim sweep --shard I/N`: their `--out DIR`
+    /// directories into the directory a single-machine run writes (needs
+    /// `--out DIR`), or their `--format csv` files into the single-machine CSV.
     Merge {
-        /// The shards' files, in any order.
+        /// The shards' directories or files, in any order.
         #[arg(required = true)]
         files: Vec<PathBuf>,
-        /// Write the result to this file (atomically) instead of stdout.
-        #[arg(long)]
+        /// The merged directory (a name without an extension), or the file
+        /// for merged CSV (atomically; default stdout).
+        #[arg(long, value_name = "DIR|FILE")]
         out: Option<PathBuf>,
-        /// Replace the --out file if it exists.
+        /// Replace the --out file, or the --out directory of qsim's files, if it exists.
         #[arg(long)]
         force: bool,
     },
@@ -119,11 +125,12 @@ pub enum Cmd {
         args: crate::plan::PlanArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// Write the report to this file (atomically) instead of stdout. Only
-        /// a regular file is written; a symbolic link is written through.
-        #[arg(long)]
+        /// FILE (a name with an extension): the report, instead of stdout.
+        /// DIR (no extension, or ending in /): the result tables and
+        /// manifest.json (the report still goes to stdout).
+        #[arg(long, value_name = "FILE|DIR")]
         out: Option<PathBuf>,
-        /// Replace the --out file if it exists.
+        /// Replace the --out file, or the --out directory of qsim's files, if it exists.
         #[arg(long)]
         force: bool,
         #[command(flatten)]
@@ -213,12 +220,26 @@ pub fn usage_error_line(e: &clap::Error) -> String {
     parts.join("; ")
 }
 
-/// Refuse a bad `--out` before any simulation runs.
+/// Refuse a bad `--out` (file or directory) before any simulation runs.
 fn check_out(out: Option<&Path>, force: bool) -> Result<(), CliError> {
-    if let Some(p) = out {
-        output::check_target(p, force)?;
+    match out {
+        Some(p) if output::is_dir_target(p) => crate::results::check(p, force),
+        Some(p) => {
+            output::check_target(p, force)?;
+            Ok(())
+        }
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The `--out` path if it names a results directory ([`output::is_dir_target`]).
+fn out_dir(out: Option<&Path>) -> Option<&Path> {
+    out.filter(|p| output::is_dir_target(p))
+}
+
+/// The `--out` path if it names a report file.
+fn out_file(out: Option<&Path>) -> Option<&Path> {
+    out.filter(|p| !output::is_dir_target(p))
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
@@ -232,13 +253,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             emit_proxy_config,
         } => {
             check_out(out.as_deref(), force)?;
+            let dir = out_dir(out.as_deref());
             if let Some(p) = &emit_proxy_config {
-                check_out(Some(p), force)?;
+                output::check_target(p, force)?;
                 let (f, _) = crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
                 let text = crate::proxy::emit_config(&f.limiter, &f.source);
                 emit(&text, Some(p), force)?;
             }
-            let text = if format == Format::Csv {
+            let mut tidy = None;
+            if format == Format::Csv || dir.is_some() {
                 let (f, model) =
                     crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
                 crate::plan::budget::simulate(&f, &model)
@@ -253,15 +276,22 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     let runs = crate::plan::simulate(&f, &model, seed, true);
                     crate::plan::seeds::records(&mut records, seed, &runs);
                 }
-                report::records::to_csv(&[PointRecords {
+                tidy = Some(records);
+            }
+            let text = match (&tidy, format) {
+                (Some(records), Format::Csv) => report::records::to_csv(&[PointRecords {
                     params: vec![],
-                    records,
-                }])
-            } else {
-                crate::plan::run_cli(&args, format == Format::Json, &budget)
-                    .map_err(|e| plan_err(e, None, &[]))?
+                    records: records.clone(),
+                }]),
+                _ => crate::plan::run_cli(&args, format == Format::Json, &budget)
+                    .map_err(|e| plan_err(e, None, &[]))?,
             };
-            emit(&text, out.as_deref(), force)
+            if let (Some(d), Some(records)) = (dir, &tidy) {
+                let t = crate::results::tables(&[], &[(0, records)])?;
+                let m = crate::results::manifest(&[], args.seed, args.seeds, None);
+                crate::results::write(d, force, &t, &m)?;
+            }
+            emit(&text, out_file(out.as_deref()), force)
         }
         Cmd::Proxy { args } => {
             let cfg =
@@ -289,14 +319,21 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .and_then(|c| c.check(&file.display().to_string(), &budget))
                 .map_err(|e| name_fields(e, Some(&file), &sets))?;
             let fname = file.display().to_string();
+            let dir = out_dir(out.as_deref());
+            // the tidy records, when a table or the CSV is made from them (a
+            // shared file's text report is the plan's own)
+            let shared = matches!(ef, ExperimentFile::Shared(_));
+            let records = if dir.is_some() || format == Format::Csv || !shared {
+                Some(ef.records(seed, seeds)?)
+            } else {
+                None
+            };
+            let spreads = || records.as_ref().map(|r| r.spreads()).unwrap_or_default();
             let text = match (&ef, format) {
-                (_, Format::Csv) => {
-                    let records = ef.records(seed, seeds)?;
-                    report::records::to_csv(&[PointRecords {
-                        params: vec![],
-                        records,
-                    }])
-                }
+                (_, Format::Csv) => report::records::to_csv(&[PointRecords {
+                    params: vec![],
+                    records: records.clone().unwrap_or_default(),
+                }]),
                 // a shared file is a plan: its full report (per-minute
                 // tables, findings) plus the spreads over seeds
                 (ExperimentFile::Shared(args), _) => {
@@ -309,7 +346,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         .map_err(|e| plan_err(e, Some(&file), &sets))?
                 }
                 (ExperimentFile::Hosted(suite), _) => {
-                    let s = ef.records(seed, seeds)?.spreads();
+                    let s = spreads();
                     let aggs = report::hosted::aggregate(suite, &s);
                     match format {
                         Format::Json => report::json_text(&report::hosted::render_json(
@@ -319,7 +356,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 }
                 (ExperimentFile::Server(suite), _) => {
-                    let s = ef.records(seed, seeds)?.spreads();
+                    let s = spreads();
                     let aggs = report::server::aggregate(suite, &s);
                     match format {
                         Format::Json => report::json_text(&report::server::render_json(
@@ -329,9 +366,39 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 }
             };
-            emit(&text, out.as_deref(), force)
+            if let (Some(d), Some(records)) = (dir, &records) {
+                let t = crate::results::tables(&[], &[(0, records)])?;
+                let m = crate::results::manifest(&[], seed, seeds, None);
+                crate::results::write(d, force, &t, &m)?;
+            }
+            emit(&text, out_file(out.as_deref()), force)
         }
         Cmd::Merge { files, out, force } => {
+            let dirs = files.iter().filter(|f| f.is_dir()).count();
+            if dirs > 0 {
+                if let Some(f) = files.iter().find(|f| !f.is_dir()) {
+                    return Err(CliError::Config(ConfigError::new(
+                        f.display().to_string(),
+                        "",
+                        "not a directory: give either the shards' --out directories or their CSV files",
+                    )));
+                }
+                return match out_dir(out.as_deref()) {
+                    Some(d) => crate::results::merge(&files, d, force),
+                    None => Err(CliError::Config(ConfigError::new(
+                        "qsim merge",
+                        "",
+                        "merging output directories writes a directory: add --out DIR (a name without an extension)",
+                    ))),
+                };
+            }
+            if let Some(d) = out_dir(out.as_deref()) {
+                return Err(CliError::Config(ConfigError::new(
+                    format!("--out {}", d.display()),
+                    "",
+                    "merging CSV files writes a CSV file: give --out a file name with an extension (e.g. all.csv)",
+                )));
+            }
             check_out(out.as_deref(), force)?;
             let mut texts = Vec::with_capacity(files.len());
             for f in &files {
@@ -365,11 +432,12 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .as_deref()
                 .map(crate::sweep::Shard::parse)
                 .transpose()?;
-            if let (Some(_), false) = (&shard, format == Format::Csv) {
+            let dir = out_dir(out.as_deref());
+            if let (Some(_), false) = (&shard, format == Format::Csv || dir.is_some()) {
                 return Err(CliError::Config(ConfigError::new(
                     "--shard",
                     "",
-                    "a shard writes the records CSV: add --format csv (qsim merge joins the shards)",
+                    "a shard writes records to merge: add --out DIR or --format csv (qsim merge joins the shards)",
                 )));
             }
             check_out(out.as_deref(), force)?;
@@ -417,7 +485,25 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;
             for (p, records) in mine.iter().copied().zip(results) {
                 let combo = combos[p].clone();
-                if format == Format::Csv {
+                if format != Format::Csv {
+                    let s = records.spreads();
+                    let rows = match &efs[p] {
+                        ExperimentFile::Hosted(suite) => {
+                            report::hosted::sweep_rows(&report::hosted::aggregate(suite, &s))
+                        }
+                        ExperimentFile::Server(suite) => {
+                            cols = report::server::SWEEP_COLS;
+                            report::server::sweep_rows(&report::server::aggregate(suite, &s))
+                        }
+                        ExperimentFile::Shared(args) => {
+                            cols = crate::plan::seeds::SWEEP_COLS;
+                            let (f, _) = crate::plan::build(args)?;
+                            crate::plan::seeds::sweep_rows(&f, &s)
+                        }
+                    };
+                    points.push((combo.clone(), rows));
+                }
+                if format == Format::Csv || dir.is_some() {
                     tidy.push((
                         p,
                         PointRecords {
@@ -425,24 +511,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                             records,
                         },
                     ));
-                    continue;
                 }
-                let s = records.spreads();
-                let rows = match &efs[p] {
-                    ExperimentFile::Hosted(suite) => {
-                        report::hosted::sweep_rows(&report::hosted::aggregate(suite, &s))
-                    }
-                    ExperimentFile::Server(suite) => {
-                        cols = report::server::SWEEP_COLS;
-                        report::server::sweep_rows(&report::server::aggregate(suite, &s))
-                    }
-                    ExperimentFile::Shared(args) => {
-                        cols = crate::plan::seeds::SWEEP_COLS;
-                        let (f, _) = crate::plan::build(args)?;
-                        crate::plan::seeds::sweep_rows(&f, &s)
-                    }
-                };
-                points.push((combo, rows));
+            }
+            if let Some(d) = dir {
+                let recs: Vec<(usize, &report::records::Records)> =
+                    tidy.iter().map(|(p, t)| (*p, &t.records)).collect();
+                let t = crate::results::tables(&dims, &recs)?;
+                let m = crate::results::manifest(&dims, seed, seeds, shard);
+                crate::results::write(d, force, &t, &m)?;
             }
             let text = match (format, shard) {
                 (Format::Csv, Some(_)) => {
@@ -460,7 +536,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
                 }
             };
-            emit(&text, out.as_deref(), force)
+            emit(&text, out_file(out.as_deref()), force)
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod output;
 pub mod plan;
 pub mod proxy;
 pub mod report;
+pub mod results;
 pub mod server;
 pub mod sweep;
 pub mod workload;
