@@ -558,13 +558,19 @@ mod tests {
         assert!(e.to_string().contains("not empty"), "{e}");
         assert_eq!(fs::read(out.join("a.csv")).unwrap(), b"x\n");
         // --force replaces a directory of the same files
-        write_dir("--out", &out, &files()[..1], true).unwrap();
-        assert_eq!(listing(&out), ["a.csv"]);
+        let mut newer = files();
+        newer[0].1 = b"z\n".to_vec();
+        write_dir("--out", &out, &newer, true).unwrap();
+        assert_eq!(listing(&out), ["a.csv", "manifest.json"]);
+        assert_eq!(fs::read(out.join("a.csv")).unwrap(), b"z\n");
+        // a directory with a file this write would not produce is kept
+        let e = write_dir("--out", &out, &files()[..1], true).unwrap_err();
+        assert!(e.to_string().contains("holds manifest.json"), "{e}");
         // but not one holding anything else
         fs::write(out.join("notes.txt"), "mine").unwrap();
         let e = write_dir("--out", &out, &files(), true).unwrap_err();
         assert!(e.to_string().contains("holds notes.txt"), "{e}");
-        assert_eq!(listing(&out), ["a.csv", "notes.txt"]);
+        assert_eq!(listing(&out), ["a.csv", "manifest.json", "notes.txt"]);
         // an empty directory is filled
         let empty = d.path().join("empty");
         fs::create_dir(&empty).unwrap();
