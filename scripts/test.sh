@@ -13,3 +13,5 @@ scripts/plot-deps.sh
 cargo test --release --locked --workspace
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run
+# the notebooks run on qsim's --out DIR Parquet (venv ~/.cache/qsim-venv: polars, matplotlib, nbclient); a broken one fails the build
+scripts/notebooks.sh

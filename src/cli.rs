@@ -49,11 +49,14 @@ pub struct RunOpts {
     /// Run only these experiments of the file (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-    /// Write the report to this file (atomically) instead of stdout. Only a
-    /// regular file is written; a symbolic link is written through.
-    #[arg(long)]
+    /// FILE (a name with an extension): write the report there (atomically)
+    /// instead of stdout; only a regular file is written, a symbolic link is
+    /// written through. DIR (no extension, or ending in /): write the result
+    /// tables there (runs.parquet, runs.csv, points.parquet, points.csv,
+    /// manifest.json; the report still goes to stdout).
+    #[arg(long, value_name = "FILE|DIR")]
     pub out: Option<PathBuf>,
-    /// Replace the --out file if it exists.
+    /// Replace the --out file, or the --out directory of qsim's files, if it exists.
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
@@ -117,23 +120,26 @@ pub enum Cmd {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
         threads: Option<u16>,
         /// Run only shard I of N (counted from 0): the grid points whose
-        /// index is I modulo N. Needs `--format csv`; `qsim merge` joins the
-        /// shards' files into the single-machine CSV.
+        /// index is I modulo N. Needs `--out DIR` or `--format csv`; `qsim
+        /// merge` joins the shards' directories (or CSV files) into the
+        /// single-machine result.
         #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
         shard: Option<String>,
         #[command(flatten)]
         opts: RunOpts,
     },
-    /// Join the records files of `qsim sweep --shard I/N --format csv` into
-    /// the CSV a single-machine `qsim sweep --format csv` writes.
+    /// Join the shards of `qsim sweep --shard I/N`: their `--out DIR`
+    /// directories into the directory a single-machine run writes (needs
+    /// `--out DIR`), or their `--format csv` files into the single-machine CSV.
     Merge {
-        /// The shards' files, in any order.
+        /// The shards' directories or files, in any order.
         #[arg(required = true)]
         files: Vec<PathBuf>,
-        /// Write the result to this file (atomically) instead of stdout.
-        #[arg(long)]
+        /// The merged directory (a name without an extension), or the file
+        /// for merged CSV (atomically; default stdout).
+        #[arg(long, value_name = "DIR|FILE")]
         out: Option<PathBuf>,
-        /// Replace the --out file if it exists.
+        /// Replace the --out file, or the --out directory of qsim's files, if it exists.
         #[arg(long)]
         force: bool,
     },
@@ -145,11 +151,12 @@ pub enum Cmd {
         args: crate::plan::PlanArgs,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
-        /// Write the report to this file (atomically) instead of stdout. Only
-        /// a regular file is written; a symbolic link is written through.
-        #[arg(long)]
+        /// FILE (a name with an extension): the report, instead of stdout.
+        /// DIR (no extension, or ending in /): the result tables and
+        /// manifest.json (the report still goes to stdout).
+        #[arg(long, value_name = "FILE|DIR")]
         out: Option<PathBuf>,
-        /// Replace the --out file if it exists.
+        /// Replace the --out file, or the --out directory of qsim's files, if it exists.
         #[arg(long)]
         force: bool,
         #[command(flatten)]
@@ -276,12 +283,26 @@ pub fn usage_error_line(e: &clap::Error) -> String {
     parts.join("; ")
 }
 
-/// Refuse a bad `--out` before any simulation runs.
+/// Refuse a bad `--out` (file or directory) before any simulation runs.
 fn check_out(out: Option<&Path>, force: bool) -> Result<(), CliError> {
-    if let Some(p) = out {
-        output::check_target(p, force)?;
+    match out {
+        Some(p) if output::is_dir_target(p) => crate::results::check(p, force),
+        Some(p) => {
+            output::check_target(p, force)?;
+            Ok(())
+        }
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// The `--out` path if it names a results directory ([`output::is_dir_target`]).
+fn out_dir(out: Option<&Path>) -> Option<&Path> {
+    out.filter(|p| output::is_dir_target(p))
+}
+
+/// The `--out` path if it names a report file.
+fn out_file(out: Option<&Path>) -> Option<&Path> {
+    out.filter(|p| !output::is_dir_target(p))
 }
 
 pub fn run(cli: Cli) -> Result<(), CliError> {
@@ -296,15 +317,16 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             plots,
         } => {
             check_out(out.as_deref(), force)?;
+            let dir = out_dir(out.as_deref());
             let targets = plots.targets(force);
             targets.check()?;
             if let Some(p) = &emit_proxy_config {
-                check_out(Some(p), force)?;
+                output::check_target(p, force)?;
                 let (f, _) = crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
                 let text = crate::proxy::emit_config(&f.limiter, &f.source);
                 emit(&text, Some(p), force)?;
             }
-            let text = if format == Format::Csv {
+            let (text, records) = if format == Format::Csv {
                 let (f, model) =
                     crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
                 crate::plan::budget::simulate(&f, &model)
@@ -322,10 +344,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 if targets.wanted() {
                     crate::plot::plan_outputs(&targets, &f, &records, args.seed, args.seeds, None)?;
                 }
-                report::records::to_csv(&[PointRecords {
+                let text = report::records::to_csv(&[PointRecords {
                     params: vec![],
-                    records,
-                }])
+                    records: records.clone(),
+                }]);
+                (text, records)
             } else {
                 let r = crate::plan::run_cli_full(&args, format == Format::Json, &budget)
                     .map_err(|e| plan_err(e, None, &[]))?;
@@ -335,9 +358,14 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         &targets, &r.file, &r.records, args.seed, args.seeds, text,
                     )?;
                 }
-                r.text
+                (r.text, r.records)
             };
-            emit(&text, out.as_deref(), force)
+            if let Some(d) = dir {
+                let t = crate::results::tables(&[], &[(0, &records)])?;
+                let m = crate::results::manifest(&[], args.seed, args.seeds, None);
+                crate::results::write(d, force, &t, &m)?;
+            }
+            emit(&text, out_file(out.as_deref()), force)
         }
         Cmd::Recommend { args } => crate::recommend::run_cli(&args),
         Cmd::Proxy { args } => {
@@ -378,6 +406,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .and_then(|c| c.check(&file.display().to_string(), &budget))
                 .map_err(|e| name_fields(e, Some(&file), &sets))?;
             let fname = file.display().to_string();
+            let dir = out_dir(out.as_deref());
+            let shared = matches!(ef, ExperimentFile::Shared(_));
             // plots: the same runs, also keeping latency histograms and
             // server samples (crate::plot)
             let with_extras = match &ef {
@@ -385,13 +415,20 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 _ if targets.wanted() => Some(crate::plot::records_with_extras(&ef, seed, seeds)?),
                 _ => None,
             };
-            let records = || match &with_extras {
-                Some((r, _)) => Ok::<_, ConfigError>(r.clone()),
-                None => ef.records(seed, seeds),
+            // the tidy records, when a table, the CSV or --out DIR is made
+            // from them (a shared file's text report is the plan's own, and
+            // its records come with it)
+            let mut records = match &with_extras {
+                Some((r, _)) => Some(r.clone()),
+                None if format == Format::Csv || !shared => Some(ef.records(seed, seeds)?),
+                None => None,
+            };
+            let spreads = |r: &Option<report::records::Records>| {
+                r.as_ref().map(|r| r.spreads()).unwrap_or_default()
             };
             let text = match (&ef, format) {
                 (_, Format::Csv) => {
-                    let records = records()?;
+                    let records = records.clone().unwrap_or_default();
                     if let (ExperimentFile::Shared(args), true) = (&ef, targets.wanted()) {
                         let (f, _) = crate::plan::build(args)?;
                         crate::plot::plan_outputs(&targets, &f, &records, seed, seeds, None)?;
@@ -417,10 +454,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                             &targets, &r.file, &r.records, seed, seeds, text,
                         )?;
                     }
+                    records = Some(r.records);
                     r.text
                 }
                 (ExperimentFile::Hosted(suite), _) => {
-                    let s = records()?.spreads();
+                    let s = spreads(&records);
                     let aggs = report::hosted::aggregate(suite, &s);
                     match format {
                         Format::Json => report::json_text(&report::hosted::render_json(
@@ -430,7 +468,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 }
                 (ExperimentFile::Server(suite), _) => {
-                    let s = records()?.spreads();
+                    let s = spreads(&records);
                     let aggs = report::server::aggregate(suite, &s);
                     match format {
                         Format::Json => report::json_text(&report::server::render_json(
@@ -444,9 +482,39 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 let t = (format == Format::Table).then_some(text.as_str());
                 crate::plot::run_outputs(&targets, &ef, &fname, r, x, seed, seeds, t)?;
             }
-            emit(&text, out.as_deref(), force)
+            if let (Some(d), Some(records)) = (dir, &records) {
+                let t = crate::results::tables(&[], &[(0, records)])?;
+                let m = crate::results::manifest(&[], seed, seeds, None);
+                crate::results::write(d, force, &t, &m)?;
+            }
+            emit(&text, out_file(out.as_deref()), force)
         }
         Cmd::Merge { files, out, force } => {
+            let dirs = files.iter().filter(|f| f.is_dir()).count();
+            if dirs > 0 {
+                if let Some(f) = files.iter().find(|f| !f.is_dir()) {
+                    return Err(CliError::Config(ConfigError::new(
+                        f.display().to_string(),
+                        "",
+                        "not a directory: give either the shards' --out directories or their CSV files",
+                    )));
+                }
+                return match out_dir(out.as_deref()) {
+                    Some(d) => crate::results::merge(&files, d, force),
+                    None => Err(CliError::Config(ConfigError::new(
+                        "qsim merge",
+                        "",
+                        "merging output directories writes a directory: add --out DIR (a name without an extension)",
+                    ))),
+                };
+            }
+            if let Some(d) = out_dir(out.as_deref()) {
+                return Err(CliError::Config(ConfigError::new(
+                    format!("--out {}", d.display()),
+                    "",
+                    "merging CSV files writes a CSV file: give --out a file name with an extension (e.g. all.csv)",
+                )));
+            }
             check_out(out.as_deref(), force)?;
             let mut texts = Vec::with_capacity(files.len());
             for f in &files {
@@ -482,11 +550,12 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 .as_deref()
                 .map(crate::sweep::Shard::parse)
                 .transpose()?;
-            if let (Some(_), false) = (&shard, format == Format::Csv) {
+            let dir = out_dir(out.as_deref());
+            if let (Some(_), false) = (&shard, format == Format::Csv || dir.is_some()) {
                 return Err(CliError::Config(ConfigError::new(
                     "--shard",
                     "",
-                    "a shard writes the records CSV: add --format csv (qsim merge joins the shards)",
+                    "a shard writes records to merge: add --out DIR or --format csv (qsim merge joins the shards)",
                 )));
             }
             if let (Some(_), true) = (&shard, targets.wanted()) {
@@ -544,7 +613,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 let combo = combos[p].clone();
                 // rows for the table and JSON, and for plots
                 let s = (format != Format::Csv || targets.wanted()).then(|| records.spreads());
-                if format == Format::Csv {
+                if format == Format::Csv || dir.is_some() {
                     tidy.push((
                         p,
                         PointRecords {
@@ -570,6 +639,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 };
                 points.push((combo, rows));
             }
+            if let Some(d) = dir {
+                let recs: Vec<(usize, &report::records::Records)> =
+                    tidy.iter().map(|(p, t)| (*p, &t.records)).collect();
+                let t = crate::results::tables(&dims, &recs)?;
+                let m = crate::results::manifest(&dims, seed, seeds, shard);
+                crate::results::write(d, force, &t, &m)?;
+            }
             let text = match (format, shard) {
                 (Format::Csv, Some(_)) => {
                     let axes: Vec<String> = dims.iter().map(|(k, _)| k.clone()).collect();
@@ -592,7 +668,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     &targets, ef, &fname, &dims, &points, cols, seed, seeds, t,
                 )?;
             }
-            emit(&text, out.as_deref(), force)
+            emit(&text, out_file(out.as_deref()), force)
         }
     }
 }

@@ -171,16 +171,36 @@ pub fn duration_s(source: &str, field: &str, v: f64, positive: bool) -> Result<f
 
 impl std::error::Error for ConfigError {}
 
+/// Every file [`read_toml`] has read in this process (name → contents),
+/// for the `manifest.json` of `--out DIR`.
+static FILES_READ: std::sync::Mutex<std::collections::BTreeMap<String, String>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+pub(crate) fn note_read(src: &str, text: &str) {
+    let mut m = FILES_READ.lock().unwrap_or_else(|p| p.into_inner());
+    if m.get(src).map(String::as_str) != Some(text) {
+        m.insert(src.to_string(), text.to_string());
+    }
+}
+
+/// The files read so far, in name order: (name as given, contents).
+pub fn files_read() -> Vec<(String, String)> {
+    let m = FILES_READ.lock().unwrap_or_else(|p| p.into_inner());
+    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
 /// Read and parse a TOML file, or an embedded one (`builtin:NAME`).
 pub fn read_toml(path: &Path) -> Result<toml::Value, ConfigError> {
     let src = path.display().to_string();
     if let Some(name) = src.strip_prefix(crate::embedded::PREFIX) {
         let text = crate::embedded::get(name)
             .ok_or_else(|| ConfigError::new(&src, "", "no such embedded file"))?;
+        note_read(&src, text);
         return parse_toml(&src, text);
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new(&src, "", format!("cannot read file: {e}")))?;
+    note_read(&src, &text);
     parse_toml(&src, &text)
 }
 

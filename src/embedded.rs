@@ -27,7 +27,9 @@ pub const FILES: &[(&str, &str)] = &[
 
 /// The contents of an embedded file the binary cannot be built without.
 pub fn must(name: &str) -> &'static str {
-    get(name).unwrap_or_else(|| panic!("{name} is not embedded"))
+    let text = get(name).unwrap_or_else(|| panic!("{name} is not embedded"));
+    crate::config::note_read(&format!("{PREFIX}{name}"), text);
+    text
 }
 
 /// The contents of `builtin:NAME`, if embedded.

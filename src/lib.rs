@@ -32,6 +32,7 @@ pub mod proxy;
 pub mod recommend;
 pub mod replay;
 pub mod report;
+pub mod results;
 pub mod serve;
 pub mod server;
 pub mod sweep;

@@ -1,8 +1,13 @@
-//! `--out` and stdout safety (issue 8, item 3): `--out` writes only regular
-//! files and never clobbers one without `--force`; a symbolic link is
-//! written through; write errors exit non-zero with a message; a closed
-//! pipe ends quietly. CI runs these as root, where a rename over a device
-//! node would succeed: each refused target is checked to be left as it was.
+//! `--out` and stdout safety (issue 8, item 3; issue 13 for directories):
+//! `--out FILE` (a name with an extension) writes only regular files and
+//! never clobbers one without `--force`; a symbolic link is written
+//! through. `--out DIR` (no extension, or a trailing `/`) writes a new or
+//! empty directory, refuses a non-empty one without `--force` (and with it,
+//! one holding anything qsim did not write), and never follows a link or
+//! replaces a device, FIFO or file. Write errors exit non-zero with a
+//! message; a closed pipe ends quietly. CI runs these as root, where a
+//! rename over a device node would succeed: each refused target is checked
+//! to be left as it was.
 
 use assert_cmd::Command;
 use std::fs;
@@ -39,7 +44,12 @@ fn run_out(target: &Path, extra: &[&str]) -> (Option<i32>, String) {
         .args(extra)
         .output()
         .unwrap();
-    assert!(out.stdout.is_empty(), "nothing on stdout with --out");
+    // the report goes to --out FILE; with --out DIR (the tables) it still
+    // goes to stdout, but never when the run is refused
+    let file_target = target.extension().is_some();
+    if file_target || out.status.code() != Some(0) {
+        assert!(out.stdout.is_empty(), "nothing on stdout");
+    }
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "{err}");
     (out.status.code(), err)
@@ -63,6 +73,8 @@ fn names(d: &Path) -> Vec<String> {
     v
 }
 
+/// `/dev/null` has no extension, so it is refused as a results directory
+/// here; the report-file rules meet a device through `null-link.txt` below.
 #[test]
 fn character_device_is_refused_and_left_a_device() {
     let before = fs::metadata("/dev/null").unwrap();
@@ -83,28 +95,96 @@ fn character_device_is_refused_and_left_a_device() {
 #[test]
 fn fifo_is_refused_without_blocking() {
     let d = tempfile::tempdir().unwrap();
-    let fifo = d.path().join("pipe");
-    let st = std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .expect("mkfifo");
-    assert!(st.success());
-    // opening a FIFO for writing would block with no reader: qsim must not
-    // open it at all (the test would hang otherwise)
-    assert_refused(&fifo, &["--force"], "FIFO");
-    assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
-    assert_eq!(names(d.path()), ["pipe"]);
+    // as a report file (pipe.txt) and as a results directory (pipe)
+    for name in ["pipe.txt", "pipe"] {
+        let fifo = d.path().join(name);
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(st.success());
+        // opening a FIFO for writing would block with no reader: qsim must not
+        // open it at all (the test would hang otherwise)
+        assert_refused(&fifo, &["--force"], "FIFO");
+        assert_refused(&fifo, &[], "FIFO");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+    }
+    assert_eq!(names(d.path()), ["pipe", "pipe.txt"]);
 }
 
 #[test]
-fn directory_is_refused() {
+fn directory_is_refused_as_a_report_file() {
     let d = tempfile::tempdir().unwrap();
-    let sub = d.path().join("sub");
+    let sub = d.path().join("sub.txt");
     fs::create_dir(&sub).unwrap();
     assert_refused(&sub, &["--force"], "a directory");
     assert!(sub.is_dir());
     assert!(names(&sub).is_empty());
-    assert_eq!(names(d.path()), ["sub"]);
+    assert_eq!(names(d.path()), ["sub.txt"]);
+}
+
+#[test]
+fn nonempty_directory_is_kept_without_force_and_foreign_files_even_with_it() {
+    let d = tempfile::tempdir().unwrap();
+    let sub = d.path().join("sub");
+    fs::create_dir(&sub).unwrap();
+    fs::write(sub.join("mine.txt"), "precious\n").unwrap();
+    assert_refused(&sub, &[], "not empty");
+    assert_refused(&sub, &["--force"], "holds mine.txt");
+    assert_eq!(names(&sub), ["mine.txt"]);
+    assert_eq!(
+        fs::read_to_string(sub.join("mine.txt")).unwrap(),
+        "precious\n"
+    );
+    assert_eq!(names(d.path()), ["sub"], "no temporary directory left");
+    // an empty directory is filled; a second run needs --force
+    let empty = d.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let (code, err) = run_out(&empty, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        names(&empty),
+        [
+            "manifest.json",
+            "points.csv",
+            "points.parquet",
+            "runs.csv",
+            "runs.parquet"
+        ]
+    );
+    assert_refused(&empty, &[], "not empty");
+    let (code, err) = run_out(&empty, &["--force"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(names(d.path()), ["empty", "sub"]);
+}
+
+#[test]
+fn out_dir_never_follows_links_or_replaces_files() {
+    let d = tempfile::tempdir().unwrap();
+    let real = d.path().join("real");
+    fs::create_dir(&real).unwrap();
+    let link = d.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let null_link = d.path().join("null-link");
+    std::os::unix::fs::symlink("/dev/null", &null_link).unwrap();
+    let dangling = d.path().join("dangling");
+    std::os::unix::fs::symlink(d.path().join("nowhere"), &dangling).unwrap();
+    for l in [&link, &null_link, &dangling] {
+        for extra in [&[][..], &["--force"][..]] {
+            assert_refused(l, extra, "symbolic link");
+        }
+        assert!(fs::symlink_metadata(l).unwrap().file_type().is_symlink());
+    }
+    assert!(names(&real).is_empty(), "nothing written through the link");
+    assert!(!d.path().join("nowhere").exists());
+    let plain = d.path().join("plain");
+    fs::write(&plain, "keep").unwrap();
+    assert_refused(&plain, &["--force"], "a regular file");
+    assert_eq!(fs::read_to_string(&plain).unwrap(), "keep");
+    assert_eq!(
+        names(d.path()),
+        ["dangling", "link", "null-link", "plain", "real"]
+    );
 }
 
 #[test]
@@ -157,7 +237,7 @@ fn symlink_is_written_through_and_stays_a_link() {
 #[test]
 fn symlink_to_a_device_or_to_nothing_is_refused() {
     let d = tempfile::tempdir().unwrap();
-    let to_null = d.path().join("null-link");
+    let to_null = d.path().join("null-link.txt");
     std::os::unix::fs::symlink("/dev/null", &to_null).unwrap();
     assert_refused(&to_null, &["--force"], "character device");
     assert!(fs::metadata("/dev/null")
@@ -168,12 +248,12 @@ fn symlink_to_a_device_or_to_nothing_is_refused() {
         .unwrap()
         .file_type()
         .is_symlink());
-    let dangling = d.path().join("dangling");
+    let dangling = d.path().join("dangling.txt");
     std::os::unix::fs::symlink(d.path().join("nowhere/x.txt"), &dangling).unwrap();
     assert_refused(&dangling, &["--force"], "symbolic link to nothing");
     let mut n = names(d.path());
     n.sort();
-    assert_eq!(n, ["dangling", "null-link"]);
+    assert_eq!(n, ["dangling.txt", "null-link.txt"]);
 }
 
 #[test]

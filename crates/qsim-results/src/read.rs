@@ -1,0 +1,186 @@
+//! `read_column`: one column of a CSV, Parquet or JSON Lines file, as text.
+
+use crate::ResultsError;
+use polars::prelude::*;
+use std::path::Path;
+
+/// The file formats [`read_column`] reads, by extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Parquet,
+    Jsonl,
+}
+
+impl Format {
+    /// The format of `path` from its extension (`.csv`; `.parquet`, `.pq`;
+    /// `.jsonl`, `.ndjson`), case-insensitive.
+    pub fn of(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "csv" => Some(Format::Csv),
+            "parquet" | "pq" => Some(Format::Parquet),
+            "jsonl" | "ndjson" => Some(Format::Jsonl),
+            _ => None,
+        }
+    }
+}
+
+/// The values of column `column` of the CSV, Parquet or JSON Lines file at
+/// `path`, in row order, as text: a CSV field as written, a Parquet value
+/// cast to text, a JSON string as is and any other JSON value as JSON. A
+/// missing column, a missing (null or empty) value or an unreadable file is
+/// an error naming the file (and the row or line).
+pub fn read_column(path: &Path, column: &str) -> Result<Vec<String>, ResultsError> {
+    let name = path.display().to_string();
+    let format = Format::of(path).ok_or_else(|| {
+        ResultsError::new(
+            &name,
+            "unknown format: expected a .csv, .parquet (.pq) or .jsonl (.ndjson) file",
+        )
+    })?;
+    match format {
+        Format::Jsonl => read_jsonl(&name, path, column),
+        Format::Csv | Format::Parquet => {
+            let df = read_frame(path, format).map_err(|e| ResultsError::new(&name, e))?;
+            column_text(&name, &df, column)
+        }
+    }
+}
+
+fn read_frame(path: &Path, format: Format) -> Result<DataFrame, String> {
+    match format {
+        // every column read as text, exactly as written
+        Format::Csv => CsvReadOptions::default()
+            .with_has_header(true)
+            .with_infer_schema_length(Some(0))
+            .try_into_reader_with_file_path(Some(path.to_path_buf()))
+            .and_then(|r| r.finish())
+            .map_err(|e| e.to_string()),
+        Format::Parquet => {
+            let f = std::fs::File::open(path).map_err(|e| format!("cannot read file: {e}"))?;
+            ParquetReader::new(f).finish().map_err(|e| e.to_string())
+        }
+        Format::Jsonl => unreachable!("JSON Lines are read with serde_json"),
+    }
+}
+
+fn column_text(name: &str, df: &DataFrame, column: &str) -> Result<Vec<String>, ResultsError> {
+    let col = df.column(column).map_err(|_| {
+        let have: Vec<String> = df
+            .get_column_names()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        ResultsError::new(
+            name,
+            format!("no column {column:?} (columns: {})", have.join(", ")),
+        )
+    })?;
+    let text = col
+        .cast(&DataType::String)
+        .map_err(|e| ResultsError::new(name, format!("column {column:?}: {e}")))?;
+    let ca = text
+        .str()
+        .map_err(|e| ResultsError::new(name, format!("column {column:?}: {e}")))?;
+    ca.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            v.map(str::to_string).ok_or_else(|| {
+                ResultsError::new(name, format!("column {column:?}: row {}: no value", i + 1))
+            })
+        })
+        .collect()
+}
+
+fn read_jsonl(name: &str, path: &Path, column: &str) -> Result<Vec<String>, ResultsError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ResultsError::new(name, format!("cannot read file: {e}")))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at = |r: String| ResultsError::new(name, format!("line {}: {r}", i + 1));
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| at(format!("invalid JSON: {e}")))?;
+        let obj = v
+            .as_object()
+            .ok_or_else(|| at("not a JSON object".into()))?;
+        match obj.get(column) {
+            Some(serde_json::Value::String(s)) => out.push(s.clone()),
+            None | Some(serde_json::Value::Null) => {
+                return Err(at(format!("no value for column {column:?}")))
+            }
+            Some(other) => out.push(other.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{write_table, NamedColumn, Values};
+
+    #[test]
+    fn reads_a_column_from_each_format() {
+        let d = tempfile::tempdir().unwrap();
+        let (pq, csv) = write_table(
+            &d.path().join("t"),
+            &[
+                NamedColumn::new(
+                    "prompt",
+                    Values::Str(vec![Some("hi, there".into()), Some("two\nlines".into())]),
+                ),
+                NamedColumn::new("n", Values::I64(vec![Some(1), Some(20)])),
+            ],
+        )
+        .unwrap();
+        let want = ["hi, there", "two\nlines"];
+        assert_eq!(read_column(&pq, "prompt").unwrap(), want);
+        assert_eq!(read_column(&csv, "prompt").unwrap(), want);
+        assert_eq!(read_column(&pq, "n").unwrap(), ["1", "20"]);
+        assert_eq!(read_column(&csv, "n").unwrap(), ["1", "20"]);
+        let jl = d.path().join("t.jsonl");
+        std::fs::write(
+            &jl,
+            "{\"prompt\": \"hi, there\", \"n\": 1}\n\n{\"prompt\": \"two\\nlines\", \"n\": 20}\n",
+        )
+        .unwrap();
+        assert_eq!(read_column(&jl, "prompt").unwrap(), want);
+        assert_eq!(read_column(&jl, "n").unwrap(), ["1", "20"]);
+    }
+
+    #[test]
+    fn errors_name_the_file_and_the_problem() {
+        let d = tempfile::tempdir().unwrap();
+        let (pq, csv) = write_table(
+            &d.path().join("t"),
+            &[NamedColumn::new(
+                "a",
+                Values::Str(vec![Some("x".into()), None]),
+            )],
+        )
+        .unwrap();
+        let e = read_column(&pq, "b").unwrap_err().to_string();
+        assert!(
+            e.contains("t.parquet") && e.contains("no column \"b\" (columns: a)"),
+            "{e}"
+        );
+        let e = read_column(&csv, "a").unwrap_err().to_string();
+        assert!(e.contains("row 2: no value"), "{e}");
+        let jl = d.path().join("t.jsonl");
+        std::fs::write(&jl, "{\"a\": 1}\nnot json\n").unwrap();
+        let e = read_column(&jl, "a").unwrap_err().to_string();
+        assert!(e.contains("line 2: invalid JSON"), "{e}");
+        let e = read_column(&d.path().join("t.txt"), "a")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown format"), "{e}");
+        let e = read_column(&d.path().join("none.csv"), "a")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("none.csv"), "{e}");
+    }
+}
