@@ -154,6 +154,19 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::serve::ServeArgs,
     },
+    /// Run a hosted experiment's client side for real against an endpoint
+    /// (the same caller state machines as the simulation), log every HTTP
+    /// attempt and write the summary records `qsim run` writes.
+    Replay {
+        #[command(flatten)]
+        args: crate::replay::ReplayArgs,
+    },
+    /// Prediction vs observation per metric: two records files (`qsim run
+    /// --format csv`, `qsim replay`'s summary.csv).
+    Compare {
+        #[command(flatten)]
+        args: crate::compare::CompareArgs,
+    },
 }
 
 /// An error the CLI reports: configuration/usage problems exit 2, anything
@@ -288,6 +301,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::serve::run(&args),
+        Cmd::Replay { args } => crate::replay::run_cli(args),
+        Cmd::Compare { args } => crate::compare::run_cli(args),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
@@ -26,6 +27,7 @@ pub mod output;
 pub mod plan;
 pub mod proxy;
 pub mod recommend;
+pub mod replay;
 pub mod report;
 pub mod serve;
 pub mod server;

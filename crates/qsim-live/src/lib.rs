@@ -22,6 +22,7 @@
 mod body;
 pub mod estimate;
 mod metrics;
+pub mod replay;
 pub mod serve;
 mod server;
 mod store;

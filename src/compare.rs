@@ -1,0 +1,356 @@
+//! `qsim compare <simulated> <observed>`: prediction against observation,
+//! metric by metric.
+//!
+//! Inputs are records files. The canonical form is the tidy records CSV
+//! (`seed,subject,metric,value`) that `qsim run --format csv` prints and
+//! `qsim replay` writes as `summary.csv` (and prints with `--format csv`).
+//! The JSON report of `qsim run --format json` (a hosted or server suite:
+//! an `experiments` array whose fields are medians, with `interval90` when
+//! several seeds ran) is accepted too.
+//!
+//! For every (subject, metric) present in both files: the prediction (the
+//! median over the simulated seeds) and its 90 % interval, the observation
+//! (the median over the observed seeds, usually one), the error
+//! (observed − predicted) and the relative error, whether the observation
+//! lies inside the interval, and whether it agrees: inside the interval or
+//! within `--tolerance` of the median.
+
+use crate::cli::{emit, CliError, Format};
+use crate::config::ConfigError;
+use crate::report::records::Records;
+use crate::report::table::Table;
+use crate::report::Spread;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// The prediction: `qsim run --format csv` (or `--format json`) output.
+    pub simulated: PathBuf,
+    /// The observation: `qsim replay`'s summary.csv (or any records file).
+    pub observed: PathBuf,
+    /// Relative error within which an observation outside the interval
+    /// still agrees (0.10: 10 % of the predicted median).
+    #[arg(long, default_value_t = 0.10)]
+    pub tolerance: f64,
+    /// Compare only these metrics (comma-separated keys, e.g. ok,elapsed_s).
+    #[arg(long, value_delimiter = ',')]
+    pub metric: Vec<String>,
+    /// Output format (table or json).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Write the report to this file (atomically) instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Replace the --out file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// A file's values: (subject, metric) → spread over its seeds, in the
+/// order they first appear.
+pub struct Values {
+    pub seeds: usize,
+    pub items: Vec<((String, String), Spread)>,
+}
+
+impl Values {
+    fn get(&self, subject: &str, metric: &str) -> Option<Spread> {
+        self.items
+            .iter()
+            .find(|((s, m), _)| s == subject && m == metric)
+            .map(|x| x.1)
+    }
+}
+
+fn from_records(r: &Records) -> Values {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for x in r.iter() {
+        let k = (x.subject.to_string(), x.metric.to_string());
+        if seen.insert(k.clone()) {
+            order.push(k);
+        }
+    }
+    let sp = r.spreads();
+    Values {
+        seeds: sp.runs,
+        items: order
+            .into_iter()
+            .map(|(s, m)| {
+                let v = sp.get(&s, &m);
+                ((s, m), v)
+            })
+            .collect(),
+    }
+}
+
+/// Read a records CSV or a `qsim run --format json` report.
+pub fn read_values(path: &PathBuf) -> Result<Values, ConfigError> {
+    let f = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&f, "", format!("cannot read: {e}")))?;
+    if text.trim_start().starts_with('{') {
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| ConfigError::new(&f, "", format!("not JSON: {e}")))?;
+        return from_json(&f, &v);
+    }
+    let mut rd = csv::Reader::from_reader(text.as_bytes());
+    let h = rd
+        .headers()
+        .map_err(|e| ConfigError::new(&f, "", format!("bad CSV header: {e}")))?
+        .clone();
+    let cols: Vec<&str> = h.iter().collect();
+    if cols != ["seed", "subject", "metric", "value"] {
+        return Err(ConfigError::new(
+            &f,
+            "",
+            format!(
+                "expected a records CSV with the header seed,subject,metric,value (qsim run --format csv, qsim replay's summary.csv); got {}{}",
+                cols.join(","),
+                if cols.len() > 4 { " (a sweep's records: compare one point's)" } else { "" }
+            ),
+        ));
+    }
+    let mut r = Records::default();
+    for (i, rec) in rd.records().enumerate() {
+        let at = format!("row {}", i + 2);
+        let rec = rec.map_err(|e| ConfigError::new(&f, &at, format!("bad CSV: {e}")))?;
+        let seed: u64 = rec[0].parse().map_err(|_| {
+            ConfigError::new(&f, &at, format!("seed {:?} is not an integer", &rec[0]))
+        })?;
+        let value: f64 = rec[3].parse().map_err(|_| {
+            ConfigError::new(&f, &at, format!("value {:?} is not a number", &rec[3]))
+        })?;
+        r.push(seed, &rec[1], &rec[2], value);
+    }
+    if r.is_empty() {
+        return Err(ConfigError::new(&f, "", "no records"));
+    }
+    Ok(from_records(&r))
+}
+
+fn from_json(f: &str, v: &Value) -> Result<Values, ConfigError> {
+    let exps = v
+        .get("experiments")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            ConfigError::new(
+                f,
+                "experiments",
+                "missing: expected qsim run --format json of a hosted or server suite, or a records CSV",
+            )
+        })?;
+    let seeds = v.get("seeds").and_then(Value::as_u64).unwrap_or(1) as usize;
+    let mut items = Vec::new();
+    for (i, e) in exps.iter().enumerate() {
+        let name = e
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ConfigError::new(f, format!("experiments.{i}.name"), "missing"))?;
+        let Some(o) = e.as_object() else { continue };
+        for (k, x) in o {
+            let Some(m) = x.as_f64() else { continue };
+            let iv = e
+                .pointer(&format!("/interval90/{k}"))
+                .and_then(Value::as_array)
+                .and_then(|a| Some((a.first()?.as_f64()?, a.get(1)?.as_f64()?)));
+            let (lo, hi) = iv.unwrap_or((m, m));
+            items.push(((name.to_string(), k.clone()), Spread { median: m, lo, hi }));
+        }
+    }
+    if items.is_empty() {
+        return Err(ConfigError::new(f, "experiments", "no metrics"));
+    }
+    Ok(Values { seeds, items })
+}
+
+/// One compared metric.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub subject: String,
+    pub metric: String,
+    pub predicted: Spread,
+    pub observed: f64,
+    pub error: f64,
+    /// `error / |predicted median|`; `None` when the prediction is 0.
+    pub rel_error: Option<f64>,
+    pub in_interval: bool,
+    /// Inside the interval or within the tolerance of the median (an
+    /// observation of 0 against a prediction of 0 agrees).
+    pub agrees: bool,
+}
+
+/// Compare every (subject, metric) of `sim` that `obs` has too, in `sim`'s order.
+pub fn compare(sim: &Values, obs: &Values, tolerance: f64, metrics: &[String]) -> Vec<Row> {
+    sim.items
+        .iter()
+        .filter(|((_, m), _)| metrics.is_empty() || metrics.contains(m))
+        .filter_map(|((s, m), p)| {
+            let o = obs.get(s, m)?.median;
+            let error = o - p.median;
+            let rel_error = (p.median != 0.0).then(|| error / p.median.abs());
+            let in_interval = p.lo - 1e-9 <= o && o <= p.hi + 1e-9;
+            let agrees = in_interval
+                || rel_error.map_or(error.abs() < 1e-9, |r| r.abs() <= tolerance + 1e-12);
+            Some(Row {
+                subject: s.clone(),
+                metric: m.clone(),
+                predicted: *p,
+                observed: o,
+                error,
+                rel_error,
+                in_interval,
+                agrees,
+            })
+        })
+        .collect()
+}
+
+fn num(x: f64) -> String {
+    if x == x.round() && x.abs() < 1e12 {
+        format!("{}", x as i64)
+    } else if x.abs() >= 100.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+pub fn render_table(a: &CompareArgs, sim: &Values, obs: &Values, rows: &[Row]) -> String {
+    let mut out = format!(
+        "prediction {} ({} seed{}) vs observation {} ({} seed{}); agrees: inside the 90% interval or within {}% of the median\n\n",
+        a.simulated.display(),
+        sim.seeds,
+        if sim.seeds == 1 { "" } else { "s" },
+        a.observed.display(),
+        obs.seeds,
+        if obs.seeds == 1 { "" } else { "s" },
+        a.tolerance * 100.0
+    );
+    let mut t = Table::new([
+        "subject",
+        "metric",
+        "predicted",
+        "90% interval",
+        "observed",
+        "error",
+        "rel. error",
+        "in interval",
+        "agrees",
+    ]);
+    for r in rows {
+        t.row([
+            r.subject.clone(),
+            r.metric.clone(),
+            num(r.predicted.median),
+            format!("{}–{}", num(r.predicted.lo), num(r.predicted.hi)),
+            num(r.observed),
+            num(r.error),
+            r.rel_error
+                .map_or("–".to_string(), |x| format!("{:+.1}%", x * 100.0)),
+            if r.in_interval { "yes" } else { "no" }.to_string(),
+            if r.agrees { "yes" } else { "NO" }.to_string(),
+        ]);
+    }
+    out.push_str(&t.render());
+    let n = rows.iter().filter(|r| r.agrees).count();
+    out.push_str(&format!("\n{n} of {} metrics agree\n", rows.len()));
+    out
+}
+
+pub fn render_json(a: &CompareArgs, sim: &Values, obs: &Values, rows: &[Row]) -> Value {
+    json!({
+        "simulated": a.simulated.display().to_string(),
+        "observed": a.observed.display().to_string(),
+        "simulated_seeds": sim.seeds,
+        "observed_seeds": obs.seeds,
+        "tolerance": a.tolerance,
+        "metrics": rows.iter().map(|r| json!({
+            "subject": r.subject,
+            "metric": r.metric,
+            "predicted": r.predicted.median,
+            "interval90": [r.predicted.lo, r.predicted.hi],
+            "observed": r.observed,
+            "error": r.error,
+            "rel_error": r.rel_error,
+            "in_interval": r.in_interval,
+            "agrees": r.agrees,
+        })).collect::<Vec<_>>(),
+        "agree": rows.iter().filter(|r| r.agrees).count(),
+        "total": rows.len(),
+    })
+}
+
+pub fn run_cli(a: CompareArgs) -> Result<(), CliError> {
+    if !(a.tolerance.is_finite() && a.tolerance >= 0.0) {
+        return Err(ConfigError::new(
+            "--tolerance",
+            "",
+            format!("must be >= 0, got {}", a.tolerance),
+        )
+        .into());
+    }
+    if let Some(p) = &a.out {
+        output::check_target(p, a.force)?;
+    }
+    let sim = read_values(&a.simulated)?;
+    let obs = read_values(&a.observed)?;
+    let rows = compare(&sim, &obs, a.tolerance, &a.metric);
+    if rows.is_empty() {
+        return Err(ConfigError::new(
+            a.observed.display().to_string(),
+            "",
+            format!(
+                "no (subject, metric) in common with {}{}",
+                a.simulated.display(),
+                if a.metric.is_empty() {
+                    ""
+                } else {
+                    " among --metric"
+                }
+            ),
+        )
+        .into());
+    }
+    let text = match a.format {
+        Format::Json => crate::report::json_text(&render_json(&a, &sim, &obs, &rows)),
+        _ => render_table(&a, &sim, &obs, &rows),
+    };
+    emit(&text, a.out.as_deref(), a.force)
+}
+
+use crate::output;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::spread;
+
+    #[test]
+    fn agreement_by_interval_or_tolerance() {
+        let mut s = Records::default();
+        for (seed, v) in [(1, 10.0), (2, 12.0), (3, 14.0)] {
+            s.push(seed, "e", "ok", v);
+            s.push(seed, "e", "zero", 0.0);
+        }
+        let mut o = Records::default();
+        o.push(1, "e", "ok", 14.9);
+        o.push(1, "e", "zero", 0.0);
+        let rows = compare(&from_records(&s), &from_records(&o), 0.10, &[]);
+        assert_eq!(rows.len(), 2);
+        // 14.9 is outside [10.2, 13.8] and 24 % above 12
+        assert!(!rows[0].in_interval && !rows[0].agrees);
+        assert!((rows[0].rel_error.unwrap() - 2.9 / 12.0).abs() < 1e-12);
+        assert!(rows[1].agrees && rows[1].rel_error.is_none());
+        let rows = compare(&from_records(&s), &from_records(&o), 0.25, &["ok".into()]);
+        assert_eq!(rows.len(), 1);
+        assert!(rows[0].agrees);
+    }
+
+    #[test]
+    fn spread_of_one_seed_is_the_value() {
+        let sp = spread(&[3.0]);
+        assert_eq!((sp.median, sp.lo, sp.hi), (3.0, 3.0, 3.0));
+    }
+}

@@ -1,0 +1,492 @@
+//! `qsim replay` on bad targets and bad input, on 127.0.0.1 only, bounded
+//! (a few rows each, time-scaled waits): every failed exchange is recorded
+//! per attempt with its kind and text, the summary counts it, the replay
+//! goes on as the policy says, and every row is in rows.csv. Third-party
+//! parts where they exist (llmock from the venv: 401s, streams, truncated
+//! streams); a few lines of `TcpListener` where no real server misbehaves
+//! on demand (an answer that is not JSON, a plain-HTTP port behind
+//! `https://`, a server that never answers).
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const EXP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments/fmapi-pacing.toml");
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn venv_bin(name: &str) -> PathBuf {
+    let venv = std::env::var_os("QSIM_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/qsim-venv")
+        });
+    let p = venv.join("bin").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/live-deps.sh (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn llmock(extra: &[&str]) -> (Proc, String) {
+    let port = free_port();
+    let child = Command::new(venv_bin("llmock"))
+        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--log-level", "warning", "--response-style", "static"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llmock");
+    let mut p = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(st)) = p.0.try_wait() {
+            panic!("llmock exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (p, format!("http://127.0.0.1:{port}"))
+}
+
+/// A loopback server answering every connection with `answer` (or holding
+/// it open without a word if `None`); returns its address and the requests
+/// it saw (head, body).
+/// The (head, body) of every request a fake server saw.
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+fn fake(answer: Option<&'static str>) -> (String, Seen) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { return };
+            let seen = s2.clone();
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+                let mut buf = Vec::new();
+                let mut tmp = [0u8; 4096];
+                // read the head, then content-length bytes
+                let (head, body) = loop {
+                    let Ok(n) = c.read(&mut tmp) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&tmp[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some((h, b)) = text.split_once("\r\n\r\n") {
+                        let len = h
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if b.len() >= len {
+                            break (h.to_string(), b.to_string());
+                        }
+                    }
+                    if buf.len() > 1 << 20 || !buf.is_ascii() && answer.is_none() {
+                        break (String::new(), String::new());
+                    }
+                    if !buf.is_ascii() {
+                        // a TLS ClientHello on a plain port
+                        break (String::from_utf8_lossy(&buf).to_string(), String::new());
+                    }
+                };
+                seen.lock().unwrap().push((head, body));
+                match answer {
+                    Some(a) => {
+                        let _ = c.write_all(a.as_bytes());
+                    }
+                    None => std::thread::sleep(Duration::from_secs(20)),
+                }
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+fn qsim(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qsim"));
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("qsim");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("qsim {args:?} did not end in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn read_csv(p: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    let h: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+    r.records()
+        .map(|x| {
+            h.iter()
+                .cloned()
+                .zip(x.unwrap().iter().map(String::from))
+                .collect()
+        })
+        .collect()
+}
+
+struct Out {
+    attempts: Vec<BTreeMap<String, String>>,
+    rows: Vec<BTreeMap<String, String>>,
+    summary: Vec<BTreeMap<String, String>>,
+    stdout: String,
+}
+
+impl Out {
+    fn metric(&self, m: &str) -> f64 {
+        self.summary
+            .iter()
+            .find(|r| r["metric"] == m)
+            .unwrap_or_else(|| panic!("no {m} in the summary"))["value"]
+            .parse()
+            .unwrap()
+    }
+}
+
+/// Replay `exp` with `rows` rows against `target`; it must end with exit 0.
+fn replay(target: &str, exp: &str, rows: u32, extra: &[&str]) -> Out {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let set = format!("rows={rows}");
+    let mut args = vec![
+        "replay",
+        EXP,
+        "--target",
+        target,
+        "--only",
+        exp,
+        "--set",
+        &set,
+        "--time-scale",
+        "1000",
+        "--attempt-timeout",
+        "3000s",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let (code, stdout, stderr) = qsim(&args, &[("REPLAY_KEY", "k")]);
+    assert_eq!(code, 0, "qsim replay against {target}: {stderr}");
+    let o = Out {
+        attempts: read_csv(&out.join("attempts.csv")),
+        rows: read_csv(&out.join("rows.csv")),
+        summary: read_csv(&out.join("summary.csv")),
+        stdout,
+    };
+    assert_eq!(o.rows.len(), rows as usize, "no row lost: {:?}", o.rows);
+    o
+}
+
+/// Every attempt failed with `kind`; every row ended with `status`.
+fn all_failed(o: &Out, kind: &str, status: &str, attempts: usize) {
+    assert_eq!(o.attempts.len(), attempts, "{:#?}", o.attempts);
+    for a in &o.attempts {
+        assert_eq!(a["error_kind"], kind, "{a:?}");
+        assert!(!a["error"].is_empty(), "{a:?}");
+    }
+    for r in &o.rows {
+        assert_eq!(r["status"], status, "{r:?}");
+        assert!(!r["error"].is_empty(), "{r:?}");
+    }
+    assert_eq!(o.metric("attempt_errors"), attempts as f64);
+    assert_eq!(o.metric(&format!("attempt_errors.{kind}")), attempts as f64);
+    assert_eq!(o.metric("ok"), 0.0);
+    assert!(
+        o.stdout.contains(&format!("attempt_errors.{kind}")),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn unreachable_target_every_attempt_recorded_and_retried_as_the_policy_says() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    // exp2: own backoff retries 5xx (a failed exchange is 599), 8 attempts,
+    // each with the SDK's 2 hidden retries
+    let o = replay(&url, "exp2-backoff", 3, &[]);
+    all_failed(&o, "connect", "599", 3 * 8 * 3);
+    assert!(
+        o.attempts[0]["error"].to_lowercase().contains("connect"),
+        "{:?}",
+        o.attempts[0]
+    );
+    assert_eq!(o.metric("max_attempts"), 8.0);
+    assert_eq!(o.metric("failed_other"), 3.0);
+}
+
+#[test]
+fn tls_failure_is_recorded_per_attempt() {
+    let (url, _) = fake(Some(
+        "HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+    ));
+    let url = url.replace("http://", "https://");
+    let o = replay(&url, "exp1-direct", 2, &[]);
+    // exp1: no own retry; the SDK retries the failed exchange twice
+    all_failed(&o, "tls", "599", 2 * 3);
+}
+
+#[test]
+fn http_401_is_not_retried_and_its_message_is_kept() {
+    let (_p, url) = llmock(&["--error-rate", "401=1.0"]);
+    let o = replay(&url, "exp2-backoff", 3, &["--token-env", "REPLAY_KEY"]);
+    assert_eq!(o.attempts.len(), 3, "{:#?}", o.attempts);
+    for a in &o.attempts {
+        assert_eq!(
+            (a["status"].as_str(), a["error_kind"].as_str()),
+            ("401", "status")
+        );
+        assert!(a["error"].starts_with("HTTP 401: "), "{a:?}");
+    }
+    for r in &o.rows {
+        assert_eq!(r["status"], "401");
+        assert!(r["error"].starts_with("HTTP 401"), "{r:?}");
+    }
+    assert_eq!(o.metric("failed_other"), 3.0);
+    assert_eq!(o.metric("attempt_errors.status"), 3.0);
+}
+
+#[test]
+fn an_answer_that_is_not_json_is_a_failed_exchange() {
+    let (url, seen) = fake(Some(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 17\r\nconnection: close\r\n\r\n<html>oops</html>",
+    ));
+    let o = replay(&url, "exp1-direct", 2, &[]);
+    all_failed(&o, "non_json", "599", 2 * 3);
+    assert!(
+        o.attempts[0]["error"].contains("<html>oops</html>"),
+        "{:?}",
+        o.attempts[0]
+    );
+    assert_eq!(seen.lock().unwrap().len(), 6);
+}
+
+#[test]
+fn truncated_streams_are_failed_exchanges_and_healthy_streams_have_ttft() {
+    let (_p, url) = llmock(&["--stream-fault", "truncate=1.0"]);
+    let o = replay(&url, "exp1-direct", 2, &["--stream"]);
+    all_failed(&o, "truncated_stream", "599", 2 * 3);
+    for a in &o.attempts {
+        assert_eq!(a["status"], "200", "the stream started: {a:?}");
+    }
+    let (_p2, url) = llmock(&["--stream-chunk-delay-ms", "2"]);
+    let o = replay(&url, "exp1-direct", 3, &["--stream"]);
+    assert_eq!(o.attempts.len(), 3);
+    for a in &o.attempts {
+        assert_eq!(a["status"], "200");
+        assert_eq!(a["error_kind"], "");
+        assert_eq!(a["finish_reason"], "stop");
+        let ttft: f64 = a["ttft_s"].parse().expect("TTFT recorded");
+        let end: f64 = a["end_s"].parse::<f64>().unwrap() - a["start_s"].parse::<f64>().unwrap();
+        assert!(ttft > 0.0 && ttft <= end, "{a:?}");
+    }
+    assert_eq!(o.metric("ok"), 3.0);
+}
+
+#[test]
+fn databricks_wire_posts_to_invocations_without_a_model_field() {
+    let ok = r#"{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Three sentences."},"finish_reason":"length"}],"usage":{"prompt_tokens":250,"completion_tokens":256,"total_tokens":506}}"#;
+    let answer: &'static str = Box::leak(
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{ok}",
+            ok.len()
+        )
+        .into_boxed_str(),
+    );
+    let (url, seen) = fake(Some(answer));
+    let target = format!("{url}/serving-endpoints");
+    let o = replay(
+        &target,
+        "exp1-direct",
+        2,
+        &[
+            "--wire",
+            "databricks",
+            "--model",
+            "my-llm",
+            "--token-env",
+            "REPLAY_KEY",
+        ],
+    );
+    assert_eq!(o.metric("ok"), 2.0);
+    assert_eq!(o.metric("output_tokens"), 512.0);
+    assert_eq!(
+        o.metric("truncated"),
+        2.0,
+        "finish_reason length counts as cut by max_tokens"
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2);
+    for (head, body) in seen.iter() {
+        assert!(
+            head.starts_with("POST /serving-endpoints/my-llm/invocations HTTP/1.1"),
+            "{head}"
+        );
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("authorization: bearer k"),
+            "{head}"
+        );
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert!(v.get("model").is_none(), "{v}");
+        assert_eq!(v["max_tokens"], 256);
+    }
+}
+
+#[test]
+fn the_timeout_ends_the_replay_and_keeps_every_row() {
+    let (url, _) = fake(None);
+    let o = replay(&url, "exp1-direct", 5, &["--timeout", "1000s"]);
+    // 1000 model s at --time-scale 1000: one real second, then the attempts
+    // in flight are cancelled and recorded
+    assert_eq!(o.attempts.len(), 5);
+    for a in &o.attempts {
+        assert_eq!(a["error_kind"], "deadline", "{a:?}");
+    }
+    for r in &o.rows {
+        assert_eq!(r["status"], "");
+        assert!(r["error"].contains("--timeout"), "{r:?}");
+    }
+    assert_eq!(o.metric("rows_unfinished"), 5.0);
+    assert_eq!(o.metric("total"), 0.0);
+}
+
+#[test]
+fn prompts_from_a_rows_file_and_a_missing_column_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("reviews.csv");
+    std::fs::write(
+        &csv,
+        "id,review\n1,\"Great food, slow service.\"\n2,Too salty\n3,Fine\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = qsim(
+        &[
+            "replay",
+            EXP,
+            "--target",
+            "http://127.0.0.1:9",
+            "--rows",
+            csv.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "qsim: {}: --prompt-column: no column \"prompt\"; the file has id, review",
+            csv.display()
+        )
+    );
+    let jsonl = dir.path().join("reviews.jsonl");
+    std::fs::write(&jsonl, "{\"review\":\"a\"}\n{\"text\":\"b\"}\n").unwrap();
+    let (code, _, stderr) = qsim(
+        &[
+            "replay",
+            EXP,
+            "--target",
+            "http://127.0.0.1:9",
+            "--rows",
+            jsonl.to_str().unwrap(),
+            "--prompt-column",
+            "review",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--prompt-column: no key \"review\" on line 2; it has text"),
+        "{stderr}"
+    );
+    // the file's prompts are what is sent, one row each
+    let (_p, url) = llmock(&[]);
+    let o = replay(
+        &url,
+        "exp1-direct",
+        3,
+        &["--rows", csv.to_str().unwrap(), "--prompt-column", "review"],
+    );
+    assert_eq!(o.metric("ok"), 3.0);
+    assert_eq!(o.attempts.len(), 3);
+}
+
+#[test]
+fn the_managed_executor_replays_through_its_aimd_window() {
+    let (_p, url) = llmock(&[]);
+    let o = replay(&url, "exp3-ai-query", 12, &[]);
+    assert_eq!(o.metric("ok"), 12.0);
+    assert_eq!(o.attempts.len(), 12);
+    assert!(o.stdout.contains("managed"), "{}", o.stdout);
+}
+
+#[test]
+fn a_target_off_this_machine_needs_yes_and_shows_the_budget_first() {
+    let (code, stdout, stderr) = qsim(
+        &[
+            "replay",
+            EXP,
+            "--target",
+            "https://example.invalid/serving-endpoints",
+            "--wire",
+            "databricks",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("about to send to https://example.invalid/serving-endpoints/databricks-claude-haiku-4-5/invocations"), "{stderr}");
+    assert!(
+        stderr.contains("exp1-direct: 200 rows, 200..600 requests"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("exp2-backoff: 200 rows, 200..4800 requests"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("qsim: --yes: the target"), "{stderr}");
+}
