@@ -210,6 +210,12 @@ impl Timeline {
         }
     }
 
+    /// The mean start time of the attempts (their experiment's clock).
+    pub fn mean_arrival(&self) -> f64 {
+        let n = self.obs.len().max(1) as f64;
+        self.obs.iter().map(|o| o.start).sum::<f64>() / n
+    }
+
     /// (level − need, admitted?) at every attempt, the level replayed as in
     /// [`misses`](Self::misses).
     pub fn margins(&self, c: f64, r: f64, mode: Mode, out: &mut Vec<(f64, bool)>) {
@@ -556,6 +562,44 @@ pub fn fit_likelihood(tl: &Timeline, fit: &mut QuotaFit) {
         let (dc, dr) = (cs[1] - cs[0], rs[1] - rs[0]);
         fit.capacity_ci = (boxed.0 .0 - dc, boxed.0 .1 + dc);
         fit.refill_ci = (boxed.1 .0 - dr, boxed.1 .1 + dr);
+    }
+    // The level at time t is ≈ C + r·t − (known), so C and r trade along a
+    // thin valley a (C, r) grid undersamples: the interval comes from a last
+    // grid over (L = C + r·t̄, r) around the estimate, t̄ the mean attempt time.
+    let tbar = tl.mean_arrival();
+    let l_hat = fit.capacity + fit.refill * tbar;
+    let hw = (20.0 * fit.sigma).max(0.002 * l_hat);
+    let ls = lin_space(l_hat - hw, l_hat + hw, N);
+    let rs = lin_space(fit.refill * 0.97, fit.refill * 1.03, N);
+    let mut pts = Vec::with_capacity(N * N);
+    for &l in &ls {
+        for &r in &rs {
+            tl.margins((l - r * tbar).max(1e-9), r, fit.mode, &mut margins);
+            let (nll, s) = profile_sigma(&margins, s_lo, s_hi, eps);
+            pts.push((l, r, nll, s));
+        }
+    }
+    if let Some(best) = pts.iter().copied().min_by(|a, b| a.2.total_cmp(&b.2)) {
+        if best.2 < fit.nll {
+            fit.capacity = best.0 - best.1 * tbar;
+            fit.refill = best.1;
+            fit.nll = best.2;
+            fit.sigma = best.3;
+        }
+        let (dl, dr) = (ls[1] - ls[0], rs[1] - rs[0]);
+        let cvals: Vec<(f64, f64)> = pts
+            .iter()
+            .filter(|p| 2.0 * (p.2 - fit.nll) <= 5.991)
+            .flat_map(|p| {
+                [(-1.0, -1.0), (-1.0, 1.0), (1.0, -1.0), (1.0, 1.0)]
+                    .map(|(a, b)| ((p.0 + a * dl) - (p.1 + b * dr) * tbar, p.1 + b * dr))
+            })
+            .collect();
+        if !cvals.is_empty() {
+            let (c, r) = bounds(&cvals);
+            fit.capacity_ci = (fit.capacity_ci.0.min(c.0), fit.capacity_ci.1.max(c.1));
+            fit.refill_ci = (fit.refill_ci.0.min(r.0), fit.refill_ci.1.max(r.1));
+        }
     }
     let mut m = Vec::new();
     tl.misses(fit.capacity, fit.refill, fit.mode, &mut m);
