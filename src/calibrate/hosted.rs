@@ -752,9 +752,9 @@ pub fn read_log(path: &std::path::Path) -> Result<(Vec<Obs>, Vec<String>, bool),
                 })
         };
         let status = num(cs, "status")?;
-        let admitted = match status {
-            Some(s) if s == 200.0 => true,
-            Some(s) if s == 429.0 => false,
+        let admitted = match status.map(|s| s as u32) {
+            Some(200) => true,
+            Some(429) => false,
             _ => continue,
         };
         if !f(chint).is_empty() {
@@ -791,6 +791,9 @@ pub fn read_log(path: &std::path::Path) -> Result<(Vec<Obs>, Vec<String>, bool),
     Ok((obs, names, hint_seen))
 }
 
+/// The whole fit (the quota's candidates, the binding one's likelihood, the
+/// latencies) from the log's observations.
+#[allow(clippy::too_many_arguments)]
 pub fn fit(
     obs: Vec<Obs>,
     experiments: Vec<String>,
