@@ -197,3 +197,50 @@ fn calibrate_hosted_recovers_the_served_profile() {
     );
     assert_eq!(code, 0, "qsim run of the fitted profile: {stderr}");
 }
+
+/// A log without a column the fit needs, and a missing `--log`: one-line
+/// errors naming the file and field, exit 2, no profile written.
+#[test]
+fn calibrate_hosted_bad_input_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("attempts.csv");
+    std::fs::write(
+        &log,
+        "experiment,row,status,start_s,end_s,output_tokens\nx,0,200,0,1,10\n",
+    )
+    .unwrap();
+    let out = dir.path().join("fit.toml");
+    let (code, _, stderr) = qsim(
+        &[
+            "calibrate",
+            "hosted",
+            "--log",
+            log.to_str().unwrap(),
+            "--max-tokens",
+            "256",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("qsim: ") && stderr.contains("attempts.csv: ttft_s: missing column"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+    let (code, _, stderr) = qsim(
+        &[
+            "calibrate",
+            "hosted",
+            "--log",
+            dir.path().join("nope.csv").to_str().unwrap(),
+            "--max-tokens",
+            "256",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("nope.csv"), "{stderr}");
+}
