@@ -6,7 +6,10 @@
 # generator (the same example): the 429 path and the forwarded path at full
 # speed (closed loop), the added latency at 1,000 req/s (open loop, latency
 # from the scheduled send time: direct vs through the proxy), the proxy's
-# RSS; then the same through 3 replicas sharing one redis-server.
+# RSS, its CPU time per request; then `on_limit = "wait"` with clients'
+# deadlines shorter than the wait (how fast the refusals come back: the 429
+# latency from the actual send); then the same through 3 replicas sharing
+# one redis-server.
 # Everything on 127.0.0.1; every process started here is stopped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -52,18 +55,38 @@ TOML
   PIDS+=($!); echo $! > "$TMP/$1.pid"; echo "127.0.0.1:$p" > "$TMP/$1.addr"; wait_port "$p"
 }
 
-run() { echo "  $1: $("$LG" load "${@:2}")"; }
+# proxy CPU time (user + system) per request, from /proc: a figure that the
+# other jobs on a shared machine disturb much less than req/s
+TCK=$(getconf CLK_TCK)
+ticks() { local t=0; for p in ${CPU_PIDS:-}; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+run() {
+  local t0 out t1; t0=$(ticks); out=$("$LG" load "${@:2}"); t1=$(ticks)
+  local n; n=$(sed -E 's/.*"requests":([0-9]+).*/\1/' <<<"$out")
+  echo "  $1: $out"
+  [ -n "${CPU_PIDS:-}" ] && [ "$n" -gt 0 ] && awk -v d=$((t1 - t0)) -v n="$n" -v k="$TCK" \
+    'BEGIN { printf "    proxy CPU: %.1f us/request (%d ticks over %d requests)\n", d * 1e6 / k / n, d, n }'
+  return 0
+}
 
 echo "== one replica (proxy: 2 worker threads; load generator: 1 thread; upstream: 1 thread)"
 THREADS=2 start_proxy deny 1 ""
 THREADS=2 start_proxy fwd 1000000000 ""
 D=$(cat "$TMP/deny.addr"); F=$(cat "$TMP/fwd.addr")
-run "429 path, closed loop, 64 conns" --target "$D" --conns 64 --secs "$SECS"
-run "forwarded path, closed loop, 64 conns" --target "$F" --conns 64 --secs "$SECS"
+CPU_PIDS=$(cat "$TMP/deny.pid") run "429 path, closed loop, 64 conns" --target "$D" --conns 64 --secs "$SECS"
+CPU_PIDS=$(cat "$TMP/fwd.pid") run "forwarded path, closed loop, 64 conns" --target "$F" --conns 64 --secs "$SECS"
 run "direct to the upstream, 1000 req/s" --target "$UP" --conns 32 --rate 1000 --secs "$SECS"
-run "through the proxy, 1000 req/s" --target "$F" --conns 32 --rate 1000 --secs "$SECS"
+CPU_PIDS=$(cat "$TMP/fwd.pid") run "through the proxy, 1000 req/s" --target "$F" --conns 32 --rate 1000 --secs "$SECS"
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")"
+
+echo "== on_limit = \"wait\", consumer saturated (60/min), clients' deadline 2 s (x-stainless-timeout)"
+echo "   (a request is held when its predicted admission is within its deadline, else 429 at once)"
+THREADS=2 start_proxy wait 60 'on_limit = "wait"
+max_wait_s = 30'
+W=$(cat "$TMP/wait.addr")
+CPU_PIDS=$(cat "$TMP/wait.pid") run "deadline-aware waiting, 1000 req/s, 64 conns" --target "$W" --conns 64 --rate 1000 --secs "$SECS" --header "x-stainless-timeout:2"
+curl -s "http://$W/metrics" | grep -E '^qsim_proxy_waits_total' | sed 's/^/  /'
+kill "$(cat "$TMP/wait.pid")"
 
 RP=$(port)
 redis-server --port "$RP" --bind 127.0.0.1 --save '' --appendonly no >/dev/null & PIDS+=($!); wait_port "$RP"
@@ -72,7 +95,9 @@ for i in 0 1 2; do THREADS=1 start_proxy "rd$i" 1 "state = \"redis://127.0.0.1:$
 for i in 0 1 2; do THREADS=1 start_proxy "rf$i" 1000000000 "state = \"redis://127.0.0.1:$RP\""; done
 RD="$(cat "$TMP/rd0.addr"),$(cat "$TMP/rd1.addr"),$(cat "$TMP/rd2.addr")"
 RF="$(cat "$TMP/rf0.addr"),$(cat "$TMP/rf1.addr"),$(cat "$TMP/rf2.addr")"
-run "429 path, closed loop, 64 conns over 3 replicas" --target "$RD" --conns 64 --secs "$SECS"
-run "forwarded path, closed loop, 64 conns over 3 replicas" --target "$RF" --conns 64 --secs "$SECS"
-run "through 3 replicas, 1000 req/s" --target "$RF" --conns 32 --rate 1000 --secs "$SECS"
+RDP="$(cat "$TMP/rd0.pid") $(cat "$TMP/rd1.pid") $(cat "$TMP/rd2.pid")"
+RFP="$(cat "$TMP/rf0.pid") $(cat "$TMP/rf1.pid") $(cat "$TMP/rf2.pid")"
+CPU_PIDS=$RDP run "429 path, closed loop, 64 conns over 3 replicas" --target "$RD" --conns 64 --secs "$SECS"
+CPU_PIDS=$RFP run "forwarded path, closed loop, 64 conns over 3 replicas" --target "$RF" --conns 64 --secs "$SECS"
+CPU_PIDS=$RFP run "through 3 replicas, 1000 req/s" --target "$RF" --conns 32 --rate 1000 --secs "$SECS"
 echo "  RSS: forwarding replicas $(for i in 0 1 2; do echo -n "$(rss_mb "$(cat "$TMP/rf$i.pid")") "; done)MB"

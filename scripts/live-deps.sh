@@ -22,3 +22,12 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 command -v redis-server >/dev/null 2>&1 || { echo "live deps: redis-server could not be installed" >&2; exit 1; }
 echo "live deps: $(redis-server --version)"
+# openssl (Debian package): the TLS upstream test makes its CA and server certificate with it
+if ! command -v openssl >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y openssl || { $SUDO apt-get update && $SUDO apt-get install -y openssl; }
+fi
+command -v openssl >/dev/null 2>&1 || { echo "live deps: openssl could not be installed" >&2; exit 1; }
+echo "live deps: $(openssl version)"

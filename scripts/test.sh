@@ -8,6 +8,8 @@ export CARGO_TERM_COLOR=never
 cargo fmt --check
 # the live proxy tests' real parts (llmock upstream, openai SDK client): fails loudly if they cannot be installed
 scripts/live-deps.sh
+# Chromium (Debian) for the HTML report's headless-browser test: fails loudly if it cannot be installed
+scripts/plot-deps.sh
 cargo test --release --locked --workspace
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run

@@ -58,6 +58,32 @@ pub struct RunOpts {
     pub force: bool,
     #[command(flatten)]
     pub budget: Budget,
+    #[command(flatten)]
+    pub plots: PlotOpts,
+}
+
+/// `--plot DIR` and `--html FILE` (run, sweep, plan): see [`crate::plot`]
+/// for what each command draws.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PlotOpts {
+    /// Also draw the plots (PNG and SVG) into this directory (created if
+    /// missing; if it is not empty, only with --force).
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Also write one self-contained HTML report (tables and SVG plots) to
+    /// this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+impl PlotOpts {
+    pub fn targets(&self, force: bool) -> crate::plot::Targets {
+        crate::plot::Targets {
+            plot: self.plot.clone(),
+            html: self.html.clone(),
+            force,
+        }
+    }
 }
 
 // parsed once per process: the size difference between variants is irrelevant
@@ -132,6 +158,8 @@ pub enum Cmd {
         /// (plan, then enforce, with one schema).
         #[arg(long, value_name = "FILE")]
         emit_proxy_config: Option<PathBuf>,
+        #[command(flatten)]
+        plots: PlotOpts,
     },
     /// Search a hosted experiment's client knobs (workers, max_tokens, retry
     /// policy and its parameters, the AIMD window) for the best configuration
@@ -153,6 +181,13 @@ pub enum Cmd {
     Serve {
         #[command(flatten)]
         args: crate::serve::ServeArgs,
+    },
+    /// Play a shared-deployment scenario against a real endpoint (e.g. a
+    /// `qsim proxy`) and report it in the plan's records, optionally beside
+    /// the plan's prediction.
+    Load {
+        #[command(flatten)]
+        args: crate::load::LoadArgs,
     },
     /// Run a hosted experiment's client side for real against an endpoint
     /// (the same caller state machines as the simulation), log every HTTP
@@ -261,8 +296,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             force,
             budget,
             emit_proxy_config,
+            plots,
         } => {
             check_out(out.as_deref(), force)?;
+            let targets = plots.targets(force);
+            targets.check()?;
             if let Some(p) = &emit_proxy_config {
                 check_out(Some(p), force)?;
                 let (f, _) = crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
@@ -284,13 +322,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     let runs = crate::plan::simulate(&f, &model, seed, true);
                     crate::plan::seeds::records(&mut records, seed, &runs);
                 }
+                if targets.wanted() {
+                    crate::plot::plan_outputs(&targets, &f, &records, args.seed, args.seeds, None)?;
+                }
                 report::records::to_csv(&[PointRecords {
                     params: vec![],
                     records,
                 }])
             } else {
-                crate::plan::run_cli(&args, format == Format::Json, &budget)
-                    .map_err(|e| plan_err(e, None, &[]))?
+                let r = crate::plan::run_cli_full(&args, format == Format::Json, &budget)
+                    .map_err(|e| plan_err(e, None, &[]))?;
+                if targets.wanted() {
+                    let text = (format == Format::Table).then_some(r.text.as_str());
+                    crate::plot::plan_outputs(
+                        &targets, &r.file, &r.records, args.seed, args.seeds, text,
+                    )?;
+                }
+                r.text
             };
             emit(&text, out.as_deref(), force)
         }
@@ -300,10 +348,16 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
             let file = args.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)
-                .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?;
+                .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?
+                .with_reload(Box::new(move || crate::proxy::reload(&args)));
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::serve::run(&args),
+        Cmd::Load { args } => {
+            check_out(args.out.as_deref(), args.force)?;
+            let text = crate::load::run_cli(&args)?;
+            emit(&text, args.out.as_deref(), args.force)
+        }
         Cmd::Replay { args } => crate::replay::run_cli(args),
         Cmd::Compare { args } => crate::compare::run_cli(args),
         Cmd::Calibrate(cmd) => crate::calibrate::run_cli(cmd),
@@ -317,17 +371,35 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 out,
                 force,
                 budget,
+                plots,
             } = opts;
             check_out(out.as_deref(), force)?;
+            let targets = plots.targets(force);
+            targets.check()?;
             let mut ef = load_experiment(&file, &sets)?;
             ef.retain_only(&only)?;
             ef.cost(seeds)
                 .and_then(|c| c.check(&file.display().to_string(), &budget))
                 .map_err(|e| name_fields(e, Some(&file), &sets))?;
             let fname = file.display().to_string();
+            // plots: the same runs, also keeping latency histograms and
+            // server samples (crate::plot)
+            let with_extras = match &ef {
+                ExperimentFile::Shared(_) => None,
+                _ if targets.wanted() => Some(crate::plot::records_with_extras(&ef, seed, seeds)?),
+                _ => None,
+            };
+            let records = || match &with_extras {
+                Some((r, _)) => Ok::<_, ConfigError>(r.clone()),
+                None => ef.records(seed, seeds),
+            };
             let text = match (&ef, format) {
                 (_, Format::Csv) => {
-                    let records = ef.records(seed, seeds)?;
+                    let records = records()?;
+                    if let (ExperimentFile::Shared(args), true) = (&ef, targets.wanted()) {
+                        let (f, _) = crate::plan::build(args)?;
+                        crate::plot::plan_outputs(&targets, &f, &records, seed, seeds, None)?;
+                    }
                     report::records::to_csv(&[PointRecords {
                         params: vec![],
                         records,
@@ -341,11 +413,18 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                         seeds,
                         ..args.clone()
                     };
-                    crate::plan::run_cli(&args, format == Format::Json, &budget)
-                        .map_err(|e| plan_err(e, Some(&file), &sets))?
+                    let r = crate::plan::run_cli_full(&args, format == Format::Json, &budget)
+                        .map_err(|e| plan_err(e, Some(&file), &sets))?;
+                    if targets.wanted() {
+                        let text = (format == Format::Table).then_some(r.text.as_str());
+                        crate::plot::plan_outputs(
+                            &targets, &r.file, &r.records, seed, seeds, text,
+                        )?;
+                    }
+                    r.text
                 }
                 (ExperimentFile::Hosted(suite), _) => {
-                    let s = ef.records(seed, seeds)?.spreads();
+                    let s = records()?.spreads();
                     let aggs = report::hosted::aggregate(suite, &s);
                     match format {
                         Format::Json => report::json_text(&report::hosted::render_json(
@@ -355,7 +434,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 }
                 (ExperimentFile::Server(suite), _) => {
-                    let s = ef.records(seed, seeds)?.spreads();
+                    let s = records()?.spreads();
                     let aggs = report::server::aggregate(suite, &s);
                     match format {
                         Format::Json => report::json_text(&report::server::render_json(
@@ -365,6 +444,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     }
                 }
             };
+            if let Some((r, x)) = &with_extras {
+                let t = (format == Format::Table).then_some(text.as_str());
+                crate::plot::run_outputs(&targets, &ef, &fname, r, x, seed, seeds, t)?;
+            }
             emit(&text, out.as_deref(), force)
         }
         Cmd::Merge { files, out, force } => {
@@ -395,7 +478,9 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 out,
                 force,
                 budget,
+                plots,
             } = opts;
+            let targets = plots.targets(force);
             let dims = crate::sweep::parse_vary(&vary)?;
             let shard = shard
                 .as_deref()
@@ -408,7 +493,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     "a shard writes the records CSV: add --format csv (qsim merge joins the shards)",
                 )));
             }
+            if let (Some(_), true) = (&shard, targets.wanted()) {
+                return Err(CliError::Config(ConfigError::new(
+                    "--shard",
+                    "",
+                    "--plot and --html need the whole grid: run without --shard",
+                )));
+            }
             check_out(out.as_deref(), force)?;
+            targets.check()?;
             let fname = file.display().to_string();
             // every point is loaded (the whole grid validated, whatever the
             // shard) and the shard's cost added up before any runs
@@ -453,17 +546,18 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;
             for (p, records) in mine.iter().copied().zip(results) {
                 let combo = combos[p].clone();
+                // rows for the table and JSON, and for plots
+                let s = (format != Format::Csv || targets.wanted()).then(|| records.spreads());
                 if format == Format::Csv {
                     tidy.push((
                         p,
                         PointRecords {
-                            params: combo,
+                            params: combo.clone(),
                             records,
                         },
                     ));
-                    continue;
                 }
-                let s = records.spreads();
+                let Some(s) = s else { continue };
                 let rows = match &efs[p] {
                     ExperimentFile::Hosted(suite) => {
                         report::hosted::sweep_rows(&report::hosted::aggregate(suite, &s))
@@ -496,6 +590,12 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
                 }
             };
+            if let (true, Some(ef)) = (targets.wanted(), efs.first()) {
+                let t = (format == Format::Table).then_some(text.as_str());
+                crate::plot::sweep_outputs(
+                    &targets, ef, &fname, &dims, &points, cols, seed, seeds, t,
+                )?;
+            }
             emit(&text, out.as_deref(), force)
         }
     }

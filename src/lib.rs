@@ -11,6 +11,7 @@
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`proxy`]: `qsim proxy` configuration (the runtime is the `qsim-live` crate);
 //! - [`serve`]: `qsim serve`, the models behind an OpenAI-compatible endpoint;
+//! - [`load`]: `qsim load`: a scenario compiled for the live load generator (`qsim-live`);
 //! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
@@ -24,8 +25,10 @@ pub mod embedded;
 pub mod engine;
 pub mod experiment;
 pub mod hosted;
+pub mod load;
 pub mod output;
 pub mod plan;
+pub mod plot;
 pub mod proxy;
 pub mod recommend;
 pub mod replay;

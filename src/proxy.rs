@@ -11,7 +11,7 @@ use crate::config::{from_value, read_toml, ConfigError};
 use crate::limiter::admission::{LimiterConfig, BP_FULL};
 use crate::limiter::rates::OutputAccounting;
 use crate::plan::config::{limiter_config, RawConsumer, RawDeployment, RawPolicy};
-use qsim_live::{FailMode, LimitShape, ProxyConfig, StateBackend};
+use qsim_live::{FailMode, LimitShape, OnLimit, ProxyConfig, StateBackend};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -28,7 +28,7 @@ pub struct ProxyArgs {
     /// Listen address, e.g. 127.0.0.1:8080 (port 0: any free port, printed at start).
     #[arg(long)]
     pub listen: Option<String>,
-    /// Upstream base URL, e.g. http://127.0.0.1:8000.
+    /// Upstream base URL, e.g. http://127.0.0.1:8000 or https://HOST/serving-endpoints/..
     #[arg(long)]
     pub upstream: Option<String>,
     /// Environment variable holding the upstream credential (sent as a bearer token, never logged).
@@ -48,6 +48,10 @@ pub struct ProxyArgs {
     /// unlimited) or closed (answer 503). Default: closed.
     #[arg(long)]
     pub state_fail: Option<String>,
+    /// Compressed time for tests: the limiter's clock runs X times faster
+    /// than real time (in (0, 100]; default 1). Pair with `qsim load --time-scale X`.
+    #[arg(long, allow_negative_numbers = true)]
+    pub time_scale: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -67,9 +71,28 @@ struct RawProxy {
     threads: Option<i64>,
     state: Option<String>,
     state_fail: Option<String>,
+    time_scale: Option<f64>,
+    /// "reject" (default) or "wait": every consumer's, unless overridden
+    on_limit: Option<String>,
+    /// the longest a waiting request is held (default 30 s)
+    max_wait_s: Option<f64>,
+    deadline_header: Option<String>,
+    deadline_margin_s: Option<f64>,
+    upstream_ca_file: Option<PathBuf>,
+    drain_timeout_s: Option<f64>,
     /// consumer name → its keys
     #[serde(default)]
     keys: BTreeMap<String, Vec<String>>,
+    /// consumer name → its own on_limit / max_wait_s
+    #[serde(default)]
+    consumers: BTreeMap<String, RawConsumerProxy>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConsumerProxy {
+    on_limit: Option<String>,
+    max_wait_s: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,14 +157,15 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
     let (up, at) = flag_or(&args.upstream, &p.upstream, "upstream")
         .ok_or_else(|| ConfigError::new(f, "proxy.upstream", "missing (or give --upstream)"))?;
     let up = up.trim_end_matches('/').to_string();
-    let rest = up.strip_prefix("http://").ok_or_else(|| {
-        let why = if up.starts_with("https://") {
-            "https upstreams are not supported yet (plain http only)".to_string()
-        } else {
-            format!("expected http://host:port[/prefix], got {up:?}")
-        };
-        err_at(&at, why)
-    })?;
+    let rest = up
+        .strip_prefix("http://")
+        .or_else(|| up.strip_prefix("https://"))
+        .ok_or_else(|| {
+            err_at(
+                &at,
+                format!("expected http[s]://host[:port][/prefix], got {up:?}"),
+            )
+        })?;
     if rest.is_empty() || up.parse::<qsim_live::Uri>().is_err() {
         return Err(err_at(&at, format!("not a valid URL: {up:?}")));
     }
@@ -311,6 +335,93 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
             }
         }
     };
+    let time_scale = match (args.time_scale, p.time_scale) {
+        (Some(x), _) => (x, "--time-scale"),
+        (None, Some(x)) => (x, "proxy.time_scale"),
+        (None, None) => (1.0, ""),
+    };
+    if !(time_scale.0 > 0.0 && time_scale.0 <= 100.0) {
+        return Err(err_at(
+            time_scale.1,
+            format!("must be in (0, 100], got {}", time_scale.0),
+        ));
+    }
+    let header_name = |field: &str, h: &str| {
+        let h = h.to_ascii_lowercase();
+        if h.is_empty()
+            || !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ConfigError::new(
+                f,
+                field,
+                format!("not a header name: {h:?}"),
+            ));
+        }
+        Ok(h)
+    };
+    let on_limit_of = |field: &str, s: &str, max_wait: Duration| match s {
+        "reject" => Ok(OnLimit::Reject),
+        "wait" => Ok(OnLimit::Wait { max_wait }),
+        _ => Err(ConfigError::new(
+            f,
+            field,
+            format!("expected \"reject\" or \"wait\", got {s:?}"),
+        )),
+    };
+    let max_wait = pos_secs(f, "proxy.max_wait_s", p.max_wait_s, 30.0)?;
+    let default_on_limit = on_limit_of(
+        "proxy.on_limit",
+        p.on_limit.as_deref().unwrap_or("reject"),
+        max_wait,
+    )?;
+    let mut on_limit = vec![default_on_limit; limiter.consumers.len()];
+    for (name, c) in &p.consumers {
+        let at = format!("proxy.consumers.{name}");
+        let i = index(name)
+            .ok_or_else(|| ConfigError::new(f, &at, format!("no consumer named {name:?}")))?;
+        let mw = match c.max_wait_s {
+            Some(x) => pos_secs(f, &format!("{at}.max_wait_s"), Some(x), 30.0)?,
+            None => max_wait,
+        };
+        let ol = match &c.on_limit {
+            Some(s) => s.as_str(),
+            None if matches!(default_on_limit, OnLimit::Wait { .. }) => "wait",
+            None => "reject",
+        };
+        on_limit[i] = on_limit_of(&format!("{at}.on_limit"), ol, mw)?;
+    }
+    let deadline_header = p
+        .deadline_header
+        .as_deref()
+        .map(|h| header_name("proxy.deadline_header", h))
+        .transpose()?;
+    let deadline_margin = match p.deadline_margin_s {
+        None => Duration::from_millis(50),
+        Some(x) if x.is_finite() && (0.0..=3600.0).contains(&x) => Duration::from_secs_f64(x),
+        Some(x) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.deadline_margin_s",
+                format!("must be in [0, 3600] seconds, got {x}"),
+            ))
+        }
+    };
+    let drain_timeout = pos_secs(f, "proxy.drain_timeout_s", p.drain_timeout_s, 30.0)?;
+    let upstream_ca_file = match &p.upstream_ca_file {
+        None => None,
+        Some(path) => {
+            // relative to the config file
+            let path = match args.config.parent() {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            };
+            qsim_live::tls::read_ca_file(&path)
+                .map_err(|e| ConfigError::new(f, "proxy.upstream_ca_file", e))?;
+            Some(path)
+        }
+    };
     let cfg = ProxyConfig {
         listen,
         upstream: up,
@@ -327,8 +438,23 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         limiter,
         threads,
         state,
+        time_scale: time_scale.0,
+        on_limit,
+        deadline_header,
+        deadline_margin,
+        upstream_ca_file,
+        drain_timeout,
     };
     Ok(cfg)
+}
+
+/// [`load`] again on SIGHUP: the same validation, its error as one line
+/// (`qsim: FILE: FIELD: reason`, as at start).
+pub fn reload(args: &ProxyArgs) -> Result<ProxyConfig, String> {
+    load(args).map_err(|e| {
+        let e = crate::cli::name_fields(e, Some(&args.config), &[]);
+        format!("qsim: {e}")
+    })
 }
 
 fn accounting_name(a: OutputAccounting) -> &'static str {

@@ -91,6 +91,9 @@ pub struct RecommendArgs {
     /// The work budget, checked against the grid stage's estimate.
     #[command(flatten)]
     pub budget: Budget,
+    /// `--plot DIR` (the Pareto scatter, PNG and SVG) and `--html FILE`.
+    #[command(flatten)]
+    pub plots: crate::cli::PlotOpts,
 }
 
 // ---------------------------------------------------------------- metrics
@@ -747,6 +750,8 @@ pub struct Recommendation {
     /// those meeting every constraint that is not on elapsed or p95, by
     /// elapsed.
     pub front: Vec<FrontPoint>,
+    /// The rows of the experiment (the `rows` term of constraints).
+    pub rows: f64,
     pub sdk_retries: bool,
     obj: Objective,
 }
@@ -964,6 +969,7 @@ pub fn search(
         runner_ups,
         baselines,
         front,
+        rows,
         sdk_retries: base.sdk.is_some(),
         obj,
     })
@@ -1233,6 +1239,8 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
     if let Some(p) = &a.out {
         crate::output::check_target(p, a.force)?;
     }
+    let targets = a.plots.targets(a.force);
+    targets.check()?;
     let fname = a.file.display().to_string();
     let suite = match crate::cli::load_experiment(&a.file, &a.sets)? {
         ExperimentFile::Hosted(s) => s,
@@ -1257,7 +1265,62 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
         Format::Json => json_text(&rec.render_json()),
         _ => rec.render_table(),
     };
+    if targets.wanted() {
+        let fig = pareto_figure(&rec);
+        let intro = format!(
+            "qsim recommend {}: {} configurations evaluated over {} seeds from seed {}",
+            rec.file,
+            rec.evaluated.len(),
+            rec.seeds,
+            rec.seed
+        );
+        crate::plot::write(
+            &targets,
+            "qsim recommend",
+            &intro,
+            Vec::new(),
+            &[fig],
+            Some(&rec.render_table()),
+        )?;
+    }
     emit(&text, a.out.as_deref(), a.force)
+}
+
+/// The Pareto scatter: every configuration that meets the constraints not on
+/// its axes (median elapsed vs median p95), the front highlighted and
+/// labelled, as in the table's "Pareto front".
+fn pareto_figure(rec: &Recommendation) -> crate::plot::Fig {
+    let points = rec
+        .evaluated
+        .iter()
+        .filter(|s| {
+            rec.constraints
+                .iter()
+                .filter(|c| {
+                    let m = c.lhs_metric();
+                    m != ELAPSED && m != P95
+                })
+                .all(|c| c.check(&s.evidence, rec.rows).0)
+        })
+        .map(|s| qsim_plot::ParetoPoint {
+            label: s.config.label(),
+            x: s.median(ELAPSED),
+            y: s.median(P95),
+        })
+        .collect();
+    crate::plot::Fig {
+        name: "recommend-pareto".into(),
+        caption: format!(
+            "Configurations meeting the other constraints: median elapsed vs median p95 over {} seeds; the Pareto front highlighted",
+            rec.seeds
+        ),
+        figure: qsim_plot::pareto(
+            "qsim recommend: elapsed vs p95",
+            "elapsed (s, median over seeds)",
+            "latency p95 (s, median over seeds)",
+            points,
+        ),
+    }
 }
 
 #[cfg(test)]

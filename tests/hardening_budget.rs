@@ -132,8 +132,12 @@ fn gamma_arrivals_with_huge_cv_refused() {
     assert!(err.contains("bursty 900 RPM"), "{err}");
 }
 
+/// 20,000 experiments (5 GB with hdrhistogram's full arrays) are estimated
+/// at ~590 MB, within the default budget (the run measured 237 MB peak
+/// RSS and 31 s on a loaded machine); a lower budget refuses them, naming
+/// the memory.
 #[test]
-fn twenty_thousand_experiments_refused() {
+fn twenty_thousand_experiments_within_the_memory_budget() {
     let root = env!("CARGO_MANIFEST_DIR");
     let base = std::fs::read_to_string(format!("{root}/experiments/fmapi-pacing.toml")).unwrap();
     let head = &base[..base.find("[[experiment]]").unwrap()];
@@ -146,8 +150,14 @@ fn twenty_thousand_experiments_refused() {
     let d = write("many.toml", &text);
     let p = d.path().join("many.toml");
     refused(
-        &["run", p.to_str().unwrap()],
+        &["run", p.to_str().unwrap(), "--max-memory-mb", "256"],
         &["memory budget", "--max-memory-mb"],
+    );
+    let cost = qsim::experiment::load(&p, &[]).unwrap().cost(1).unwrap();
+    let mb = cost.memory_bytes() / 1024.0 / 1024.0;
+    assert!(
+        mb > 256.0 && mb < qsim::experiment::budget::DEFAULT_MAX_MEMORY_MB as f64,
+        "{mb} MB"
     );
 }
 
@@ -202,4 +212,76 @@ fn durations_beyond_the_clock_name_field_and_range() {
         ],
         &["reject_latency_ms", "milliseconds"],
     );
+}
+
+/// The memory estimate's histogram part holds for real runs: the heap of
+/// every replica's five histograms (a page of counters per sample at
+/// worst) stays within `replicas_bytes` of the samples the replicas
+/// actually took, from one replica absorbing an overload to many lightly
+/// loaded ones; and it is far below it when samples cluster.
+#[test]
+fn replica_histograms_within_the_estimate() {
+    use qsim::experiment::budget::{replicas_bytes, REPLICA_FIXED_BYTES};
+    use qsim::experiment::{load, server::run_scenario, ExperimentFile};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (file, scenario, reps) in [
+        ("nim-load.toml", "peak-20x", 1),
+        ("nim-load.toml", "normal", 16),
+        ("llama-8b-clients.toml", "512 clients", 4),
+        ("llama-8b-clients.toml", "1 client", 8),
+    ] {
+        let f = load(
+            &root.join("experiments").join(file),
+            &[format!("replicas={reps}")],
+        )
+        .unwrap();
+        let ExperimentFile::Server(s) = f else {
+            panic!("{file}: not a server file")
+        };
+        let sc = s.scenarios.iter().find(|x| x.name == scenario).unwrap();
+        let r = run_scenario(s.profile.clone(), sc, 1, sc.index);
+        let (mut heap, mut requests, mut tokens) = (0usize, 0u64, 0u64);
+        for m in &r.metrics.replicas {
+            for h in [&m.ttft, &m.itl, &m.tpot, &m.e2e, &m.queue_delay] {
+                heap += h.heap_bytes();
+            }
+            requests += m.submitted;
+            tokens += m.output_tokens;
+        }
+        let bound = replicas_bytes(reps as f64, requests as f64, tokens as f64)
+            - reps as f64 * REPLICA_FIXED_BYTES;
+        assert!(
+            heap as f64 <= bound,
+            "{file} {scenario} x{reps}: {heap} bytes > {bound}"
+        );
+        // under 100 KB per replica where replicas share the load (one
+        // replica under 20x its capacity holds ~255 KB: 200,000 requests
+        // whose queue delays and latencies spread from µs to minutes)
+        assert!(
+            reps == 1 || heap < 100_000 * reps,
+            "{file} {scenario} x{reps}: {} bytes per replica",
+            heap / reps
+        );
+    }
+}
+
+/// Replicas are cheap enough that a few hundred fit the default memory
+/// budget (the estimate was 2.9 GB for 256 replicas of nim-load with
+/// hdrhistogram's full arrays), while thousands are still refused.
+#[test]
+fn hundreds_of_replicas_fit_the_memory_estimate() {
+    use qsim::experiment::budget::DEFAULT_MAX_MEMORY_MB;
+    use qsim::experiment::load;
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/nim-load.toml");
+    let mb = |reps: u32| {
+        load(&p, &[format!("replicas={reps}")])
+            .unwrap()
+            .cost(1)
+            .unwrap()
+            .memory_bytes()
+            / 1024.0
+            / 1024.0
+    };
+    assert!(mb(256) < DEFAULT_MAX_MEMORY_MB as f64, "{}", mb(256));
+    assert!(mb(4096) > DEFAULT_MAX_MEMORY_MB as f64, "{}", mb(4096));
 }

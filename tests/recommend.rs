@@ -276,3 +276,41 @@ fn the_presets_are_the_policies_the_files_spell_out() {
     assert_eq!(j["experiments"][0]["client"], "managed", "{j}");
     assert_eq!(j["experiments"][0]["ok"], 200, "{j}");
 }
+
+#[test]
+fn plot_draws_the_pareto_front_of_the_json() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("plots");
+    let html = d.path().join("r.html");
+    let out = ok_stdout(&[
+        "recommend",
+        PACING,
+        "--seeds",
+        "3",
+        "--format",
+        "json",
+        "--plot",
+        dir.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    // the report on stdout is the one without --plot
+    assert_eq!(
+        out,
+        ok_stdout(&["recommend", PACING, "--seeds", "3", "--format", "json"])
+    );
+    let j: Value = serde_json::from_str(&out).unwrap();
+    let front = j["pareto_front"].as_array().unwrap();
+    assert!(!front.is_empty());
+    let svg = std::fs::read_to_string(dir.join("recommend-pareto.svg")).unwrap();
+    assert!(qsim_plot::check::svg_size(&svg).is_some());
+    let png = std::fs::read(dir.join("recommend-pareto.png")).unwrap();
+    assert!(qsim_plot::check::png_size(&png).is_some());
+    // every labelled front point of the JSON is labelled on the plot
+    for p in front.iter().take(qsim_plot::PARETO_LABELS) {
+        let label = p["label"].as_str().unwrap();
+        assert!(svg.contains(label), "{label} not on the plot");
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && !page.to_lowercase().contains("<script"));
+}

@@ -1,25 +1,62 @@
 //! Streaming statistics: latency histograms whose memory does not grow with
-//! the number of samples.
+//! the number of samples, and grows with the spread of the values only.
 
 use crate::time::Nanos;
-use hdrhistogram::Histogram;
+
+/// Microseconds: the histogram's unit.
+const MAX_US: u64 = 1_000_000_000_000;
+/// 2048 sub-buckets per bucket (3 significant digits: 2 × 10³ rounded up
+/// to a power of two); a bucket past the first uses its upper half only.
+const SUB_HALF_MAG: u32 = 10;
+const SUB_HALF: usize = 1 << SUB_HALF_MAG;
+const SUB_MASK: u64 = (2 << SUB_HALF_MAG) - 1;
+/// `64 − log2(sub-bucket count)`: a value's bucket is this minus the leading
+/// zeros of `value | SUB_MASK`.
+const LZ_BASE: u32 = 64 - (SUB_HALF_MAG + 1);
+/// Counters from 1 µs to [`MAX_US`]: 30 buckets, plus the first bucket's
+/// lower half (hdrhistogram's `num_bins(buckets_to_cover(1e12))`).
+const BINS: usize = 31 * SUB_HALF;
+/// Counters per page (a power of two): 8 × 8 bytes. Small pages keep a
+/// histogram of few, spread samples small (a page per sample at worst);
+/// the directory costs 2 bytes per page.
+const PAGE_MAG: u32 = 3;
+const PAGE: usize = 1 << PAGE_MAG;
+/// Pages of the whole range: 3,968.
+const PAGES: usize = BINS / PAGE;
+
+/// Bytes of one page of counters.
+pub const HIST_PAGE_BYTES: usize = PAGE * 8;
+/// Bytes of a histogram's page directory at its largest (every page).
+pub const HIST_DIRECTORY_BYTES: usize = PAGES * 2;
+/// Pages of a histogram whose samples span the whole range.
+pub const HIST_MAX_PAGES: usize = PAGES;
 
 /// A histogram of durations, recorded at microsecond resolution with 3
-/// significant digits, from 1 µs to ~11.6 days. Counts are allocated up to
-/// 100 s at first and grow on demand beyond (the buckets, hence every
-/// quantile, are those of the full range): ~150 KB instead of ~250 KB, and
-/// no reallocation for the latencies of ordinary runs.
-#[derive(Clone)]
+/// significant digits, from 1 µs to ~11.6 days (longer durations count as
+/// 11.6 days, shorter as 1 µs; the mean and maximum are exact).
+///
+/// The buckets are exactly hdrhistogram's (`Histogram::<u64>::new_with_bounds
+/// (1, 1e12, 3)`): a value's counter has the same index, and quantiles,
+/// count and mean are the same numbers hdrhistogram gives (a property test,
+/// tests/hist_props.rs, checks it). The counters are u64 and saturate (as
+/// hdrhistogram's), kept in pages of 8 allocated when a value first falls
+/// in them, found through a directory of page numbers that spans the pages
+/// allocated. So memory follows what the histogram holds: an empty one has
+/// no heap, one with a single sample 66 bytes, one whose values lie within
+/// a factor of 2 (from 1 ms up: 1,024 counters) at most 129 pages (8.3 KB),
+/// and one with values across the whole range 262 KB (hdrhistogram's full
+/// array, 254 KB, and the directory). Recording is an index computation and
+/// two array lookups; a new page (or a wider directory) is the cold path.
+#[derive(Clone, Default)]
 pub struct DurationHist {
-    h: Histogram<u64>,
+    /// Per page of counters from page `base` up to the highest page
+    /// allocated: 0 if absent, else its place in `pages` plus 1.
+    dir: Vec<u16>,
+    base: u16,
+    pages: Vec<[u64; PAGE]>,
+    total: u64,
     sum_ns: u128,
     max_ns: Nanos,
-}
-
-impl Default for DurationHist {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl std::fmt::Debug for DurationHist {
@@ -28,27 +65,95 @@ impl std::fmt::Debug for DurationHist {
     }
 }
 
+/// The counter of `us` (1 ≤ us ≤ MAX_US): hdrhistogram's `index_for`.
+#[inline]
+fn index_of(us: u64) -> usize {
+    let bucket = LZ_BASE - (us | SUB_MASK).leading_zeros();
+    let sub = (us >> bucket) as usize;
+    ((bucket as usize + 1) << SUB_HALF_MAG) + sub - SUB_HALF
+}
+
+/// hdrhistogram's `bucket_for`.
+fn bucket_of(v: u64) -> u32 {
+    LZ_BASE - (v | SUB_MASK).leading_zeros()
+}
+
+/// The lowest value counted at `index`: hdrhistogram's `value_for`.
+fn value_of(index: usize) -> u64 {
+    let mut bucket = (index >> SUB_HALF_MAG) as i64 - 1;
+    let mut sub = (index & (SUB_HALF - 1)) + SUB_HALF;
+    if bucket < 0 {
+        sub -= SUB_HALF;
+        bucket = 0;
+    }
+    (sub as u64) << bucket
+}
+
 impl DurationHist {
     pub fn new() -> Self {
-        DurationHist {
-            h: {
-                let mut h = Histogram::new_with_bounds(1, 100_000_000, 3).expect("valid bounds");
-                h.auto(true);
-                h
-            },
-            sum_ns: 0,
-            max_ns: 0,
+        Self::default()
+    }
+
+    #[inline]
+    fn to_us(d: Nanos) -> u64 {
+        (d / 1_000).clamp(1, MAX_US)
+    }
+
+    /// The counter at `i`, its page allocated if need be.
+    #[inline]
+    fn counter(&mut self, i: usize) -> &mut u64 {
+        let p = i >> PAGE_MAG;
+        let slot = match self.dir.get(p.wrapping_sub(self.base as usize)) {
+            Some(&s) if s != 0 => s,
+            _ => self.new_page(p),
+        };
+        &mut self.pages[slot as usize - 1][i & (PAGE - 1)]
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn new_page(&mut self, p: usize) -> u16 {
+        let (base, len) = (self.base as usize, self.dir.len());
+        if len == 0 {
+            self.base = p as u16;
+            self.dir = vec![0];
+        } else if p < base || p >= base + len {
+            // extend the directory to cover page p, by at least a quarter
+            // (amortised: a histogram's values spreading page by page copy
+            // its directory a few dozen times), within 0..PAGES
+            let grow = (len / 4).max(1);
+            let (lo, hi) = if p < base {
+                (p.min(base.saturating_sub(grow)), base + len)
+            } else {
+                (base, (p + 1).max(base + len + grow).min(PAGES))
+            };
+            let mut d = Vec::with_capacity(hi - lo);
+            d.resize(base - lo, 0);
+            d.extend_from_slice(&self.dir);
+            d.resize(hi - lo, 0);
+            self.dir = d;
+            self.base = lo as u16;
         }
+        if self.pages.len() == self.pages.capacity() {
+            // grow by a quarter (at least a page, never past PAGES): fewer
+            // than a quarter of the pages unused, and no more than
+            // hdrhistogram's full array when every page is used
+            let n = self.pages.len();
+            self.pages.reserve_exact((n / 4).max(1).min(PAGES - n));
+        }
+        self.pages.push([0; PAGE]);
+        // at most PAGES pages: fits u16
+        let slot = self.pages.len() as u16;
+        self.dir[p - self.base as usize] = slot;
+        slot
     }
 
     #[inline]
     pub fn record(&mut self, d: Nanos) {
-        let us = (d / 1_000).clamp(1, 1_000_000_000_000);
-        // grows the counts on demand (auto-resize); saturate only if it cannot
-        if self.h.record(us).is_err() {
-            self.h.saturating_record(us);
-        }
-        self.sum_ns += d as u128;
+        let c = self.counter(index_of(Self::to_us(d)));
+        *c = c.saturating_add(1);
+        self.total = self.total.saturating_add(1);
+        self.sum_ns = self.sum_ns.saturating_add(d as u128);
         self.max_ns = self.max_ns.max(d);
     }
 
@@ -58,31 +163,63 @@ impl DurationHist {
         if n == 0 {
             return;
         }
-        let us = (d / 1_000).clamp(1, 1_000_000_000_000);
-        if self.h.record_n(us, n).is_err() {
-            self.h.saturating_record_n(us, n);
-        }
-        self.sum_ns += d as u128 * n as u128;
+        let c = self.counter(index_of(Self::to_us(d)));
+        *c = c.saturating_add(n);
+        self.total = self.total.saturating_add(n);
+        // < 2^128: no overflow of the product
+        self.sum_ns = self.sum_ns.saturating_add(d as u128 * n as u128);
         self.max_ns = self.max_ns.max(d);
     }
 
     pub fn count(&self) -> u64 {
-        self.h.len()
+        self.total
     }
 
-    /// Quantile in seconds (0 when empty).
+    /// Quantile in seconds (0 when empty): hdrhistogram's
+    /// `value_at_quantile` (the highest value equivalent to the counter
+    /// where the cumulative count reaches ⌈q·n⌉; the lowest for q = 0).
     pub fn quantile_s(&self, q: f64) -> f64 {
-        if self.h.is_empty() {
+        if self.total == 0 {
             return 0.0;
         }
-        self.h.value_at_quantile(q) as f64 / 1e6
+        self.quantile_us(q) as f64 / 1e6
+    }
+
+    fn quantile_us(&self, q: f64) -> u64 {
+        let q = if q > 1.0 { 1.0 } else { q };
+        let target = ((q * self.total as f64).ceil() as u64).max(1);
+        let mut acc: u64 = 0;
+        for (k, &slot) in self.dir.iter().enumerate() {
+            if slot == 0 {
+                continue;
+            }
+            let p = self.base as usize + k;
+            let page = &self.pages[slot as usize - 1];
+            let sum = page.iter().fold(0u64, |a, &c| a.saturating_add(c));
+            if acc.saturating_add(sum) < target {
+                acc = acc.saturating_add(sum);
+                continue;
+            }
+            for (j, &c) in page.iter().enumerate() {
+                acc = acc.saturating_add(c);
+                if acc >= target {
+                    let v = value_of((p << PAGE_MAG) + j);
+                    return if q == 0.0 {
+                        v
+                    } else {
+                        v + (1u64 << bucket_of(v)) - 1
+                    };
+                }
+            }
+        }
+        0
     }
 
     pub fn mean_s(&self) -> f64 {
-        if self.h.is_empty() {
+        if self.total == 0 {
             0.0
         } else {
-            self.sum_ns as f64 / self.h.len() as f64 / 1e9
+            self.sum_ns as f64 / self.total as f64 / 1e9
         }
     }
 
@@ -95,9 +232,32 @@ impl DurationHist {
     }
 
     pub fn merge(&mut self, other: &DurationHist) {
-        self.h.add(&other.h).expect("same bounds");
-        self.sum_ns += other.sum_ns;
+        for (k, &slot) in other.dir.iter().enumerate() {
+            if slot == 0 {
+                continue;
+            }
+            let src = &other.pages[slot as usize - 1];
+            let base = (other.base as usize + k) << PAGE_MAG;
+            for (j, &c) in src.iter().enumerate() {
+                if c != 0 {
+                    let d = self.counter(base + j);
+                    *d = d.saturating_add(c);
+                }
+            }
+        }
+        self.total = self.total.saturating_add(other.total);
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
+    }
+
+    /// Heap bytes held (directory and pages, including unused capacity).
+    pub fn heap_bytes(&self) -> usize {
+        self.dir.capacity() * 2 + self.pages.capacity() * HIST_PAGE_BYTES
+    }
+
+    /// Pages of counters allocated.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
     }
 }
 
@@ -114,5 +274,80 @@ mod tests {
         assert!((h.quantile_s(0.95) - 0.95).abs() < 0.001);
         assert!((h.mean_s() - 0.5005).abs() < 1e-9);
         assert_eq!(h.max_s(), 1.0);
+    }
+
+    #[test]
+    fn layout_matches_hdrhistogram() {
+        let h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, MAX_US, 3).unwrap();
+        assert_eq!(h.distinct_values(), BINS);
+        assert_eq!(BINS % PAGE, 0);
+        assert!(PAGES < u16::MAX as usize);
+        assert!(index_of(MAX_US) < BINS);
+        assert_eq!(index_of(1), 1);
+    }
+
+    #[test]
+    fn empty_holds_no_heap_and_memory_follows_the_spread() {
+        let h = DurationHist::new();
+        assert_eq!(h.heap_bytes(), 0);
+        assert_eq!(h.quantile_s(0.5), 0.0);
+        let mut h = DurationHist::new();
+        h.record(7_000_000);
+        assert_eq!(h.heap_bytes(), 2 + HIST_PAGE_BYTES);
+        let mut h = DurationHist::new();
+        // every µs from 16.384 to 32.767 ms: one bucket, 1024 counters
+        for us in 16_384..32_768u64 {
+            h.record(us * 1_000);
+        }
+        assert_eq!(h.pages(), 1024 / PAGE);
+        // 10 to 20 ms: across two buckets, 17 pages
+        let mut g = DurationHist::new();
+        for i in 0..1_000_000u64 {
+            g.record(10_000_000 + i * 10);
+        }
+        assert_eq!(g.pages(), 1024 / PAGE + 1);
+        assert!(h.heap_bytes() <= HIST_DIRECTORY_BYTES + 2 * 1024 * 8);
+        // every bucket: all pages a value can reach (index 1 up), no more
+        let mut h = DurationHist::new();
+        let mut v = 1u64;
+        while v <= MAX_US {
+            h.record(v * 1_000);
+            v += (v >> 11).max(1);
+        }
+        h.record(u64::MAX);
+        assert_eq!(h.pages(), index_of(MAX_US) / PAGE + 1);
+        assert!(h.pages() <= HIST_MAX_PAGES);
+        assert!(h.heap_bytes() <= HIST_DIRECTORY_BYTES + HIST_MAX_PAGES * HIST_PAGE_BYTES);
+        // the same values downwards: the directory grows towards 0
+        let mut g = DurationHist::new();
+        let mut v = MAX_US;
+        while v >= 1 {
+            g.record(v * 1_000);
+            v -= (v >> 11).max(1);
+        }
+        assert_eq!(g.pages(), h.pages());
+        assert!(g.heap_bytes() <= HIST_DIRECTORY_BYTES + HIST_MAX_PAGES * HIST_PAGE_BYTES);
+    }
+
+    #[test]
+    fn counts_saturate_instead_of_wrapping() {
+        let mut h = DurationHist::new();
+        h.record_n(u64::MAX, u64::MAX);
+        h.record_n(u64::MAX, u64::MAX);
+        h.record(5_000);
+        let mut g = h.clone();
+        g.merge(&h);
+        for x in [&h, &g] {
+            assert_eq!(x.count(), u64::MAX);
+            assert_eq!(x.max_s(), u64::MAX as f64 / 1e9);
+            // the top counter: 999,653,638,144 to 1,000,190,509,055 µs
+            let top = value_of(index_of(MAX_US));
+            assert!(top <= MAX_US && MAX_US < top + (1 << bucket_of(top)));
+            assert_eq!(
+                x.quantile_s(1.0),
+                (top + (1 << bucket_of(top)) - 1) as f64 / 1e6
+            );
+            assert_eq!(x.quantile_s(0.0), 0.000005);
+        }
     }
 }

@@ -14,6 +14,7 @@ use super::config::ClientKind;
 use super::server::Load as ServerLoad;
 use super::{HostedSuite, ServerSuite};
 use crate::config::ConfigError;
+use crate::engine::stats::{HIST_DIRECTORY_BYTES, HIST_MAX_PAGES, HIST_PAGE_BYTES};
 use crate::engine::Sampler;
 use crate::server::ServerProfile;
 use crate::time::{show, to_secs};
@@ -28,11 +29,30 @@ pub const DEFAULT_MAX_MEMORY_MB: u64 = 1024;
 /// (measured: `qsim run --seeds 1000` of the default file, 25 M attempts
 /// at most, runs in under a second).
 pub const HOSTED_ATTEMPT_WORK: f64 = 0.25;
-/// One latency histogram (hdrhistogram, 3 significant digits, 1 µs to 11.6 days).
-pub const HIST_BYTES: f64 = 262_144.0;
-/// One server replica: five histograms and its gauges, kept twice (live and
-/// in the scenario's result).
-pub const REPLICA_BYTES: f64 = 2.0 * (5.0 * HIST_BYTES + 4096.0);
+/// Heap of `n` latency histograms holding `samples` samples between them,
+/// in the worst case (see [`DurationHist`](crate::engine::DurationHist)):
+/// each one that holds a sample has its page directory, and every sample
+/// falls in a page of its own, up to every page of every histogram; the
+/// pages' vector keeps fewer than a quarter of its pages unused.
+pub fn hists_bytes(n: f64, samples: f64) -> f64 {
+    let s = samples.max(0.0);
+    n.min(s) * HIST_DIRECTORY_BYTES as f64
+        + (n * HIST_MAX_PAGES as f64).min(1.25 * s) * HIST_PAGE_BYTES as f64
+}
+/// One server replica apart from its histograms: the replica's state, its
+/// counters and gauges.
+pub const REPLICA_FIXED_BYTES: f64 = 4096.0;
+
+/// `reps` server replicas that serve `requests` requests and `tokens`
+/// output tokens between them, worst case: four histograms with a sample
+/// per request (TTFT, TPOT, E2E, queue delay), one with a sample per token
+/// (ITL). 4 KB and 66 bytes per histogram with a sample; at most ~1.3 MB
+/// per replica, when every histogram holds samples across its whole range
+/// (1 µs to 11.6 days). Measured (nim-load.toml): 6 to 55 KB of
+/// histograms per replica with 64 replicas, 60 to 255 KB with one.
+pub fn replicas_bytes(reps: f64, requests: f64, tokens: f64) -> f64 {
+    reps * REPLICA_FIXED_BYTES + 4.0 * hists_bytes(reps, requests) + hists_bytes(reps, tokens)
+}
 /// One request inside a server or the limiter's driver.
 pub const IN_FLIGHT_BYTES: f64 = 160.0;
 /// One tidy record kept for the spreads (seed, subject, metric, value).
@@ -248,12 +268,15 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
         };
         // with a drain the queue left at the end is served too
         let its = iterations(p, reps, d, requests, mean_out) * if s.drain { 2.0 } else { 1.0 };
-        results += reps * REPLICA_BYTES / 2.0;
+        // the live replicas, and their copy in the scenario's result (kept
+        // with the earlier scenarios' until the seed is reduced to records)
+        let replicas = replicas_bytes(reps, requests, requests * mean_out);
+        results += replicas;
         let what = format!("scenario {:?}", s.name);
         c.part(
             &what,
             requests + its,
-            reps * REPLICA_BYTES + in_flight * IN_FLIGHT_BYTES + results,
+            replicas + in_flight * IN_FLIGHT_BYTES + results,
         );
         let records = 28.0 * (1.0 + reps) + 1.0 + 10.0 * s.snapshots.len() as f64;
         c.keep(records * RECORD_BYTES);
@@ -264,7 +287,13 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
 /// One seed of a hosted-API suite.
 pub fn hosted_suite(suite: &HostedSuite) -> Cost {
     let mut c = Cost::default();
-    let n = suite.experiments.len() as f64;
+    // every experiment's result (one latency histogram, a sample per row)
+    // is kept until the seed is reduced to records
+    let results: f64 = suite
+        .experiments
+        .iter()
+        .map(|e| hists_bytes(1.0, e.rows as f64) + 1024.0)
+        .sum();
     for e in &suite.experiments {
         let (attempts, slots) = match &e.client {
             ClientKind::Pool {
@@ -279,12 +308,10 @@ pub fn hosted_suite(suite: &HostedSuite) -> Cost {
             ClientKind::Managed(p) => (p.max_attempts.max(1) as f64, 0.0),
         };
         let rows = e.rows as f64;
-        // every experiment's result (one latency histogram) is kept until
-        // the seed is reduced to records
         c.part(
             &format!("experiment {:?}", e.name),
             rows * attempts * HOSTED_ATTEMPT_WORK,
-            slots * IN_FLIGHT_BYTES + rows.min(1e6) * 16.0 + n * (HIST_BYTES + 1024.0),
+            slots * IN_FLIGHT_BYTES + rows.min(1e6) * 16.0 + results,
         );
         c.keep(40.0 * RECORD_BYTES);
     }

@@ -392,11 +392,25 @@ pub struct ServerResult {
     pub unfinished: u64,
 }
 
+/// The server sampled at fixed intervals (`qsim run --plot`): requests
+/// waiting and running at each sample, and the median E2E of the requests
+/// finished since the previous sample (NaN if none). One entry per sample,
+/// so memory is bounded by the number of samples, not of requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    pub t: Vec<Nanos>,
+    pub waiting: Vec<u64>,
+    pub running: Vec<u64>,
+    pub e2e_p50_s: Vec<f64>,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     Arrival,
     Send(u32),
     Snapshot,
+    /// A sample of the series (only when asked for).
+    Sample,
 }
 
 impl Timed for Cluster {
@@ -424,6 +438,19 @@ pub fn run_scenario(
     seed: u64,
     scope: u64,
 ) -> ServerResult {
+    run_scenario_sampled(profile, s, seed, scope, None).0
+}
+
+/// [`run_scenario`], also sampling the server every `every` (from `every`
+/// to the scenario's duration) when asked. Sampling only reads the
+/// cluster: the result is the same as without it.
+pub fn run_scenario_sampled(
+    profile: Arc<ServerProfile>,
+    s: &Scenario,
+    seed: u64,
+    scope: u64,
+    every: Option<Nanos>,
+) -> (ServerResult, Option<Series>) {
     let mut cluster = Cluster::new(
         profile,
         s.replicas,
@@ -467,6 +494,15 @@ pub fn run_scenario(
     }
     for &t in &s.snapshots {
         q.schedule(t, Ev::Snapshot);
+    }
+    let mut series = every.map(|_| Series::default());
+    let mut sample_window = DurationHist::new();
+    if let Some(e) = every.filter(|&e| e > 0) {
+        let mut t = e;
+        while t <= end {
+            q.schedule(t, Ev::Sample);
+            t += e;
+        }
     }
     // closed loop: request id → client, only while in flight
     let mut owner: std::collections::BTreeMap<u64, u32> = std::collections::BTreeMap::new();
@@ -540,6 +576,19 @@ pub fn run_scenario(
                     prev_t = now;
                     prev_busy = busy;
                 }
+                Ev::Sample => {
+                    if let Some(se) = series.as_mut() {
+                        se.t.push(now);
+                        se.waiting.push(cluster.waiting() as u64);
+                        se.running.push(cluster.running() as u64);
+                        se.e2e_p50_s.push(if sample_window.count() == 0 {
+                            f64::NAN
+                        } else {
+                            sample_window.quantile_s(0.5)
+                        });
+                        sample_window = DurationHist::new();
+                    }
+                }
             }
         }
         last = now;
@@ -547,6 +596,9 @@ pub fn run_scenario(
             if !c.rejected {
                 completed += 1;
                 window.record(c.finished - c.arrival);
+                if series.is_some() {
+                    sample_window.record(c.finished - c.arrival);
+                }
             }
             if let Some(cl) = closed.as_mut() {
                 if let Some(client) = owner.remove(&c.id) {
@@ -559,13 +611,14 @@ pub fn run_scenario(
         }
     }
     let until = if s.drain { last.max(end) } else { end };
-    ServerResult {
+    let result = ServerResult {
         name: s.name.clone(),
         until,
         metrics: cluster.metrics().clone(),
         snapshots: snaps,
         unfinished: cluster.outstanding() as u64,
-    }
+    };
+    (result, series)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use super::config::{Arrival, SharedFile};
 use super::Model;
 use crate::config::ConfigError;
 use crate::experiment::budget::{
-    min_step_s, open_requests, Cost, HIST_BYTES, IN_FLIGHT_BYTES, RECORD_BYTES, REPLICA_BYTES,
+    hists_bytes, min_step_s, open_requests, replicas_bytes, Cost, IN_FLIGHT_BYTES, RECORD_BYTES,
 };
 use crate::time::{show, to_secs};
 
@@ -68,11 +68,12 @@ pub fn scenarios(
             Some(step) => (reps * to_secs(s.duration) / step).min(requests * (mean_out + 1.0)),
             None => 0.0,
         };
-        // the outcome of each run keeps three histograms until the seed is reduced
-        kept_outcomes += runs * 3.0 * HIST_BYTES;
+        // the outcome of each run keeps three histograms until the seed is
+        // reduced (E2E, TTFT, mean ITL: a sample per completed request)
+        kept_outcomes += runs * 3.0 * hists_bytes(1.0, requests);
         let backend = match model {
             Model::Ideal => 0.0,
-            Model::Server { .. } => reps * REPLICA_BYTES / 2.0,
+            Model::Server { .. } => replicas_bytes(reps, requests, requests * mean_out),
         };
         let what = format!(
             "scenario {:?}{}",

@@ -530,6 +530,23 @@ pub fn run_cli(
     as_json: bool,
     budget: &crate::experiment::budget::Budget,
 ) -> Result<String, PlanError> {
+    run_cli_full(args, as_json, budget).map(|r| r.text)
+}
+
+/// What [`run_cli_full`] made: the report, the file as planned (sized by
+/// `--need` if given) and the records of every seed (for plots and HTML).
+pub struct PlanRun {
+    pub text: String,
+    pub file: SharedFile,
+    pub records: Records,
+}
+
+/// [`run_cli`], also returning the planned file and the seeds' records.
+pub fn run_cli_full(
+    args: &PlanArgs,
+    as_json: bool,
+    budget: &crate::experiment::budget::Budget,
+) -> Result<PlanRun, PlanError> {
     let need = args.need.as_deref().map(parse_need).transpose()?;
     let e2e = args
         .e2e_p95
@@ -552,15 +569,13 @@ pub fn run_cli(
     }
     let runs = simulate(&file, &model, args.seed, true);
     // more seeds: each reduced to records at once (nothing else is kept)
-    let over_seeds = (args.seeds > 1).then(|| {
-        let mut recs = Records::default();
-        seeds::records(&mut recs, args.seed, &runs);
-        for k in 1..args.seeds {
-            let s = args.seed.wrapping_add(k);
-            seeds::records(&mut recs, s, &simulate(&file, &model, s, true));
-        }
-        recs.spreads()
-    });
+    let mut recs = Records::default();
+    seeds::records(&mut recs, args.seed, &runs);
+    for k in 1..args.seeds {
+        let s = args.seed.wrapping_add(k);
+        seeds::records(&mut recs, s, &simulate(&file, &model, s, true));
+    }
+    let over_seeds = (args.seeds > 1).then(|| recs.spreads());
     let mut fs = findings::static_findings(&file, need.as_deref());
     fs.extend(findings::sim_findings(&file, &runs));
     let plan = render::Plan {
@@ -572,7 +587,7 @@ pub fn run_cli(
         runs,
         inverse: inverse_json,
     };
-    Ok(match (as_json, &over_seeds) {
+    let text = match (as_json, &over_seeds) {
         (true, None) => crate::report::json_text(&render::json(&plan)),
         (false, None) => render::table(&plan),
         (true, Some(s)) => {
@@ -581,5 +596,10 @@ pub fn run_cli(
             crate::report::json_text(&v)
         }
         (false, Some(s)) => render::table(&plan) + &seeds::table(&plan.runs, s, args.seed),
+    };
+    Ok(PlanRun {
+        text,
+        file,
+        records: recs,
     })
 }

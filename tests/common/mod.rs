@@ -1,11 +1,16 @@
-//! Helpers shared by the live tests (proxy_live, proxy_redis): the venv's
-//! binaries, child processes killed on drop, free loopback ports.
+//! Helpers shared by the live tests (proxy_live, proxy_redis, proxy_ops):
+//! the venv's binaries, child processes killed on drop, free loopback
+//! ports, llmock and `qsim proxy` started on them, Python scripts, raw
+//! HTTP/1.1 requests and the proxy's `/metrics`.
 
 #![allow(dead_code)]
 
-use std::net::TcpListener;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::Child;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 pub fn venv_bin(name: &str) -> PathBuf {
     let venv = std::env::var_os("QSIM_VENV")
@@ -38,4 +43,194 @@ pub fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// Start llmock on a free port with extra flags; wait until it accepts.
+pub fn llmock(extra: &[&str]) -> (Proc, String) {
+    let port = free_port();
+    let child = Command::new(venv_bin("llmock"))
+        .args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--log-level",
+            "warning",
+            "--response-style",
+            "static",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llmock");
+    let mut p = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        if let Ok(Some(st)) = p.0.try_wait() {
+            panic!("llmock exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (p, format!("http://127.0.0.1:{port}"))
+}
+
+/// The text of a proxy config: `[proxy]` gets `listen` and `upstream`.
+pub fn proxy_config(upstream: &str, config: &str) -> String {
+    format!(
+        "kind = \"proxy\"\n[proxy]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{config}"
+    )
+}
+
+/// Start `qsim proxy` with this config body (see [`proxy_config`]); returns
+/// its base URL. Its log (stderr) goes to `DIR/NAME.log`.
+pub fn proxy(dir: &tempfile::TempDir, name: &str, upstream: &str, config: &str) -> (Proc, String) {
+    let path = dir.path().join(format!("{name}.toml"));
+    std::fs::write(&path, proxy_config(upstream, config)).unwrap();
+    let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
+        .args(["proxy", "--config"])
+        .arg(&path)
+        .arg("--threads")
+        .arg("2")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("start qsim proxy");
+    let out = child.stdout.take().unwrap();
+    let p = Proc(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("proxy did not start in 20 s");
+    let url = line
+        .trim()
+        .strip_prefix("qsim proxy: listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (p, url)
+}
+
+/// Run a Python script (the venv's interpreter) with `PROXY` set; its last
+/// stdout line is JSON.
+pub fn python(script: &str, proxy: &str, timeout: Duration) -> Value {
+    python_env(script, proxy, &[], timeout)
+}
+
+/// [`python`] with more environment variables.
+pub fn python_env(script: &str, proxy: &str, env: &[(&str, &str)], timeout: Duration) -> Value {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    f.write_all(script.as_bytes()).unwrap();
+    let mut child = Command::new(venv_bin("python"))
+        .arg(f.path())
+        .env("PROXY", proxy)
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python");
+    let deadline = Instant::now() + timeout;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("python script timed out after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "python failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// One HTTP/1.1 request on a fresh connection: (status, headers, body).
+pub fn http(
+    url: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
+    let hostport = url.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(hostport).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {hostport}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut resp = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut s, &mut resp);
+    let text = String::from_utf8_lossy(&resp).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// The proxy's `/metrics` as (name{labels}, value) pairs.
+pub fn metrics(url: &str) -> Vec<(String, f64)> {
+    let (st, _, body) = http(url, "GET", "/metrics", &[], b"");
+    assert_eq!(st, 200);
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+pub fn metric(m: &[(String, f64)], key: &str) -> f64 {
+    m.iter().find(|(k, _)| k == key).map(|x| x.1).unwrap_or(0.0)
+}
+
+/// Wait (bounded) until nothing is in flight or reserved; return the metrics.
+pub fn settled(url: &str) -> Vec<(String, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = metrics(url);
+        if metric(&m, "qsim_proxy_in_flight") == 0.0
+            && metric(&m, "qsim_proxy_reserved_tokens") == 0.0
+        {
+            return m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reservations not returned after 10 s: {m:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -4,12 +4,13 @@
 //!   tiny hyper server answering every request with a fixed chat completion
 //!   (with `usage`), on one thread;
 //! - `loadgen load --target URL[,URL…] --conns C --secs S [--rate R] [--key K]
-//!   [--threads T]`: keep-alive HTTP/1.1 connections spread over the targets
+//!   [--threads T] [--header NAME:VALUE]`: keep-alive HTTP/1.1 connections spread over the targets
 //!   sending `POST /v1/chat/completions`, closed loop (as fast as answers
 //!   come) or open loop at `R` requests/s in total (each connection sends at
 //!   its share of the rate; latency measured from the scheduled send time, so
 //!   queueing is counted). Prints one JSON line: requests, req/s, statuses,
-//!   latency p50/p90/p99/max in ms.
+//!   latency p50/p90/p99/max in ms, and the 429 answers' alone (from their
+//!   actual send time).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -89,6 +90,7 @@ async fn upstream(port: u16) {
 
 struct Out {
     lat_us: Vec<u64>,
+    lat_429_us: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
     errors: u64,
 }
@@ -96,6 +98,7 @@ struct Out {
 async fn conn_loop(
     addr: String,
     key: String,
+    header: Option<(String, String)>,
     start: Instant,
     end: Instant,
     interval: Option<Duration>,
@@ -103,6 +106,7 @@ async fn conn_loop(
 ) -> Out {
     let mut out = Out {
         lat_us: Vec::new(),
+        lat_429_us: Vec::new(),
         statuses: BTreeMap::new(),
         errors: 0,
     };
@@ -137,12 +141,17 @@ async fn conn_loop(
                 out.errors += 1;
                 continue 'outer;
             }
-            let req = Request::post(format!("http://{addr}/v1/chat/completions"))
+            let mut req = Request::post(format!("http://{addr}/v1/chat/completions"))
                 .header("host", addr.as_str())
                 .header("content-type", "application/json")
-                .header("authorization", format!("Bearer {key}"))
+                .header("authorization", format!("Bearer {key}"));
+            if let Some((k, v)) = &header {
+                req = req.header(k.as_str(), v.as_str());
+            }
+            let req = req
                 .body(Full::new(Bytes::from_static(BODY.as_bytes())))
                 .unwrap();
+            let actual = Instant::now();
             match tx.send_request(req).await {
                 Ok(r) => {
                     let st = r.status().as_u16();
@@ -150,7 +159,13 @@ async fn conn_loop(
                         out.errors += 1;
                         continue 'outer;
                     }
-                    out.lat_us.push(sent.elapsed().as_micros() as u64);
+                    let us = sent.elapsed().as_micros() as u64;
+                    out.lat_us.push(us);
+                    if st == 429 {
+                        // from the actual send: a connection held by a
+                        // waiting request sends its next ones late
+                        out.lat_429_us.push(actual.elapsed().as_micros() as u64);
+                    }
                     *out.statuses.entry(st).or_default() += 1;
                 }
                 Err(_) => {
@@ -177,6 +192,10 @@ async fn load(args: &[String]) {
     let secs: f64 = arg(args, "--secs").map_or(5.0, |c| c.parse().unwrap());
     let rate: Option<f64> = arg(args, "--rate").map(|r| r.parse().unwrap());
     let key = arg(args, "--key").unwrap_or("bench").to_string();
+    let header = arg(args, "--header").map(|h| {
+        let (k, v) = h.split_once(':').expect("--header NAME:VALUE");
+        (k.trim().to_string(), v.trim().to_string())
+    });
     let start = Instant::now() + Duration::from_millis(50);
     let end = start + Duration::from_secs_f64(secs);
     let interval = rate.map(|r| Duration::from_secs_f64(conns as f64 / r));
@@ -186,6 +205,7 @@ async fn load(args: &[String]) {
             tokio::spawn(conn_loop(
                 targets[i % targets.len()].clone(),
                 key.clone(),
+                header.clone(),
                 start,
                 end,
                 interval,
@@ -194,11 +214,13 @@ async fn load(args: &[String]) {
         })
         .collect();
     let mut lat = Vec::new();
+    let mut lat429 = Vec::new();
     let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
     let mut errors = 0;
     for h in hs {
         let o = h.await.unwrap();
         lat.extend(o.lat_us);
+        lat429.extend(o.lat_429_us);
         for (k, v) in o.statuses {
             *statuses.entry(k).or_default() += v;
         }
@@ -206,25 +228,31 @@ async fn load(args: &[String]) {
     }
     let took = (Instant::now().min(end + Duration::from_secs(5)) - start).as_secs_f64();
     lat.sort_unstable();
-    let q = |p: f64| {
+    lat429.sort_unstable();
+    let quantile = |lat: &[u64], p: f64| {
         if lat.is_empty() {
             0.0
         } else {
             lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1] as f64 / 1e3
         }
     };
+    let q = |p: f64| quantile(&lat, p);
+    let q429 = |p: f64| quantile(&lat429, p);
     let st: Vec<String> = statuses
         .iter()
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect();
     println!(
-        "{{\"requests\":{},\"rps\":{:.0},\"statuses\":{{{}}},\"errors\":{errors},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3}}}",
+        "{{\"requests\":{},\"rps\":{:.0},\"statuses\":{{{}}},\"errors\":{errors},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p50_429_ms\":{:.3},\"p99_429_ms\":{:.3},\"max_429_ms\":{:.3}}}",
         lat.len(),
         lat.len() as f64 / took.max(secs),
         st.join(","),
         q(0.5),
         q(0.9),
         q(0.99),
-        q(1.0)
+        q(1.0),
+        q429(0.5),
+        q429(0.99),
+        q429(1.0)
     );
 }

@@ -13,13 +13,14 @@
 //! body, or the SSE chunk carrying `usage`), and the guard is dropped at the
 //! end of the stream.
 
-use crate::server::{App, Store};
+use crate::server::{lock, App, Gen, Local, Store};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
-use qsim_core::limiter::admission::{complete, Grant};
+use qsim_core::limiter::admission::{complete, translate_grant, Grant};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -28,9 +29,13 @@ use tokio::time::Sleep;
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub struct Settle {
-    app: Arc<App>,
+    pub app: Arc<App>,
+    /// The policy generation the grant was made under.
+    gen: Arc<Gen>,
     /// `None`: forwarded without a decision (shared state down, fail open).
     grant: Option<Grant>,
+    /// The request id (in logs).
+    pub id: u64,
     arrived: Instant,
     /// `usage.completion_tokens` from the upstream.
     pub usage: Option<u64>,
@@ -40,19 +45,30 @@ pub struct Settle {
 }
 
 impl Settle {
-    pub fn new(app: Arc<App>, grant: Option<Grant>, arrived: Instant) -> Settle {
+    pub fn new(
+        app: Arc<App>,
+        gen: Arc<Gen>,
+        grant: Option<Grant>,
+        arrived: Instant,
+        id: u64,
+    ) -> Settle {
         app.metrics.in_flight.inc();
         if let Some(g) = &grant {
             app.metrics.reserved_tokens.inc_by(g.max_tokens as i64);
         }
         Settle {
             app,
+            gen,
             grant,
+            id,
             arrived,
             usage: None,
             partial: 0,
             first_byte: false,
         }
+    }
+    pub fn has_grant(&self) -> bool {
+        self.grant.is_some()
     }
     fn on_first_byte(&mut self) {
         if !self.first_byte {
@@ -77,36 +93,53 @@ impl Drop for Settle {
         };
         match &app.store {
             Store::Local(st) => {
+                let mut l = lock(st);
                 let now = app.now();
-                let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
-                complete(&app.params, &mut s, now, &grant, out);
+                let Local { gen, state } = &mut *l;
+                if Arc::ptr_eq(&gen.params, &self.gen.params) {
+                    complete(&gen.params, state, now, &grant, out);
+                } else if let Some(g) = translate_grant(&self.gen.params, &gen.params, &grant) {
+                    // admitted before a reload: settled on the new state
+                    complete(&gen.params, state, now, &g, out);
+                }
             }
             Store::Redis(_) => {
                 // the shared state is written asynchronously; if it cannot be,
                 // the lease and the reservation expire on their own (conservative)
-                let app = app.clone();
+                let a = app.clone();
+                let gen = self.gen.clone();
+                let id = self.id;
                 let task = async move {
-                    if let Store::Redis(r) = &app.store {
-                        if let Err(e) = r.complete(&app.params, &|| app.now(), &grant, out).await {
-                            tracing::warn!(error = %e, consumer = %app.consumer_names[grant.consumer],
+                    if let Store::Redis(r) = &a.store {
+                        if let Err(e) = r.complete(&gen.params, &|| a.now(), &grant, out).await {
+                            tracing::warn!(id, error = %e, consumer = %gen.names[grant.consumer],
                                 "completion not written to the shared state (its lease expires on its own)");
                         }
                     }
+                    a.pending_writes.fetch_sub(1, Ordering::AcqRel);
+                    a.waits.wake_heads();
                 };
                 match tokio::runtime::Handle::try_current() {
                     Ok(h) => {
+                        app.pending_writes.fetch_add(1, Ordering::AcqRel);
                         h.spawn(task);
                     }
-                    Err(_) => tracing::warn!("completion dropped: no runtime (shutting down)"),
+                    Err(_) => tracing::warn!(
+                        id = self.id,
+                        "completion dropped: no runtime (shutting down)"
+                    ),
                 }
             }
         }
+        // capacity or a slot may have freed up before the waiters' retry times
+        app.waits.wake_heads();
         m.reserved_tokens.dec_by(grant.max_tokens as i64);
         m.settled_output_tokens
-            .get_or_create(&app.consumer_label(grant.consumer))
+            .get_or_create(&app.consumer_label(&self.gen, grant.consumer))
             .inc_by(out);
         tracing::debug!(
-            consumer = %app.consumer_names[grant.consumer],
+            id = self.id,
+            consumer = %self.gen.names[grant.consumer],
             output_tokens = out,
             from_usage = self.usage.is_some(),
             "settled"
@@ -223,7 +256,7 @@ impl Tracked {
                     reason: reason.into(),
                 })
                 .inc();
-            tracing::warn!(reason, "response ended early");
+            tracing::warn!(id = g.id, reason, "response ended early");
         }
         self.guard = None;
     }

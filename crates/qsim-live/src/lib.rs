@@ -20,12 +20,17 @@
 //! shared-deployment file); this crate receives a validated [`ProxyConfig`].
 
 mod body;
+mod clock;
 pub mod estimate;
+pub mod load;
 mod metrics;
+mod reload;
 pub mod replay;
 pub mod serve;
 mod server;
 mod store;
+pub mod tls;
+mod wait;
 
 pub use hyper::Uri;
 pub use server::Proxy;
@@ -35,7 +40,19 @@ use qsim_core::limiter::admission::LimiterConfig;
 use qsim_core::time::Nanos;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
+
+/// What a consumer's over-limit request gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLimit {
+    /// An immediate 429 in the configured shape.
+    Reject,
+    /// Held until the limiter admits it (FIFO per consumer, see `wait.rs`),
+    /// or a 429 at once when the predicted wait exceeds `max_wait` or the
+    /// request's own deadline.
+    Wait { max_wait: Duration },
+}
 
 /// The shape of an over-limit answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +79,7 @@ impl LimitShape {
 pub struct ProxyConfig {
     /// Address to listen on (port 0: any free port, printed at start).
     pub listen: SocketAddr,
-    /// Upstream base URL, `http://host:port[/prefix]` (no trailing slash);
+    /// Upstream base URL, `http[s]://host[:port][/prefix]` (no trailing slash);
     /// the request's path is appended.
     pub upstream: String,
     /// Sent upstream as `Authorization: Bearer …`; never logged or printed.
@@ -90,6 +107,24 @@ pub struct ProxyConfig {
     pub threads: Option<usize>,
     /// Where the limiter state lives (in-process, or a shared Redis).
     pub state: StateBackend,
+    /// The limiter's clock runs this many times faster than real time (1:
+    /// real time). Compressed time for tests against `qsim load
+    /// --time-scale` with the same factor; retry hints are then in scaled time.
+    pub time_scale: f64,
+    /// Per consumer (the order of `limiter.consumers`): reject or wait.
+    pub on_limit: Vec<OnLimit>,
+    /// A request header holding the client's deadline in seconds from its
+    /// arrival, read before the OpenAI SDKs' `x-stainless-timeout` /
+    /// `x-stainless-read-timeout`.
+    pub deadline_header: Option<String>,
+    /// Kept before a request's deadline for the upstream's first byte: a
+    /// request is held only if it is admitted at least this long before.
+    pub deadline_margin: Duration,
+    /// PEM file of extra CA certificates trusted for an https upstream
+    /// (besides the system's roots).
+    pub upstream_ca_file: Option<PathBuf>,
+    /// On SIGTERM/SIGINT: how long in-flight requests may take to finish.
+    pub drain_timeout: Duration,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -112,6 +147,12 @@ impl fmt::Debug for ProxyConfig {
             .field("lease", &self.lease)
             .field("limiter", &self.limiter)
             .field("state", &self.state)
+            .field("time_scale", &self.time_scale)
+            .field("on_limit", &self.on_limit)
+            .field("deadline_header", &self.deadline_header)
+            .field("deadline_margin", &self.deadline_margin)
+            .field("upstream_ca_file", &self.upstream_ca_file)
+            .field("drain_timeout", &self.drain_timeout)
             .finish()
     }
 }

@@ -6,21 +6,22 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::Arc;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
-    pub route: String,
+    pub route: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConsumerLabel {
-    pub consumer: String,
+    pub consumer: Arc<String>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabel {
-    pub consumer: String,
-    pub limit: String,
+    pub consumer: Arc<String>,
+    pub limit: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,6 +32,18 @@ pub struct StatusLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitLabel {
+    pub consumer: Arc<String>,
+    /// admitted | refused_deadline | refused_max_wait | expired | unavailable
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
 }
 
 pub struct Metrics {
@@ -47,6 +60,11 @@ pub struct Metrics {
     pub state_unavailable: Family<ReasonLabel, Counter>,
     pub latency: Histogram,
     pub ttft: Histogram,
+    pub waiting: Gauge,
+    pub waits: Family<WaitLabel, Counter>,
+    pub wait_seconds: Histogram,
+    pub reloads: Family<ResultLabel, Counter>,
+    pub generation: Gauge,
 }
 
 impl Metrics {
@@ -65,6 +83,11 @@ impl Metrics {
             state_unavailable: Family::default(),
             latency: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
             ttft: Histogram::new(exponential_buckets(0.0005, 2.0, 18)),
+            waiting: Gauge::default(),
+            waits: Family::default(),
+            wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            reloads: Family::default(),
+            generation: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -126,6 +149,31 @@ impl Metrics {
             "ttft_seconds",
             "Admitted requests: from arrival to the first body bytes of the upstream's answer",
             m.ttft.clone(),
+        );
+        registry.register(
+            "waiting",
+            "Requests held by on_limit = \"wait\" right now",
+            m.waiting.clone(),
+        );
+        registry.register(
+            "waits",
+            "Over-limit requests of waiting consumers, by consumer and outcome (admitted after a wait; refused at once because the predicted wait exceeds the deadline or max_wait; expired at the deadline; abandoned by the client)",
+            m.waits.clone(),
+        );
+        registry.register(
+            "wait_seconds",
+            "Time held before admission, of waiting requests that were admitted",
+            m.wait_seconds.clone(),
+        );
+        registry.register(
+            "reloads",
+            "Policy reloads on SIGHUP, by result (ok, error)",
+            m.reloads.clone(),
+        );
+        registry.register(
+            "policy_generation",
+            "Generation of the policy in force (1 at start, +1 per successful reload)",
+            m.generation.clone(),
         );
         Metrics { registry, ..m }
     }

@@ -1,16 +1,26 @@
 //! The proxy: hyper server, routes, admission, forwarding.
+//!
+//! The policy in force is a [`Gen`] (generation): the validated config and
+//! the compiled limiter `Params`, swapped whole on SIGHUP (`reload.rs`). A
+//! request keeps the generation it arrived under; its decision and
+//! completion are taken on the state of the generation in force then (the
+//! in-process state and its generation sit behind one mutex, so the two
+//! always match; a consumer is found again by name after a reload).
 
 use crate::body::{BoxError, Settle, Tracked};
-use crate::metrics::{ConsumerLabel, Metrics, ReasonLabel, RejectLabel, RouteLabel, StatusLabel};
+use crate::clock::Clock;
+use crate::metrics::{Metrics, ReasonLabel, RejectLabel, RouteLabel, StatusLabel};
+use crate::reload::Reloader;
 use crate::store::{FailMode, RedisState, StateBackend};
-use crate::{estimate, LimitShape, ProxyConfig};
+use crate::tls::Connector;
+use crate::wait::Waits;
+use crate::{estimate, LimitShape, OnLimit, ProxyConfig};
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use qsim_core::limiter::admission::{
@@ -21,47 +31,109 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 type RespBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// A lock that a panicking holder did not poison for good.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One generation of the policy: what a reload replaces.
+pub struct Gen {
+    /// 1 at start, +1 per successful reload.
+    pub id: u64,
+    pub params: Arc<Params>,
+    pub cfg: ProxyConfig,
+    keys: BTreeMap<String, usize>,
+    pub names: Vec<String>,
+    /// The names as metric labels (cloned per request without allocating).
+    pub labels: Vec<Arc<String>>,
+}
+
+impl Gen {
+    pub fn new(id: u64, cfg: ProxyConfig, params: Arc<Params>) -> Gen {
+        Gen {
+            id,
+            keys: cfg.keys.iter().cloned().collect(),
+            names: cfg
+                .limiter
+                .consumers
+                .iter()
+                .map(|c| c.name.clone())
+                .collect(),
+            labels: cfg
+                .limiter
+                .consumers
+                .iter()
+                .map(|c| Arc::new(c.name.clone()))
+                .collect(),
+            params,
+            cfg,
+        }
+    }
+}
+
+/// Compile a config's limiter (with its lease).
+pub fn compile(cfg: &ProxyConfig) -> Result<Params, String> {
+    let mut p = Params::new(cfg.limiter.clone())?;
+    if let Some(l) = cfg.lease {
+        p = p.with_lease(l)?;
+    }
+    Ok(p)
+}
+
+/// The in-process limiter state and the generation whose `Params` it fits.
+pub struct Local {
+    pub gen: Arc<Gen>,
+    pub state: State,
+}
+
 /// Where this process keeps the limiter state.
 pub enum Store {
     /// Behind a mutex held only for the decision itself (no await inside).
-    Local(Mutex<State>),
+    Local(Mutex<Local>),
     /// In a Redis shared with other replicas (read, decide, compare-and-set).
     Redis(RedisState),
 }
 
 /// Shared by every request of one proxy process.
 pub struct App {
-    pub params: Arc<Params>,
+    gen: RwLock<Arc<Gen>>,
     pub store: Store,
-    /// The core's time at `start`: 0 in-process; with a shared state, the
-    /// wall clock at start since [`SHARED_EPOCH_UNIX_S`], so replicas' times
+    /// The core's time: 0 at start in-process; with a shared state, the wall
+    /// clock at start since [`SHARED_EPOCH_UNIX_S`], so replicas' times
     /// agree up to their clocks' skew (the core's effective time absorbs it).
-    base: Nanos,
+    pub clock: Clock,
     pub metrics: Metrics,
-    pub consumer_names: Vec<String>,
-    start: Instant,
-    cfg: ProxyConfig,
-    keys: BTreeMap<String, usize>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
     next_id: AtomicU64,
+    pub waits: Waits,
+    /// Completions being written to the shared state (awaited at shutdown).
+    pub pending_writes: AtomicUsize,
+    pub reload: Option<Reloader>,
 }
 
 impl App {
-    /// Nanoseconds since the proxy started (monotonic): the core's `now`.
-    pub fn now(&self) -> Nanos {
-        (self.base as u128 + self.start.elapsed().as_nanos()).min(NEVER as u128 - 1) as Nanos
-    }
-    pub fn consumer_label(&self, c: usize) -> ConsumerLabel {
-        ConsumerLabel {
-            consumer: self.consumer_names[c].clone(),
+    pub fn consumer_label(&self, gen: &Gen, c: usize) -> crate::metrics::ConsumerLabel {
+        crate::metrics::ConsumerLabel {
+            consumer: gen.labels[c].clone(),
         }
+    }
+    /// The core's `now` (see [`Clock`]).
+    pub fn now(&self) -> Nanos {
+        self.clock.now()
+    }
+    /// The generation in force.
+    pub fn current(&self) -> Arc<Gen> {
+        self.gen.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn set_current(&self, g: Arc<Gen>) {
+        *self.gen.write().unwrap_or_else(|e| e.into_inner()) = g;
     }
 }
 
@@ -69,28 +141,144 @@ impl App {
 /// state (keeps times small: ~3.2e16 ns per year).
 pub const SHARED_EPOCH_UNIX_S: u64 = 1_735_689_600;
 
+/// The result of one admission decision.
+pub enum Outcome {
+    /// Admitted (or forwarded unlimited, fail open: a guard without grant).
+    Admit(Settle),
+    Deny {
+        limit: Limit,
+        retry_at: Nanos,
+        now: Nanos,
+    },
+    /// The shared state is unreachable.
+    Unavailable(FailMode, String),
+}
+
+/// One decision by the core's `decide`, in-process or on the shared state.
+/// `gen`/`req`: the request's generation and consumer index in it.
+pub async fn decide_once(
+    app: &Arc<App>,
+    gen: &Arc<Gen>,
+    req: LimRequest,
+    arrived: Instant,
+    id: u64,
+) -> Outcome {
+    match &app.store {
+        Store::Local(m) => {
+            let mut l = lock(m);
+            let now = app.now();
+            let Local { gen: cur, state } = &mut *l;
+            let req = if cur.id == gen.id {
+                req
+            } else {
+                // reloaded since the request arrived: its consumer by name
+                let name = &gen.names[req.consumer];
+                match cur.names.iter().position(|n| n == name) {
+                    Some(c) => LimRequest { consumer: c, ..req },
+                    None => {
+                        return Outcome::Deny {
+                            limit: Limit::Capacity,
+                            retry_at: NEVER,
+                            now,
+                        }
+                    }
+                }
+            };
+            match decide(&cur.params, state, now, &req) {
+                Decision::Admit(g) => {
+                    let cur = cur.clone();
+                    drop(l);
+                    Outcome::Admit(Settle::new(app.clone(), cur, Some(g), arrived, id))
+                }
+                Decision::Deny { limit, retry_at } => Outcome::Deny {
+                    limit,
+                    retry_at,
+                    now,
+                },
+            }
+        }
+        Store::Redis(r) => {
+            // in its own task: a client leaving must neither cancel a batch
+            // being committed for other requests too, nor lose a grant (the
+            // guard made in the task settles it when dropped)
+            let (a, g) = (app.clone(), gen.clone());
+            let task = tokio::spawn(async move {
+                let Store::Redis(r) = &a.store else {
+                    return Err("internal: not a shared state".to_string());
+                };
+                let (d, now) = r.decide(&g.params, &|| a.now(), &req).await?;
+                Ok(match d {
+                    Decision::Admit(gr) => {
+                        Outcome::Admit(Settle::new(a.clone(), g.clone(), Some(gr), arrived, id))
+                    }
+                    Decision::Deny { limit, retry_at } => Outcome::Deny {
+                        limit,
+                        retry_at,
+                        now,
+                    },
+                })
+            });
+            match task.await {
+                Ok(Ok(o)) => o,
+                Ok(Err(e)) => Outcome::Unavailable(r.fail, e),
+                Err(e) => Outcome::Unavailable(r.fail, format!("decision task failed: {e}")),
+            }
+        }
+    }
+}
+
+/// A copy of the state in force, its generation and the time it is read at
+/// (`None`: the shared state is unreachable).
+pub async fn snapshot(app: &Arc<App>) -> Option<(Arc<Gen>, State, Nanos)> {
+    match &app.store {
+        Store::Local(m) => {
+            let l = lock(m);
+            Some((l.gen.clone(), l.state.clone(), app.now()))
+        }
+        Store::Redis(r) => {
+            let g = app.current();
+            let now = app.now();
+            r.snapshot(&g.params, now).await.ok().map(|s| (g, s, now))
+        }
+    }
+}
+
 /// A proxy whose limiter is compiled and configuration checked; `run` binds
 /// and serves.
 pub struct Proxy {
     cfg: ProxyConfig,
     params: Arc<Params>,
+    connector: Connector,
+    reload: Option<Reloader>,
 }
 
 impl Proxy {
-    /// Compile the limiter (errors are configuration errors: nothing is bound yet).
+    /// Compile the limiter and the upstream's TLS settings (errors are
+    /// configuration errors: nothing is bound yet).
     pub fn new(cfg: ProxyConfig) -> Result<Proxy, String> {
-        let mut p = Params::new(cfg.limiter.clone())?;
-        if let Some(l) = cfg.lease {
-            p = p.with_lease(l)?;
-        }
+        let params = Arc::new(compile(&cfg)?);
+        let connector = crate::tls::connector(
+            cfg.upstream.starts_with("https://"),
+            cfg.upstream_ca_file.as_deref(),
+        )?;
         Ok(Proxy {
             cfg,
-            params: Arc::new(p),
+            params,
+            connector,
+            reload: None,
         })
     }
 
+    /// On SIGHUP, call `f` for a new validated config (the file read again)
+    /// and put it in force (see `reload.rs`).
+    pub fn with_reload(mut self, f: Reloader) -> Proxy {
+        self.reload = Some(f);
+        self
+    }
+
     /// Bind, print `qsim proxy: listening on http://ADDR` on stdout, and
-    /// serve until SIGINT/SIGTERM (then finish in-flight requests, up to 30 s).
+    /// serve until SIGINT/SIGTERM (then finish in-flight requests, up to the
+    /// drain timeout).
     pub fn run(self) -> Result<(), String> {
         let mut b = tokio::runtime::Builder::new_multi_thread();
         if let Some(t) = self.cfg.threads {
@@ -100,28 +288,42 @@ impl Proxy {
             .enable_all()
             .build()
             .map_err(|e| format!("tokio runtime: {e}"))?;
-        rt.block_on(self.serve())
+        let r = rt.block_on(self.serve());
+        // connections still open after the drain timeout are dropped here
+        // (their guards settle in-process state as they go)
+        rt.shutdown_timeout(Duration::from_secs(1));
+        r
     }
 
     async fn serve(self) -> Result<(), String> {
         let _ = tracing_subscriber::fmt()
             .with_writer(std::io::stderr)
-            .with_max_level(tracing::Level::INFO)
+            .with_max_level(log_level())
             .with_target(false)
             .try_init();
         let listener = tokio::net::TcpListener::bind(self.cfg.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", self.cfg.listen))?;
         let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
+        // Idle upstream connections are dropped after 4 s, before the
+        // shortest keep-alive common servers use (uvicorn's 5 s): a pooled
+        // connection the upstream has already closed failed a forwarded
+        // request with a 502 (`SendRequest`) under bursty load.
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(conn);
-        let (store, base) = match &self.cfg.state {
-            StateBackend::InProcess => (Store::Local(Mutex::new(State::new(&self.params, 0))), 0),
+            .pool_idle_timeout(Duration::from_secs(4))
+            .build(self.connector);
+        let drain = self.cfg.drain_timeout;
+        let gen = Arc::new(Gen::new(1, self.cfg, self.params));
+        let (store, base) = match &gen.cfg.state {
+            StateBackend::InProcess => (
+                Store::Local(Mutex::new(Local {
+                    gen: gen.clone(),
+                    state: State::new(&gen.params, 0),
+                })),
+                0,
+            ),
             StateBackend::Redis { addr, fail } => {
-                let r = RedisState::new(addr.clone(), *fail, &self.params, self.cfg.lease);
+                let r = RedisState::new(addr.clone(), *fail, &gen.params, gen.cfg.lease);
                 tracing::info!(%addr, key = %r.key, fail_mode = fail.name(), "limiter state shared in redis");
                 let wall = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -132,25 +334,21 @@ impl Proxy {
             }
         };
         let app = Arc::new(App {
-            consumer_names: self
-                .cfg
-                .limiter
-                .consumers
-                .iter()
-                .map(|c| c.name.clone())
-                .collect(),
-            keys: self.cfg.keys.iter().cloned().collect(),
-            params: self.params,
+            gen: RwLock::new(gen.clone()),
             store,
-            base,
+            clock: Clock::new(base, gen.cfg.time_scale),
             metrics: Metrics::new(),
-            start: Instant::now(),
-            cfg: self.cfg,
             client,
             next_id: AtomicU64::new(1),
+            waits: Waits::default(),
+            pending_writes: AtomicUsize::new(0),
+            reload: self.reload,
         });
+        app.metrics.generation.set(1);
         println!("qsim proxy: listening on http://{addr}");
-        tracing::info!(%addr, upstream = %app.cfg.upstream, consumers = app.consumer_names.len(), "listening");
+        tracing::info!(%addr, upstream = %gen.cfg.upstream, consumers = gen.names.len(), "listening");
+        drop(gen);
+        tokio::spawn(crate::reload::on_sighup(app.clone()));
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut shutdown = std::pin::pin!(shutdown_signal());
         loop {
@@ -175,16 +373,41 @@ impl Proxy {
                 _ = &mut shutdown => break,
             }
         }
+        // stop accepting: new connections are refused from here on
         drop(listener);
-        tracing::info!("shutting down: finishing in-flight requests");
-        tokio::select! {
-            _ = graceful.shutdown() => {}
-            _ = tokio::time::sleep(Duration::from_secs(30)) => {
-                tracing::warn!("in-flight requests still open after 30 s");
-            }
+        let open = app.metrics.in_flight.get();
+        tracing::info!(
+            in_flight = open,
+            drain_timeout_s = drain.as_secs_f64(),
+            "shutting down: finishing in-flight requests"
+        );
+        let drained = tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_ok();
+        // completions being written to the shared state
+        let t = Instant::now();
+        while app.pending_writes.load(Ordering::Acquire) > 0 && t.elapsed() < Duration::from_secs(2)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if drained {
+            tracing::info!("drained: every in-flight request finished; exiting");
+        } else {
+            tracing::warn!(
+                in_flight = app.metrics.in_flight.get(),
+                "drain timeout: closing the requests still open (their reservations are released)"
+            );
         }
         Ok(())
     }
+}
+
+/// The log level: `QSIM_LOG` (error, warn, info, debug, trace), default info.
+fn log_level() -> tracing::Level {
+    std::env::var("QSIM_LOG")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(tracing::Level::INFO)
 }
 
 async fn shutdown_signal() {
@@ -209,8 +432,8 @@ fn full(b: impl Into<Bytes>) -> RespBody {
         .boxed_unsync()
 }
 
-fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
-    let mut r = Response::new(full(v.to_string()));
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<RespBody> {
+    let mut r = Response::new(full(body));
     *r.status_mut() = status;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -219,12 +442,25 @@ fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
     r
 }
 
-/// An OpenAI-style error body.
+/// Append `s` as a JSON string.
+fn json_str(b: &mut Vec<u8>, s: &str) {
+    // writing into a Vec cannot fail
+    let _ = serde_json::to_writer(&mut *b, s);
+}
+
+/// An OpenAI-style error body, `{"error":{"message","type","param","code"}}`
+/// (written directly: building a `Value` and formatting it was a third of
+/// the 429 path's instructions).
 fn error(status: StatusCode, kind: &str, code: &str, message: &str) -> Response<RespBody> {
-    json_response(
-        status,
-        &json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
-    )
+    let mut b = Vec::with_capacity(96 + message.len());
+    b.extend_from_slice(b"{\"error\":{\"message\":");
+    json_str(&mut b, message);
+    b.extend_from_slice(b",\"type\":");
+    json_str(&mut b, kind);
+    b.extend_from_slice(b",\"param\":null,\"code\":");
+    json_str(&mut b, code);
+    b.extend_from_slice(b"}}");
+    json_response(status, b)
 }
 
 enum Route {
@@ -265,9 +501,12 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
         (Some(Route::Proxy(name)), &Method::POST) => {
             app.metrics
                 .requests
-                .get_or_create(&RouteLabel { route: name.into() })
+                .get_or_create(&RouteLabel { route: name })
                 .inc();
-            let span = tracing::info_span!("request", id, route = name);
+            // every event of a request names its `id` itself; the span (its
+            // route too) only at debug: formatting a span per request at
+            // info cost ~6 % of the 429 path's instructions
+            let span = tracing::debug_span!("request", id, route = name);
             proxy(app.clone(), req, id).instrument(span).await
         }
         (Some(_), _) => error(
@@ -306,16 +545,30 @@ fn invalid(app: &App, status: StatusCode, reason: &str, message: &str) -> Respon
 
 /// The consumer of a request: its key in the configured header (or the
 /// bearer token), or the default consumer, or `None` (401).
-fn identify(app: &App, h: &HeaderMap) -> Option<usize> {
-    let key = match &app.cfg.consumer_header {
+fn identify(gen: &Gen, h: &HeaderMap) -> Option<usize> {
+    let key = match &gen.cfg.consumer_header {
         None => h
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim()),
         Some(name) => h.get(name.as_str()).and_then(|v| v.to_str().ok()),
     };
-    key.and_then(|k| app.keys.get(k).copied())
-        .or(app.cfg.unknown_consumer)
+    key.and_then(|k| gen.keys.get(k).copied())
+        .or(gen.cfg.unknown_consumer)
+}
+
+/// The client's deadline, in seconds from now: the configured header, else
+/// the OpenAI SDKs' `x-stainless-timeout` (Node) or
+/// `x-stainless-read-timeout` (Python: its read timeout, i.e. how long it
+/// waits for the first byte of the answer).
+pub fn deadline(configured: Option<&str>, h: &HeaderMap) -> Option<Duration> {
+    configured
+        .into_iter()
+        .chain(["x-stainless-timeout", "x-stainless-read-timeout"])
+        .find_map(|n| {
+            let s: f64 = h.get(n)?.to_str().ok()?.trim().parse().ok()?;
+            (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(1e9)))
+        })
 }
 
 const HOP: [&str; 8] = [
@@ -331,8 +584,9 @@ const HOP: [&str; 8] = [
 
 async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespBody> {
     let arrived = Instant::now();
+    let gen = app.current();
     let (parts, body) = req.into_parts();
-    let Some(consumer) = identify(&app, &parts.headers) else {
+    let Some(consumer) = identify(&gen, &parts.headers) else {
         return invalid(
             &app,
             StatusCode::UNAUTHORIZED,
@@ -340,7 +594,7 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             "missing or unknown consumer key",
         );
     };
-    let max = app.cfg.max_body_bytes;
+    let max = gen.cfg.max_body_bytes;
     let too_large = || {
         invalid(
             &app,
@@ -394,7 +648,7 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         .get("max_tokens")
         .or_else(|| body.get("max_completion_tokens"));
     let max_tokens = match stated {
-        None | Some(Value::Null) => app.cfg.default_max_tokens,
+        None | Some(Value::Null) => gen.cfg.default_max_tokens,
         Some(v) => match v.as_i64() {
             Some(n) if n > 0 => n as u64,
             _ => {
@@ -434,47 +688,24 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         input_tokens,
         max_tokens,
     };
-    let mut early_guard = None;
-    let (decision, now) = match &app.store {
-        Store::Local(m) => {
-            let now = app.now();
-            let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
-            (Ok(decide(&app.params, &mut s, now, &lreq)), now)
-        }
-        Store::Redis(r) => {
-            // in its own task: a client leaving must neither cancel a batch
-            // being committed for other requests too, nor lose a grant (the
-            // guard made in the task settles it when dropped)
-            let a = app.clone();
-            let task = tokio::spawn(async move {
-                let r = match &a.store {
-                    Store::Redis(r) => r.decide(&a.params, &|| a.now(), &lreq).await,
-                    Store::Local(_) => Err("internal: not a shared state".to_string()),
-                };
-                r.map(|(d, now)| {
-                    let g = match d {
-                        Decision::Admit(g) => Some(Settle::new(a.clone(), Some(g), arrived)),
-                        Decision::Deny { .. } => None,
-                    };
-                    (d, now, g)
-                })
-            });
-            match task.await {
-                Ok(Ok((d, now, g))) => {
-                    early_guard = g;
-                    (Ok(d), now)
-                }
-                Ok(Err(e)) => (Err((r.fail, e)), app.now()),
-                Err(e) => (
-                    Err((r.fail, format!("decision task failed: {e}"))),
-                    app.now(),
-                ),
-            }
+    let outcome = match gen.cfg.on_limit[consumer] {
+        OnLimit::Reject => decide_once(&app, &gen, lreq, arrived, id).await,
+        OnLimit::Wait { max_wait } => {
+            let d = deadline(gen.cfg.deadline_header.as_deref(), &parts.headers);
+            crate::wait::admit(&app, &gen, lreq, arrived, id, max_wait, d).await
         }
     };
-    let grant = match decision {
-        Ok(Decision::Admit(g)) => Some(g),
-        Err((FailMode::Open, e)) => {
+    let guard = match outcome {
+        Outcome::Admit(g) => {
+            if g.has_grant() {
+                app.metrics
+                    .admitted
+                    .get_or_create(&app.consumer_label(&gen, consumer))
+                    .inc();
+            }
+            g
+        }
+        Outcome::Unavailable(FailMode::Open, e) => {
             app.metrics
                 .state_unavailable
                 .get_or_create(&ReasonLabel {
@@ -482,9 +713,9 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
                 })
                 .inc();
             tracing::warn!(id, error = %e, "limiter state unavailable: forwarded unlimited (fail open)");
-            None
+            Settle::new(app.clone(), gen.clone(), None, arrived, id)
         }
-        Err((FailMode::Closed, e)) => {
+        Outcome::Unavailable(FailMode::Closed, e) => {
             app.metrics
                 .state_unavailable
                 .get_or_create(&ReasonLabel {
@@ -502,27 +733,24 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
                 .insert("retry-after", HeaderValue::from_static("1"));
             return r;
         }
-        Ok(Decision::Deny { limit, retry_at }) => {
+        Outcome::Deny {
+            limit,
+            retry_at,
+            now,
+        } => {
             app.metrics
                 .rejected
                 .get_or_create(&RejectLabel {
-                    consumer: app.consumer_names[consumer].clone(),
-                    limit: limit.name().into(),
+                    consumer: gen.labels[consumer].clone(),
+                    limit: limit.name(),
                 })
                 .inc();
-            tracing::info!(id, consumer = %app.consumer_names[consumer], limit = limit.name(), "limited");
-            return limited(&app, consumer, limit, retry_at, now, input_tokens);
+            // debug: one line per 429 is most of the 429 path's cost at INFO
+            // (the counts are in /metrics)
+            tracing::debug!(id, consumer = %gen.names[consumer], limit = limit.name(),
+                retry_in_ms = wait_ms(retry_at, now), "limited");
+            return limited(&gen, consumer, limit, retry_at, now, input_tokens);
         }
-    };
-    if grant.is_some() {
-        app.metrics
-            .admitted
-            .get_or_create(&app.consumer_label(consumer))
-            .inc();
-    }
-    let guard = match early_guard {
-        Some(g) => g,
-        None => Settle::new(app.clone(), grant, arrived),
     };
 
     let pq = parts
@@ -532,7 +760,7 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         .unwrap_or("/");
     let mut up = Request::builder()
         .method(Method::POST)
-        .uri(format!("{}{}", app.cfg.upstream, pq));
+        .uri(format!("{}{}", gen.cfg.upstream, pq));
     let h = up.headers_mut().expect("fresh builder");
     for (k, v) in parts.headers.iter() {
         let n = k.as_str();
@@ -541,13 +769,13 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             || n == "content-length"
             || n == "authorization"
             || n == "content-type"
-            || app.cfg.consumer_header.as_deref() == Some(n)
+            || gen.cfg.consumer_header.as_deref() == Some(n)
         {
             continue;
         }
         h.append(k.clone(), v.clone());
     }
-    if let Some(c) = &app.cfg.credential {
+    if let Some(c) = &gen.cfg.credential {
         if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {c}")) {
             v.set_sensitive(true);
             h.insert(hyper::header::AUTHORIZATION, v);
@@ -576,26 +804,26 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
                 reason: reason.into(),
             })
             .inc();
-        tracing::warn!(id, reason, "upstream failed");
+        tracing::warn!(id, reason, error = %msg, "upstream failed");
         error(status, "upstream_error", reason, &msg)
     };
-    let resp = match tokio::time::timeout(app.cfg.upstream_timeout, app.client.request(up)).await {
+    let timeout = gen.cfg.upstream_timeout;
+    let resp = match tokio::time::timeout(timeout, app.client.request(up)).await {
         Err(_) => {
             return upstream_error(
                 "upstream_timeout",
                 StatusCode::GATEWAY_TIMEOUT,
-                format!(
-                    "the upstream did not answer within {:?}",
-                    app.cfg.upstream_timeout
-                ),
+                format!("the upstream did not answer within {timeout:?}"),
             )
         }
         Ok(Err(e)) => {
-            return upstream_error(
-                "upstream_unreachable",
-                StatusCode::BAD_GATEWAY,
-                format!("the upstream could not be reached: {e}"),
-            )
+            let mut msg = format!("the upstream could not be reached: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(&format!(": {s}"));
+                src = s.source();
+            }
+            return upstream_error("upstream_unreachable", StatusCode::BAD_GATEWAY, msg);
         }
         Ok(Ok(r)) => r,
     };
@@ -620,27 +848,27 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         guard,
         status.is_success(),
         sse,
-        app.cfg.stream_idle_timeout,
+        gen.cfg.stream_idle_timeout,
     );
     Response::from_parts(rparts, tracked.boxed_unsync())
 }
 
 /// Milliseconds from `now` to `retry_at`, rounded up.
-fn wait_ms(retry_at: Nanos, now: Nanos) -> u64 {
+pub fn wait_ms(retry_at: Nanos, now: Nanos) -> u64 {
     retry_at.saturating_sub(now).div_ceil(1_000_000)
 }
 
-fn limited(
-    app: &App,
+pub fn limited(
+    gen: &Gen,
     consumer: usize,
     limit: Limit,
     retry_at: Nanos,
     now: Nanos,
     input_tokens: u64,
 ) -> Response<RespBody> {
-    let name = &app.consumer_names[consumer];
+    let name = &gen.names[consumer];
     if limit == Limit::MaxInputTokens {
-        let m = app.cfg.limiter.consumers[consumer]
+        let m = gen.cfg.limiter.consumers[consumer]
             .policy
             .max_input_tokens
             .unwrap_or(0);
@@ -651,18 +879,24 @@ fn limited(
             &format!("{name}: the prompt (~{input_tokens} tokens) exceeds max_input_tokens = {m}"),
         );
     }
-    match app.cfg.limit_shape {
-        LimitShape::Fmapi => json_response(
-            StatusCode::TOO_MANY_REQUESTS,
-            &json!({"error_code": "REQUEST_LIMIT_EXCEEDED",
-                    "message": format!("Exceeded {} limit for consumer {name}", limit.name())}),
-        ),
+    match gen.cfg.limit_shape {
+        LimitShape::Fmapi => {
+            let mut b = Vec::with_capacity(128);
+            b.extend_from_slice(b"{\"error_code\":\"REQUEST_LIMIT_EXCEEDED\",\"message\":");
+            json_str(
+                &mut b,
+                &format!("Exceeded {} limit for consumer {name}", limit.name()),
+            );
+            b.push(b'}');
+            json_response(StatusCode::TOO_MANY_REQUESTS, b)
+        }
         LimitShape::OpenAi => {
             let ms = wait_ms(retry_at, now);
             let msg = format!(
-                "Rate limit reached for consumer {name} on {}: retry in {:.3} s",
+                "Rate limit reached for consumer {name} on {}: retry in {}.{:03} s",
                 limit.name(),
-                ms as f64 / 1e3
+                ms / 1000,
+                ms % 1000
             );
             let mut r = error(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -671,23 +905,24 @@ fn limited(
                 &msg,
             );
             let h = r.headers_mut();
-            let mut set = |k: &'static str, v: String| {
-                if let Ok(v) = HeaderValue::from_str(&v) {
-                    h.insert(HeaderName::from_static(k), v);
-                }
-            };
             if retry_at != NEVER {
-                set("retry-after", ms.div_ceil(1000).max(1).to_string());
-                set("retry-after-ms", ms.to_string());
+                h.insert(
+                    HeaderName::from_static("retry-after"),
+                    HeaderValue::from(ms.div_ceil(1000).max(1)),
+                );
+                h.insert(
+                    HeaderName::from_static("retry-after-ms"),
+                    HeaderValue::from(ms),
+                );
             }
-            let pol = app.cfg.limiter.consumers[consumer].policy;
+            let pol = gen.cfg.limiter.consumers[consumer].policy;
             let (kind, lim) = match limit {
                 Limit::Rpm => ("requests", pol.rpm),
                 Limit::TokensPerHour => ("tokens", pol.tokens_per_hour),
                 Limit::Concurrent => ("requests", pol.concurrent.map(u64::from)),
-                _ => match app.cfg.limiter.unit {
-                    Unit::Rpm => ("requests", Some(app.cfg.limiter.capacity)),
-                    Unit::Tpm => ("tokens", Some(app.cfg.limiter.capacity)),
+                _ => match gen.cfg.limiter.unit {
+                    Unit::Rpm => ("requests", Some(gen.cfg.limiter.capacity)),
+                    Unit::Tpm => ("tokens", Some(gen.cfg.limiter.capacity)),
                 },
             };
             let (kl, kr, ks) = if kind == "requests" {
@@ -704,11 +939,13 @@ fn limited(
                 )
             };
             if let Some(l) = lim {
-                set(kl, l.to_string());
+                h.insert(HeaderName::from_static(kl), HeaderValue::from(l));
             }
-            set(kr, "0".into());
+            h.insert(HeaderName::from_static(kr), HeaderValue::from_static("0"));
             if retry_at != NEVER {
-                set(ks, format!("{ms}ms"));
+                if let Ok(v) = HeaderValue::from_str(&format!("{ms}ms")) {
+                    h.insert(HeaderName::from_static(ks), v);
+                }
             }
             r
         }
@@ -738,5 +975,31 @@ mod tests {
     fn wait_rounds_up() {
         assert_eq!(wait_ms(1_000_001, 0), 2);
         assert_eq!(wait_ms(5, 10), 0);
+    }
+
+    #[test]
+    fn deadline_from_the_configured_header_then_the_sdks() {
+        let mut h = HeaderMap::new();
+        assert_eq!(deadline(None, &h), None);
+        h.insert(
+            "x-stainless-read-timeout",
+            HeaderValue::from_static("600.0"),
+        );
+        assert_eq!(deadline(None, &h), Some(Duration::from_secs(600)));
+        h.insert("x-stainless-timeout", HeaderValue::from_static("2.5"));
+        assert_eq!(deadline(None, &h), Some(Duration::from_millis(2500)));
+        h.insert("x-deadline", HeaderValue::from_static("0.25"));
+        assert_eq!(
+            deadline(Some("x-deadline"), &h),
+            Some(Duration::from_millis(250))
+        );
+        // unreadable values are skipped
+        h.insert("x-deadline", HeaderValue::from_static("soon"));
+        assert_eq!(
+            deadline(Some("x-deadline"), &h),
+            Some(Duration::from_millis(2500))
+        );
+        h.insert("x-stainless-timeout", HeaderValue::from_static("-1"));
+        assert_eq!(deadline(None, &h), Some(Duration::from_secs(600)));
     }
 }

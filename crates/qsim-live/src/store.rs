@@ -433,6 +433,16 @@ impl RedisState {
         }
     }
 
+    /// The shared state as of now (read only; a waiting request's prediction).
+    pub async fn snapshot(&self, p: &Params, now: Nanos) -> Result<State, String> {
+        if self.skip() {
+            return Err("down (retrying every 250 ms)".into());
+        }
+        let cur = self.get().await;
+        self.health(&cur);
+        Self::parse(p, &cur?, now)
+    }
+
     /// `complete` on the shared state (batched with other writes).
     pub async fn complete(
         &self,

@@ -60,6 +60,7 @@
 //! the slot is free again when the lease expires. Tokens reserved by a
 //! request whose completion never comes are never refunded (conservative).
 
+mod carry;
 mod config;
 mod litellm_priority;
 mod params;
@@ -68,6 +69,7 @@ mod rate_limit_only;
 mod state;
 mod strict_floors;
 
+pub use carry::{carry_over, translate_grant};
 pub use config::{ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit, BP_FULL};
 pub use params::{Params, DEFAULT_LEASE};
 pub use state::{State, Window};

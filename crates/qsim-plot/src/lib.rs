@@ -1,0 +1,963 @@
+//! qsim's plots and HTML reports, drawn from plain data (no dependency on
+//! the simulator): line charts with 90 % interval bands, latency CDFs,
+//! heatmaps over two swept parameters, the server's queue and E2E over time,
+//! the plan's admitted rate per minute against floors and capacity, and a
+//! Pareto scatter. Every figure is written as PNG (plotters' bitmap backend)
+//! or SVG (its SVG backend; also as a string for inline HTML).
+//!
+//! Text is laid out with the DejaVu Sans font compiled into the crate
+//! (`fonts/DejaVuSans.ttf`, Bitstream Vera license: redistribution
+//! permitted, see `fonts/LICENSE-DejaVu.txt`) through plotters' `ab_glyph`
+//! feature, so no system font or fontconfig is needed.
+
+pub mod check;
+pub mod html;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+use std::sync::Once;
+
+/// The series colours, in order (Tableau 10): a figure draws at most
+/// [`MAX_SERIES`] series per panel, each in its own colour.
+pub const PALETTE: [(u8, u8, u8); 10] = [
+    (0x4e, 0x79, 0xa7),
+    (0xf2, 0x8e, 0x2b),
+    (0xe1, 0x57, 0x59),
+    (0x76, 0xb7, 0xb2),
+    (0x59, 0xa1, 0x4f),
+    (0xed, 0xc9, 0x48),
+    (0xb0, 0x7a, 0xa1),
+    (0xff, 0x9d, 0xa7),
+    (0x9c, 0x75, 0x5f),
+    (0xba, 0xb0, 0xac),
+];
+
+/// Most series one panel draws (one colour each).
+pub const MAX_SERIES: usize = PALETTE.len();
+
+/// Colour of reference lines (capacity) and of the Pareto scatter's
+/// dominated points.
+pub const REFERENCE: (u8, u8, u8) = (0x20, 0x20, 0x20);
+pub const DOMINATED: (u8, u8, u8) = (0xa0, 0xa0, 0xa0);
+
+const FONT: &[u8] = include_bytes!("../fonts/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+fn fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if plotters::style::register_font(FAMILY, FontStyle::Normal, FONT).is_err() {
+            panic!("the embedded DejaVu Sans font is a valid TrueType file");
+        }
+    });
+}
+
+fn color(i: usize) -> RGBColor {
+    let (r, g, b) = PALETTE[i % PALETTE.len()];
+    RGBColor(r, g, b)
+}
+
+fn rgb(c: (u8, u8, u8)) -> RGBColor {
+    RGBColor(c.0, c.1, c.2)
+}
+
+/// A drawing error (an I/O error writing the file, or a plotters error).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlotError(pub String);
+
+impl std::fmt::Display for PlotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PlotError {}
+
+fn err<E: std::fmt::Display>(e: E) -> PlotError {
+    PlotError(e.to_string())
+}
+
+/// One line of a chart: `(x, y)` points, optionally a band `(x, lo, hi)`
+/// (the 90 % interval over seeds) drawn translucent in the line's colour.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub band: Vec<(f64, f64, f64)>,
+}
+
+/// A dashed horizontal line in the colour of series `series` (a consumer's
+/// floor), or in [`REFERENCE`] black when `series` is None (capacity).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HLine {
+    pub label: String,
+    pub y: f64,
+    pub series: Option<usize>,
+}
+
+/// How the x axis maps values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum XAxis {
+    #[default]
+    Linear,
+    /// Logarithmic (values must be > 0).
+    Log,
+    /// Categories at x = 0, 1, 2, … labelled with these names.
+    Categories(Vec<String>),
+}
+
+/// A chart of lines (with bands and reference lines).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LineChart {
+    pub title: String,
+    /// Axis labels, with units: "workers", "elapsed (s)".
+    pub x_label: String,
+    pub y_label: String,
+    pub x_axis: XAxis,
+    pub series: Vec<Series>,
+    pub hlines: Vec<HLine>,
+    /// Draw a marker at every point (sweeps: the measured points).
+    pub markers: bool,
+    /// Fixed y range; None: from the data (from 0 when all y ≥ 0).
+    pub y_range: Option<(f64, f64)>,
+    /// Where the legend goes.
+    pub legend: Legend,
+}
+
+/// The corner of a chart's legend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Legend {
+    #[default]
+    UpperRight,
+    /// For CDFs: their upper left is empty.
+    UpperLeft,
+}
+
+/// A heatmap: `cells[row][col]` is the value at (`x_values[col]`,
+/// `y_values[row]`); None draws a grey cell. Each cell shows its value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Heatmap {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    /// What the colour means, with its unit: "elapsed (s)".
+    pub value_label: String,
+    pub x_values: Vec<String>,
+    pub y_values: Vec<String>,
+    pub cells: Vec<Vec<Option<f64>>>,
+    /// Decimals of the values written in the cells.
+    pub decimals: usize,
+}
+
+/// One configuration of a Pareto scatter: its label and the two objectives
+/// (both minimised), e.g. elapsed and p95 latency in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParetoPoint {
+    pub label: String,
+    pub x: f64,
+    pub y: f64,
+}
+
+/// Front points labelled on a Pareto scatter (the first, by x).
+pub const PARETO_LABELS: usize = 12;
+
+/// A Pareto scatter: every point in grey, the front (points no other point
+/// beats on both objectives) in colour, joined, the first
+/// [`PARETO_LABELS`] labelled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pareto {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub points: Vec<ParetoPoint>,
+}
+
+/// One panel of a figure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Panel {
+    Lines(LineChart),
+    Heatmap(Heatmap),
+    Pareto(Pareto),
+}
+
+/// A figure: panels laid out in a grid of `cols` columns, `width × height`
+/// pixels in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub width: u32,
+    pub height: u32,
+    pub cols: usize,
+    pub panels: Vec<Panel>,
+}
+
+/// Default size of a one-panel figure.
+pub const WIDTH: u32 = 960;
+pub const HEIGHT: u32 = 600;
+
+impl Figure {
+    /// One panel, [`WIDTH`] × [`HEIGHT`].
+    pub fn single(panel: Panel) -> Figure {
+        Figure {
+            width: WIDTH,
+            height: HEIGHT,
+            cols: 1,
+            panels: vec![panel],
+        }
+    }
+
+    /// Panels in `cols` columns, each `w × h` pixels.
+    pub fn grid(panels: Vec<Panel>, cols: usize, w: u32, h: u32) -> Figure {
+        let cols = cols.clamp(1, panels.len().max(1));
+        let rows = panels.len().div_ceil(cols).max(1);
+        Figure {
+            width: w * cols as u32,
+            height: h * rows as u32,
+            cols,
+            panels,
+        }
+    }
+
+    /// Write the figure to `path`: PNG if it ends in `.png`, SVG if `.svg`.
+    pub fn save(&self, path: &Path) -> Result<(), PlotError> {
+        fonts();
+        let size = (self.width, self.height);
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("png") => {
+                let root = BitMapBackend::new(path, size).into_drawing_area();
+                self.draw(&root)?;
+                root.present().map_err(err)
+            }
+            Some("svg") => {
+                let svg = self.svg()?;
+                std::fs::write(path, svg).map_err(|e| PlotError(format!("{}: {e}", path.display())))
+            }
+            _ => Err(PlotError(format!(
+                "{}: a plot file must end in .png or .svg",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The figure as SVG text (for a file or inline in HTML).
+    pub fn svg(&self) -> Result<String, PlotError> {
+        fonts();
+        let mut s = String::new();
+        {
+            let root =
+                SVGBackend::with_string(&mut s, (self.width, self.height)).into_drawing_area();
+            self.draw(&root)?;
+            root.present().map_err(err)?;
+        }
+        Ok(s)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> Result<(), PlotError> {
+        root.fill(&WHITE).map_err(err)?;
+        let cols = self.cols.max(1);
+        let rows = self.panels.len().div_ceil(cols).max(1);
+        let areas = root.split_evenly((rows, cols));
+        for (p, area) in self.panels.iter().zip(areas.iter()) {
+            match p {
+                Panel::Lines(c) => draw_lines(area, c)?,
+                Panel::Heatmap(h) => draw_heatmap(area, h)?,
+                Panel::Pareto(s) => draw_pareto(area, s)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A number for a tick label: short, no trailing zeros.
+pub fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return "–".into();
+    }
+    let a = v.abs();
+    let s = if a != 0.0 && !(1e-3..1e6).contains(&a) {
+        format!("{v:.1e}")
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    };
+    if s.contains('.') && !s.contains('e') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// Two significant digits (log-axis ticks).
+fn fmt_sig(v: f64) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return fmt_num(v);
+    }
+    let e = v.abs().log10().floor() as i32;
+    let m = 10f64.powi(e - 1);
+    fmt_num((v / m).round() * m)
+}
+
+fn pad(lo: f64, hi: f64, from_zero: bool) -> (f64, f64) {
+    let (mut lo, hi) = if lo.is_finite() && hi.is_finite() {
+        (lo, hi)
+    } else {
+        (0.0, 1.0)
+    };
+    if from_zero && lo >= 0.0 {
+        lo = 0.0;
+    }
+    if hi - lo <= f64::EPSILON * hi.abs().max(1.0) {
+        let d = if hi == 0.0 { 1.0 } else { hi.abs() * 0.1 };
+        return (lo - if from_zero && lo == 0.0 { 0.0 } else { d }, hi + d);
+    }
+    let d = (hi - lo) * 0.05;
+    (if from_zero && lo == 0.0 { 0.0 } else { lo - d }, hi + d)
+}
+
+fn draw_lines<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    c: &LineChart,
+) -> Result<(), PlotError> {
+    let log = matches!(c.x_axis, XAxis::Log);
+    let tx = |x: f64| if log { x.max(1e-12).log10() } else { x };
+    let xs = c
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|x| x.is_finite() && (!log || *x > 0.0))
+        .map(tx);
+    let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    if let XAxis::Categories(cats) = &c.x_axis {
+        x0 = -0.5;
+        x1 = cats.len().max(1) as f64 - 0.5;
+    } else {
+        (x0, x1) = pad(x0, x1, false);
+        if !log
+            && x0 < 0.0
+            && x1 > 0.0
+            && c.series.iter().all(|s| s.points.iter().all(|p| p.0 >= 0.0))
+        {
+            x0 = 0.0;
+        }
+    }
+    let (y0, y1) = match c.y_range {
+        Some(r) => r,
+        None => {
+            let ys = c
+                .series
+                .iter()
+                .flat_map(|s| {
+                    s.points
+                        .iter()
+                        .map(|p| p.1)
+                        .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+                })
+                .chain(c.hlines.iter().map(|h| h.y))
+                .filter(|y| y.is_finite());
+            let (a, b) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
+                (a.min(y), b.max(y))
+            });
+            pad(a, b, true)
+        }
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(&c.title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(err)?;
+    let cats = match &c.x_axis {
+        XAxis::Categories(v) => v.clone(),
+        _ => vec![],
+    };
+    // whole-number data (minutes, workers): label whole ticks only
+    let whole = !log
+        && c.series
+            .iter()
+            .all(|s| s.points.iter().all(|p| p.0.fract() == 0.0));
+    let xfmt = |v: &f64| -> String {
+        if !cats.is_empty() {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < cats.len() {
+                return cats[i as usize].clone();
+            }
+            return String::new();
+        }
+        if log {
+            fmt_sig(10f64.powf(*v))
+        } else if whole && (v - v.round()).abs() > 1e-9 {
+            String::new()
+        } else {
+            fmt_num(*v)
+        }
+    };
+    let yfmt = |v: &f64| fmt_num(*v);
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(c.x_label.as_str())
+        .y_desc(c.y_label.as_str())
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&yfmt)
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 16))
+        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+        .max_light_lines(1)
+        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd));
+    if !cats.is_empty() {
+        mesh.x_labels(cats.len().max(2) * 2 + 1);
+    } else if log {
+        mesh.x_labels(8);
+    }
+    mesh.draw().map_err(err)?;
+    for (i, s) in c.series.iter().enumerate().take(MAX_SERIES) {
+        let col = color(i);
+        if !s.band.is_empty() {
+            let mut poly: Vec<(f64, f64)> = s.band.iter().map(|b| (tx(b.0), b.2)).collect();
+            poly.extend(s.band.iter().rev().map(|b| (tx(b.0), b.1)));
+            chart
+                .draw_series(std::iter::once(Polygon::new(poly, col.mix(0.18).filled())))
+                .map_err(err)?;
+        }
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .filter(|p| p.0.is_finite() && p.1.is_finite())
+            .map(|p| (tx(p.0), p.1))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(err)?
+            .label(s.name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+        if c.markers {
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
+                .map_err(err)?;
+        }
+    }
+    for h in &c.hlines {
+        let col = match h.series {
+            Some(i) => color(i),
+            None => rgb(REFERENCE),
+        };
+        let w = if h.series.is_none() { 2 } else { 1 };
+        // dashes as one path per dash: 12 px on, 6 px off
+        let span = x1 - x0;
+        let on = span / 80.0;
+        let mut x = x0;
+        let mut dashes = Vec::new();
+        while x < x1 {
+            dashes.push(vec![(x, h.y), ((x + on).min(x1), h.y)]);
+            x += on * 1.5;
+        }
+        let style = col.stroke_width(w);
+        chart
+            .draw_series(dashes.into_iter().map(move |d| PathElement::new(d, style)))
+            .map_err(err)?;
+        if !h.label.is_empty() {
+            let label = h.label.clone();
+            let anchor = (x0 + span * 0.01, h.y);
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label,
+                    anchor,
+                    (FAMILY, 12).into_font().color(&col).pos(
+                        plotters::style::text_anchor::Pos::new(
+                            plotters::style::text_anchor::HPos::Left,
+                            plotters::style::text_anchor::VPos::Bottom,
+                        ),
+                    ),
+                )))
+                .map_err(err)?;
+        }
+    }
+    if !c.series.is_empty() {
+        chart
+            .configure_series_labels()
+            .position(match c.legend {
+                Legend::UpperRight => SeriesLabelPosition::UpperRight,
+                Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+            })
+            .background_style(WHITE.mix(0.85))
+            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+            .label_font((FAMILY, 14))
+            .draw()
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Viridis, interpolated between 6 anchors; `t` in [0, 1].
+pub fn viridis(t: f64) -> (u8, u8, u8) {
+    const A: [(f64, f64, f64); 6] = [
+        (68.0, 1.0, 84.0),
+        (65.0, 68.0, 135.0),
+        (42.0, 120.0, 142.0),
+        (34.0, 168.0, 132.0),
+        (122.0, 209.0, 81.0),
+        (253.0, 231.0, 37.0),
+    ];
+    let t = if t.is_finite() {
+        t.clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let x = t * (A.len() - 1) as f64;
+    let i = (x.floor() as usize).min(A.len() - 2);
+    let f = x - i as f64;
+    let l = |a: f64, b: f64| (a + (b - a) * f).round() as u8;
+    (
+        l(A[i].0, A[i + 1].0),
+        l(A[i].1, A[i + 1].1),
+        l(A[i].2, A[i + 1].2),
+    )
+}
+
+/// Grey of a heatmap cell without a value.
+pub const MISSING: (u8, u8, u8) = (0xd8, 0xd8, 0xd8);
+
+fn draw_heatmap<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    h: &Heatmap,
+) -> Result<(), PlotError> {
+    let nx = h.x_values.len().max(1);
+    let ny = h.y_values.len().max(1);
+    let (vmin, vmax) = h
+        .cells
+        .iter()
+        .flatten()
+        .flatten()
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
+    let title = if vmin.is_finite() {
+        format!(
+            "{} — colour: {} from {} (dark) to {} (light)",
+            h.title,
+            h.value_label,
+            fmt_num(vmin),
+            fmt_num(vmax)
+        )
+    } else {
+        h.title.clone()
+    };
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, (FAMILY, 18))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(80)
+        .build_cartesian_2d(-0.5..nx as f64 - 0.5, -0.5..ny as f64 - 0.5)
+        .map_err(err)?;
+    let cat = |names: &[String], v: f64| -> String {
+        let i = v.round();
+        if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+            names[i as usize].clone()
+        } else {
+            String::new()
+        }
+    };
+    let xf = |v: &f64| cat(&h.x_values, *v);
+    let yf = |v: &f64| cat(&h.y_values, *v);
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(h.x_label.as_str())
+        .y_desc(h.y_label.as_str())
+        .x_labels(nx * 2 + 1)
+        .y_labels(ny * 2 + 1)
+        .x_label_formatter(&xf)
+        .y_label_formatter(&yf)
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 16))
+        .draw()
+        .map_err(err)?;
+    let span = if vmax > vmin { vmax - vmin } else { 1.0 };
+    let mut cells = Vec::new();
+    let mut labels = Vec::new();
+    for row in 0..ny {
+        for col in 0..nx {
+            let v = h.cells.get(row).and_then(|r| r.get(col)).copied().flatten();
+            let (fill, text) = match v {
+                Some(v) if v.is_finite() => {
+                    let t = (v - vmin) / span;
+                    let c = viridis(t);
+                    let ink = if t > 0.6 { BLACK } else { WHITE };
+                    (rgb(c), Some((format!("{:.*}", h.decimals, v), ink)))
+                }
+                _ => (rgb(MISSING), Some(("–".to_string(), BLACK))),
+            };
+            let (x, y) = (col as f64, row as f64);
+            cells.push(Rectangle::new(
+                [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                fill.filled(),
+            ));
+            if let Some((t, ink)) = text {
+                labels.push((t, (x, y), ink));
+            }
+        }
+    }
+    chart.draw_series(cells).map_err(err)?;
+    let fs = if nx * ny > 150 { 11 } else { 16 };
+    chart
+        .draw_series(labels.into_iter().map(|(t, p, ink)| {
+            Text::new(
+                t,
+                p,
+                (FAMILY, fs)
+                    .into_font()
+                    .color(&ink)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Center,
+                    )),
+            )
+        }))
+        .map_err(err)?;
+    Ok(())
+}
+
+/// Indices of the Pareto front of `points` (both coordinates minimised):
+/// the points that no other point matches or beats on both with one
+/// strictly better, sorted by x. Non-finite points are never on it.
+pub fn pareto_front(points: &[ParetoPoint]) -> Vec<usize> {
+    let ok = |p: &ParetoPoint| p.x.is_finite() && p.y.is_finite();
+    let mut front: Vec<usize> = (0..points.len())
+        .filter(|&i| ok(&points[i]))
+        .filter(|&i| {
+            let p = &points[i];
+            !points
+                .iter()
+                .any(|q| ok(q) && q.x <= p.x && q.y <= p.y && (q.x < p.x || q.y < p.y))
+        })
+        .collect();
+    front.sort_by(|&a, &b| {
+        points[a]
+            .x
+            .total_cmp(&points[b].x)
+            .then(points[a].y.total_cmp(&points[b].y))
+            .then(a.cmp(&b))
+    });
+    front
+}
+
+fn draw_pareto<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    s: &Pareto,
+) -> Result<(), PlotError> {
+    let fin: Vec<&ParetoPoint> = s
+        .points
+        .iter()
+        .filter(|p| p.x.is_finite() && p.y.is_finite())
+        .collect();
+    let (x0, x1) = fin
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.x), b.max(p.x))
+        });
+    let (y0, y1) = fin
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.y), b.max(p.y))
+        });
+    let (x0, x1) = pad(x0, x1, false);
+    let (y0, y1) = pad(y0, y1, false);
+    let mut chart = ChartBuilder::on(area)
+        .caption(&s.title, (FAMILY, 20))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(72)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(err)?;
+    let f = |v: &f64| fmt_num(*v);
+    chart
+        .configure_mesh()
+        .x_desc(s.x_label.as_str())
+        .y_desc(s.y_label.as_str())
+        .x_label_formatter(&f)
+        .y_label_formatter(&f)
+        .label_style((FAMILY, 14))
+        .axis_desc_style((FAMILY, 16))
+        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+        .max_light_lines(1)
+        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+        .draw()
+        .map_err(err)?;
+    let grey = rgb(DOMINATED);
+    let front = pareto_front(&s.points);
+    chart
+        .draw_series(
+            fin.iter()
+                .map(|p| Circle::new((p.x, p.y), 4, grey.filled())),
+        )
+        .map_err(err)?
+        .label(format!("all configurations ({})", fin.len()))
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], grey.filled()));
+    let col = color(0);
+    let fp: Vec<(f64, f64)> = front
+        .iter()
+        .map(|&i| (s.points[i].x, s.points[i].y))
+        .collect();
+    chart
+        .draw_series(LineSeries::new(fp.clone(), col.stroke_width(2)))
+        .map_err(err)?
+        .label(format!("Pareto front ({})", fp.len()))
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+    chart
+        .draw_series(fp.iter().map(|&p| Circle::new(p, 6, col.filled())))
+        .map_err(err)?;
+    chart
+        .draw_series(front.iter().take(PARETO_LABELS).map(|&i| {
+            let p = &s.points[i];
+            Text::new(
+                p.label.clone(),
+                (p.x, p.y),
+                (FAMILY, 12)
+                    .into_font()
+                    .color(&BLACK)
+                    .pos(plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Left,
+                        plotters::style::text_anchor::VPos::Bottom,
+                    )),
+            )
+        }))
+        .map_err(err)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+        .label_font((FAMILY, 14))
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+// ---- the figures qsim draws, from plain data ----
+
+/// Metric against a swept parameter: one line per series, with its 90 %
+/// interval band.
+pub fn metric_lines(chart: LineChart) -> Figure {
+    Figure::single(Panel::Lines(LineChart {
+        markers: true,
+        ..chart
+    }))
+}
+
+/// A heatmap over two swept parameters.
+pub fn heatmap(h: Heatmap) -> Figure {
+    let w = (160 + 90 * h.x_values.len() as u32).clamp(WIDTH, 2400);
+    let hh = (140 + 40 * h.y_values.len() as u32).clamp(HEIGHT, 2000);
+    Figure {
+        width: w,
+        height: hh,
+        cols: 1,
+        panels: vec![Panel::Heatmap(h)],
+    }
+}
+
+/// Latency CDFs, one per policy: `series` are (name, [(latency s, fraction
+/// of rows ≤ it)]). The x axis is logarithmic when latencies span more than
+/// a factor of 20.
+pub fn latency_cdf(title: &str, x_label: &str, series: Vec<(String, Vec<(f64, f64)>)>) -> Figure {
+    let (lo, hi) = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .filter(|x| *x > 0.0 && x.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+            (a.min(x), b.max(x))
+        });
+    let log = lo.is_finite() && hi / lo > 20.0;
+    Figure::single(Panel::Lines(LineChart {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: "fraction of requests ≤ latency".into(),
+        x_axis: if log { XAxis::Log } else { XAxis::Linear },
+        series: series
+            .into_iter()
+            .map(|(name, points)| Series {
+                name,
+                points,
+                band: vec![],
+            })
+            .collect(),
+        hlines: vec![],
+        markers: false,
+        y_range: Some((0.0, 1.02)),
+        legend: Legend::UpperLeft,
+    }))
+}
+
+/// The server over time, one scenario per series.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ServerSeries {
+    pub name: String,
+    /// Sample times (s) and, at each, the requests waiting for the engine,
+    /// and the median E2E (s) of the requests finished since the previous
+    /// sample (NaN if none finished).
+    pub t_s: Vec<f64>,
+    pub waiting: Vec<f64>,
+    pub e2e_p50_s: Vec<f64>,
+}
+
+/// Two panels sharing the time axis: the waiting queue, and E2E.
+pub fn server_over_time(title: &str, scenarios: &[ServerSeries]) -> Figure {
+    let mk = |f: &dyn Fn(&ServerSeries) -> &Vec<f64>| -> Vec<Series> {
+        scenarios
+            .iter()
+            .map(|s| Series {
+                name: s.name.clone(),
+                points: s.t_s.iter().copied().zip(f(s).iter().copied()).collect(),
+                band: vec![],
+            })
+            .collect()
+    };
+    let queue = LineChart {
+        title: format!("{title}: requests waiting"),
+        x_label: "time (s)".into(),
+        y_label: "waiting queue (requests)".into(),
+        series: mk(&|s| &s.waiting),
+        ..Default::default()
+    };
+    let e2e = LineChart {
+        title: format!("{title}: E2E p50 of requests finished in each interval"),
+        x_label: "time (s)".into(),
+        y_label: "E2E p50 (s)".into(),
+        series: mk(&|s| &s.e2e_p50_s),
+        ..Default::default()
+    };
+    Figure::grid(vec![Panel::Lines(queue), Panel::Lines(e2e)], 1, WIDTH, 460)
+}
+
+/// One consumer of a plan scenario: its admitted units per minute and its
+/// floor (units per minute; None if it has none).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanConsumer {
+    pub name: String,
+    pub admitted_per_min: Vec<f64>,
+    /// Per minute, the 90 % interval over seeds (empty: no band).
+    pub band: Vec<(f64, f64)>,
+    pub floor: Option<f64>,
+}
+
+/// One scenario of a plan.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlanScenario {
+    pub name: String,
+    pub consumers: Vec<PlanConsumer>,
+}
+
+/// The plan: one panel per scenario (two columns), each consumer's admitted
+/// rate per minute with its floor dashed in its colour, and the
+/// deployment's capacity as a black dashed line. `unit` names the capacity
+/// unit ("requests" or "tokens").
+pub fn plan_minutes(title: &str, unit: &str, capacity: f64, scenarios: &[PlanScenario]) -> Figure {
+    let panels = scenarios
+        .iter()
+        .map(|s| {
+            let mut hlines = vec![HLine {
+                label: format!("capacity {} {unit}/min", fmt_num(capacity)),
+                y: capacity,
+                series: None,
+            }];
+            for (i, c) in s.consumers.iter().enumerate() {
+                if let Some(f) = c.floor {
+                    // one label for the consumers sharing a floor
+                    let same: Vec<&str> = s
+                        .consumers
+                        .iter()
+                        .filter(|o| o.floor == Some(f))
+                        .map(|o| o.name.as_str())
+                        .collect();
+                    let first = same.first() == Some(&c.name.as_str());
+                    hlines.push(HLine {
+                        label: if first {
+                            format!("{} floor {}", same.join(", "), fmt_num(f))
+                        } else {
+                            String::new()
+                        },
+                        y: f,
+                        series: Some(i),
+                    });
+                }
+            }
+            Panel::Lines(LineChart {
+                title: format!("{title}: {}", s.name),
+                x_label: "minute".into(),
+                y_label: format!("admitted ({unit}/min)"),
+                series: s
+                    .consumers
+                    .iter()
+                    .map(|c| Series {
+                        name: c.name.clone(),
+                        points: c
+                            .admitted_per_min
+                            .iter()
+                            .enumerate()
+                            .map(|(m, &v)| (m as f64 + 1.0, v))
+                            .collect(),
+                        band: c
+                            .band
+                            .iter()
+                            .enumerate()
+                            .map(|(m, &(lo, hi))| (m as f64 + 1.0, lo, hi))
+                            .collect(),
+                    })
+                    .collect(),
+                hlines,
+                markers: true,
+                ..Default::default()
+            })
+        })
+        .collect();
+    Figure::grid(panels, 2, 760, 440)
+}
+
+/// The Pareto scatter of configurations: elapsed (x) against p95 latency
+/// (y), both minimised, the front highlighted.
+pub fn pareto(title: &str, x_label: &str, y_label: &str, points: Vec<ParetoPoint>) -> Figure {
+    Figure::single(Panel::Pareto(Pareto {
+        title: title.into(),
+        x_label: x_label.into(),
+        y_label: y_label.into(),
+        points,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn front_of_a_small_set() {
+        let p = |x, y| ParetoPoint {
+            label: String::new(),
+            x,
+            y,
+        };
+        let pts = vec![
+            p(3.0, 1.0),
+            p(1.0, 3.0),
+            p(2.0, 2.0),
+            p(2.5, 2.5),
+            p(1.0, 4.0),
+            p(f64::NAN, 0.0),
+        ];
+        assert_eq!(pareto_front(&pts), vec![1, 2, 0]);
+    }
+
+    #[test]
+    fn numbers_are_short() {
+        assert_eq!(fmt_num(128.0), "128");
+        assert_eq!(fmt_num(12.5), "12.5");
+        assert_eq!(fmt_num(0.25), "0.25");
+        assert_eq!(fmt_num(2e7), "2.0e7");
+    }
+}

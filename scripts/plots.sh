@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Regenerates the plots the README shows (docs/img/*.png) with qsim's own
+# --plot, from the experiment files in the repo. Deterministic: the same
+# inputs and seeds give the same files.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
+cargo build --release --locked --bin qsim
+QSIM="$CARGO_TARGET_DIR/release/qsim"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+OUT=docs/img
+mkdir -p "$OUT"
+
+# the FMAPI pacing article: row latency CDF of the three clients, 20 seeds
+"$QSIM" run experiments/fmapi-pacing.toml --seeds 20 --plot "$TMP/run" > /dev/null
+cp "$TMP/run/latency-cdf.png" "$OUT/fmapi-latency-cdf.png"
+
+# the article's advice, tested: workers x max_tokens, 10 seeds
+"$QSIM" sweep experiments/fmapi-pacing.toml --vary workers=4,8,12,16,24,32,48,64 \
+  --vary max_tokens=128,192,256 --seeds 10 --plot "$TMP/sweep" > /dev/null
+cp "$TMP/sweep/sweep-elapsed-s.png" "$OUT/sweep-elapsed.png"
+cp "$TMP/sweep/heatmap-latency-p95-s-exp2-backoff.png" "$OUT/sweep-backoff-p95-heatmap.png"
+
+# the shared deployment plan: admitted per minute, floors, capacity, 5 seeds
+"$QSIM" plan --seeds 5 --plot "$TMP/plan" > /dev/null
+cp "$TMP/plan/plan-admitted.png" "$OUT/plan-admitted.png"
+
+# the NIM server without a limiter: queue and E2E over time
+"$QSIM" run experiments/nim-load.toml --plot "$TMP/server" > /dev/null
+cp "$TMP/server/server-over-time.png" "$OUT/nim-server-over-time.png"
+
+# qsim recommend's search: elapsed vs p95, the Pareto front
+"$QSIM" recommend experiments/fmapi-pacing.toml --plot "$TMP/recommend" > /dev/null
+cp "$TMP/recommend/recommend-pareto.png" "$OUT/recommend-pareto.png"
+
+ls -l "$OUT"

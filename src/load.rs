@@ -1,0 +1,857 @@
+//! `qsim load`: play a shared-deployment scenario against a real endpoint
+//! and report it in the plan's records, optionally beside the plan's
+//! prediction (`--compare-with-sim`).
+//!
+//! This module reads the scenario file (the same loader and flags checks as
+//! `qsim plan`), compiles one scenario into a [`qsim_live::load::LoadConfig`]
+//! — open-loop arrivals from the simulator's seeded arrival streams, drawn
+//! exactly as `plan::sim::run_scenario` draws them; closed-loop workers;
+//! each load's retry policy; each consumer's key — and hands the scenario's
+//! other streams (input lengths per consumer, client jitter) to the tokio
+//! driver in `crates/qsim-live/src/load.rs`, which runs every row through
+//! the core's `Call`. The observed counts become tidy records (seed,
+//! subject, metric, value) with the subjects and metric names of
+//! `plan::seeds::records`.
+
+use crate::cli::Format;
+use crate::client::CallerPolicy;
+use crate::config::ConfigError;
+use crate::engine::rng::{component, stream, unit};
+use crate::engine::{Rng, Sampler};
+use crate::limiter::Unit;
+use crate::plan::config::{Arrival as PlanArrival, SharedFile};
+use crate::plan::seeds::consumer_subject;
+use crate::plan::PlanArgs;
+use crate::report::records::{PointRecords, Records};
+use crate::report::table::Table;
+use crate::time::Nanos;
+use qsim_live::load::{Arrival, Draws, Identity, LoadConfig, LoadReport, Units, Worker};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `qsim load` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// The shared-deployment scenario file (kind = "shared");
+    /// `builtin:experiments/shared-deployment.toml` for the embedded one.
+    pub file: PathBuf,
+    /// Base URL of the endpoint (a `qsim proxy`, or any OpenAI-compatible
+    /// server), e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    pub target: String,
+    /// The scenario to play (needed when the file has several).
+    #[arg(long)]
+    pub scenario: Option<String>,
+    /// Compressed time: the scenario runs X times faster than real time (in
+    /// (0, 100]; virtual time = real elapsed × X). Run the proxy with the same
+    /// `--time-scale`: its limiter's clock and retry hints are then in the same time.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub time_scale: f64,
+    /// At most this many HTTP attempts in all.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_requests: u64,
+    /// Real-time limit of one attempt; rows still running this long after
+    /// the scenario's end are abandoned (counted as unanswered).
+    #[arg(long, default_value = "60s", value_parser = crate::cli::duration_arg)]
+    pub timeout: String,
+    /// Output format: table, json, or csv (the tidy records).
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+    /// Also simulate the scenario (`qsim plan`'s driver, same seed) and show
+    /// the plan's admitted counts per consumer per minute beside the observed.
+    #[arg(long)]
+    pub compare_with_sim: bool,
+    /// With --compare-with-sim: also simulate this many seeds (seed, seed+1,
+    /// …) and show the plan's median and 90 % interval of each consumer's
+    /// admitted count per saturated minute (which consumer wins a unit of the
+    /// shared pool is a race: one seed is one draw of it).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub sim_seeds: u64,
+    /// Seed of the scenario's random streams (arrivals, lengths, jitter).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub seed: u64,
+    /// A consumer's key, NAME=KEY (repeatable); default `key-NAME`, as
+    /// `qsim plan --emit-proxy-config` writes them.
+    #[arg(long = "key", value_name = "NAME=KEY")]
+    pub keys: Vec<String>,
+    /// Send the key in this header instead of `Authorization: Bearer`.
+    #[arg(long)]
+    pub consumer_header: Option<String>,
+    /// Request path.
+    #[arg(long, default_value = "/v1/chat/completions")]
+    pub path: String,
+    /// The requests' `model` field.
+    #[arg(long, default_value = "qsim-load")]
+    pub model: String,
+    /// Worker threads of the load generator (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+    /// Write the report to this file (atomically) instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Replace the --out file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn flag_err(flag: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::new(flag, "", reason)
+}
+
+/// The scenario file with exactly one scenario left (the chosen one).
+pub fn scenario_file(args: &LoadArgs) -> Result<(SharedFile, crate::plan::Model), ConfigError> {
+    let plan = PlanArgs {
+        scenarios: Some(args.file.clone()),
+        only: args.scenario.iter().cloned().collect(),
+        seed: args.seed,
+        ..Default::default()
+    };
+    let (f, model) = crate::plan::build(&plan)?;
+    if f.scenarios.len() != 1 {
+        let names: Vec<&str> = f.scenarios.iter().map(|s| s.name.as_str()).collect();
+        return Err(flag_err(
+            "--scenario",
+            format!(
+                "{} has {} scenarios ({}): choose one",
+                f.source,
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok((f, model))
+}
+
+fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
+    let mean_s = 60.0 / rpm;
+    crate::time::secs(-mean_s * (1.0 - unit(rng)).ln())
+}
+
+/// The open-loop arrivals and closed-loop workers of the file's (only)
+/// scenario, drawn from the simulator's streams in its order: per (load,
+/// consumer) the stream `(seed, scope(1 + load·4096 + consumer), ARRIVALS)`,
+/// Poisson gaps at the peak rate thinned to the linear ramp; an arrival is
+/// kept if it falls before the scenario's end (the first one) or before the
+/// load's stop (the following ones), as the event loop schedules them.
+pub fn compile(f: &SharedFile, seed: u64) -> (Vec<Arrival>, Vec<Worker>) {
+    let sc = &f.scenarios[0];
+    let scope = |k: u64| ((sc.index as u64) << 24) | k;
+    let mut arrivals = Vec::new();
+    let mut workers = Vec::new();
+    for (li, l) in sc.loads.iter().enumerate() {
+        for c in f.resolve(&l.who) {
+            match l.arrival {
+                PlanArrival::Open { rpm, ramp_to_rpm } => {
+                    let max = rpm.max(ramp_to_rpm);
+                    if max <= 0.0 {
+                        continue;
+                    }
+                    let mut r = stream(
+                        seed,
+                        scope(1 + (li as u64) * 4096 + c as u64),
+                        component::ARRIVALS,
+                    );
+                    let mut t = l.start + exp_gap(&mut r, max);
+                    while t < sc.duration {
+                        let frac = (t - l.start) as f64 / (l.stop - l.start) as f64;
+                        let rate = rpm + (ramp_to_rpm - rpm) * frac;
+                        let accept = unit(&mut r) * max < rate;
+                        let next = t + exp_gap(&mut r, max);
+                        if accept {
+                            arrivals.push(Arrival {
+                                at: t,
+                                consumer: c as u32,
+                                load: li as u32,
+                            });
+                        }
+                        if next >= l.stop {
+                            break;
+                        }
+                        t = next;
+                    }
+                }
+                PlanArrival::Closed { workers: w, think } => {
+                    for _ in 0..w {
+                        workers.push(Worker {
+                            consumer: c as u32,
+                            load: li as u32,
+                            start: l.start,
+                            stop: l.stop,
+                            think,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // the event queue pops equal times in insertion order: a stable sort
+    arrivals.sort_by_key(|a| a.at);
+    (arrivals, workers)
+}
+
+/// The scenario's other streams, as `plan::sim` derives them: token
+/// lengths per consumer (`WORKLOAD`; an input and an output length per row,
+/// the output drawn and unused: the endpoint decides it) and the client's
+/// jitter (`CLIENT`).
+struct SimDraws {
+    tokens: Vec<Rng>,
+    client: Rng,
+    input: Sampler,
+    output: Sampler,
+}
+
+impl Draws for SimDraws {
+    fn input_tokens(&mut self, consumer: usize) -> u32 {
+        let r = &mut self.tokens[consumer];
+        let input = self.input.sample(r).round().max(1.0) as u32;
+        let _natural = self.output.sample(r);
+        input
+    }
+    fn unit(&mut self) -> f64 {
+        unit(&mut self.client)
+    }
+}
+
+fn sim_draws(f: &SharedFile, seed: u64) -> SimDraws {
+    let sc = &f.scenarios[0];
+    let scope = |k: u64| ((sc.index as u64) << 24) | k;
+    SimDraws {
+        tokens: (0..f.limiter.consumers.len())
+            .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
+            .collect(),
+        client: stream(seed, scope(0), component::CLIENT),
+        input: f.input_tokens.clone(),
+        output: f.output_tokens.clone(),
+    }
+}
+
+fn identities(f: &SharedFile, args: &LoadArgs) -> Result<Vec<Identity>, ConfigError> {
+    let mut ids: Vec<Identity> = f
+        .limiter
+        .consumers
+        .iter()
+        .map(|c| Identity {
+            name: c.name.clone(),
+            header: args.consumer_header.clone(),
+            key: format!("key-{}", c.name),
+        })
+        .collect();
+    for k in &args.keys {
+        let (n, key) = k
+            .split_once('=')
+            .ok_or_else(|| flag_err("--key", "expected NAME=KEY"))?;
+        let id = ids.iter_mut().find(|i| i.name == n.trim()).ok_or_else(|| {
+            flag_err(
+                "--key",
+                format!("no consumer named {:?} in the scenario file", n.trim()),
+            )
+        })?;
+        if key.trim().is_empty() {
+            return Err(flag_err("--key", format!("empty key for {}", id.name)));
+        }
+        id.key = key.trim().to_string();
+    }
+    if let Some(h) = &args.consumer_header {
+        if h.is_empty()
+            || !h
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(flag_err(
+                "--consumer-header",
+                format!("not a header name: {h:?}"),
+            ));
+        }
+    }
+    Ok(ids)
+}
+
+/// Everything checked before any request leaves.
+pub struct Prepared {
+    pub file: SharedFile,
+    pub model: crate::plan::Model,
+    pub config: LoadConfig,
+}
+
+pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
+    if !(args.time_scale > 0.0 && args.time_scale <= 100.0) {
+        return Err(flag_err(
+            "--time-scale",
+            format!("must be in (0, 100], got {}", args.time_scale),
+        ));
+    }
+    let target = args.target.trim_end_matches('/').to_string();
+    let valid = target
+        .strip_prefix("http://")
+        .is_some_and(|r| !r.is_empty())
+        && target.parse::<qsim_live::Uri>().is_ok();
+    if !valid {
+        return Err(flag_err(
+            "--target",
+            format!("expected http://host:port, got {:?}", args.target),
+        ));
+    }
+    if !args.path.starts_with('/') {
+        return Err(flag_err("--path", "must start with /"));
+    }
+    let timeout = crate::plan::parse_duration_s("--timeout", &args.timeout)?;
+    let (file, model) = scenario_file(args)?;
+    let consumers = identities(&file, args)?;
+    let (arrivals, workers) = compile(&file, args.seed);
+    let sc = &file.scenarios[0];
+    let units = match file.limiter.unit {
+        Unit::Rpm => Units::Requests,
+        Unit::Tpm => Units::Tokens(file.limiter.accounting),
+    };
+    let config = LoadConfig {
+        target,
+        path: args.path.clone(),
+        model: args.model.clone(),
+        max_tokens: file.max_tokens,
+        consumers,
+        policies: sc
+            .loads
+            .iter()
+            .map(|l| CallerPolicy {
+                retry: l.retry.clone(),
+                sdk: None,
+            })
+            .collect(),
+        arrivals,
+        workers,
+        duration: sc.duration,
+        time_scale: args.time_scale,
+        max_requests: args.max_requests,
+        timeout: Duration::from_secs_f64(timeout),
+        units,
+        threads: args.threads.map(usize::from),
+    };
+    Ok(Prepared {
+        file,
+        model,
+        config,
+    })
+}
+
+/// The observed run as the plan's records (subjects `scenario` and
+/// `scenario/consumer`, the metric names of `plan::seeds::records`), plus
+/// the live-only counts (`limited`, `unanswered`, `other_status`, `rows`).
+pub fn records(out: &mut Records, seed: u64, scenario: &str, duration: Nanos, r: &LoadReport) {
+    let sat = r.saturated(duration);
+    let sat: Vec<usize> = (0..sat.len()).filter(|&m| sat[m]).collect();
+    out.push(seed, scenario, "saturated_minutes", sat.len() as f64);
+    out.push(seed, scenario, "attempts", r.attempts as f64);
+    out.push(seed, scenario, "abandoned", r.abandoned as f64);
+    out.push(
+        seed,
+        scenario,
+        "cut_by_max_requests",
+        r.cut_by_max_requests as f64,
+    );
+    out.push(seed, scenario, "wall_s", r.wall.as_secs_f64());
+    out.push(seed, scenario, "time_scale", r.time_scale);
+    out.push(seed, scenario, "send_lag_mean_s", r.lag_mean as f64 / 1e9);
+    out.push(seed, scenario, "send_lag_max_s", r.lag_max as f64 / 1e9);
+    out.push(seed, scenario, "sends_over_1s_late", r.lag_over_1s as f64);
+    for co in &r.consumers {
+        let s = consumer_subject(scenario, &co.name);
+        out.push(seed, &s, "offered", co.offered as f64);
+        out.push(seed, &s, "admitted", co.admitted as f64);
+        out.push(seed, &s, "failed", co.failed as f64);
+        if co.offered > 0 {
+            let pct = 100.0 * co.admitted as f64 / co.offered as f64;
+            out.push(seed, &s, "success_pct", pct);
+        }
+        if !sat.is_empty() {
+            let sum: u64 = sat.iter().map(|&m| co.admitted_units_per_min[m]).sum();
+            out.push(
+                seed,
+                &s,
+                "admitted_per_saturated_min",
+                sum as f64 / sat.len() as f64,
+            );
+        }
+        out.push(seed, &s, "rows", co.rows as f64);
+        out.push(seed, &s, "limited", co.limited as f64);
+        out.push(seed, &s, "unanswered", co.unanswered as f64);
+        let other: u64 = co.other_status.iter().map(|(_, n)| n).sum();
+        out.push(seed, &s, "other_status", other as f64);
+        for m in 0..co.admitted_per_min.len() {
+            let a = co.admitted_units_per_min[m] as f64;
+            out.push(seed, &s, &format!("admitted_per_min.{m}"), a);
+            let f = co.offered_units_per_min[m] as f64;
+            out.push(seed, &s, &format!("offered_per_min.{m}"), f);
+        }
+    }
+}
+
+fn value(recs: &Records, subject: &str, metric: &str) -> Option<f64> {
+    recs.iter()
+        .find(|r| r.subject == subject && r.metric == metric)
+        .map(|r| r.value)
+}
+
+/// The plan's prediction for the same scenario: the records of `seed` (and
+/// of the following seeds with `--sim-seeds`).
+pub struct Predicted {
+    /// Records of `seed` only.
+    pub records: Records,
+    /// Records of every simulated seed.
+    pub all: Records,
+    pub seeds: u64,
+    /// The saturated minutes of `seed`.
+    pub saturated: Vec<bool>,
+}
+
+pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, ConfigError> {
+    crate::plan::budget::simulate(&p.file, &p.model)?
+        .times(seeds as f64, "seeds")
+        .check(
+            &p.file.source,
+            &crate::experiment::budget::Budget::default(),
+        )?;
+    let runs = crate::plan::simulate(&p.file, &p.model, seed, false);
+    let mut records = Records::default();
+    crate::plan::seeds::records(&mut records, seed, &runs);
+    let mut all = records.clone();
+    for k in 1..seeds {
+        let s = seed.wrapping_add(k);
+        crate::plan::seeds::records(
+            &mut all,
+            s,
+            &crate::plan::simulate(&p.file, &p.model, s, false),
+        );
+    }
+    Ok(Predicted {
+        saturated: runs[0].limited.saturated.clone(),
+        records,
+        all,
+        seeds,
+    })
+}
+
+/// The plan's figure for the seed, its spread over seeds, the observed.
+type PerSat = (f64, crate::report::Spread, f64);
+
+/// Per consumer: (plan's admitted per saturated minute for the seed, its
+/// median and 90 % interval over the simulated seeds, the observed mean
+/// over the plan's saturated minutes); `None` without a saturated minute.
+fn per_saturated_minute(
+    p: &Prepared,
+    sim: &Predicted,
+    obs: &Records,
+) -> Vec<(String, Option<PerSat>)> {
+    let sc = &p.file.scenarios[0].name;
+    let spreads = sim.all.spreads();
+    let sat: Vec<usize> = (0..sim.saturated.len())
+        .filter(|&m| sim.saturated[m])
+        .collect();
+    p.file
+        .limiter
+        .consumers
+        .iter()
+        .map(|c| {
+            let sub = consumer_subject(sc, &c.name);
+            let key = "admitted_per_saturated_min";
+            let v = (!sat.is_empty() && spreads.has(&sub, key)).then(|| {
+                let seed_v = value(&sim.records, &sub, key).unwrap_or(f64::NAN);
+                let ob = sat
+                    .iter()
+                    .map(|&m| per_minute(p, obs, &c.name, m))
+                    .sum::<f64>()
+                    / sat.len() as f64;
+                (seed_v, spreads.get(&sub, key), ob)
+            });
+            (c.name.clone(), v)
+        })
+        .collect()
+}
+
+fn unit_name(f: &SharedFile) -> &'static str {
+    match f.limiter.unit {
+        Unit::Rpm => "requests",
+        Unit::Tpm => "tokens",
+    }
+}
+
+/// The report: table, JSON, or the tidy records as CSV (with
+/// `--compare-with-sim`, a `source` column: observed or plan).
+pub fn render(p: &Prepared, args: &LoadArgs, r: &LoadReport, sim: Option<&Predicted>) -> String {
+    let sc = &p.file.scenarios[0];
+    let mut obs = Records::default();
+    records(&mut obs, args.seed, &sc.name, sc.duration, r);
+    match args.format {
+        Format::Csv => {
+            let mut points = vec![PointRecords {
+                params: vec![("source".into(), "observed".into())],
+                records: obs,
+            }];
+            if let Some(s) = sim {
+                points.push(PointRecords {
+                    params: vec![("source".into(), "plan".into())],
+                    records: s.all.clone(),
+                });
+            }
+            crate::report::records::to_csv(&points)
+        }
+        Format::Json => crate::report::json_text(&json_report(p, args, r, &obs, sim)),
+        Format::Table => table(p, args, r, &obs, sim),
+    }
+}
+
+fn per_minute(p: &Prepared, recs: &Records, consumer: &str, m: usize) -> f64 {
+    let s = consumer_subject(&p.file.scenarios[0].name, consumer);
+    value(recs, &s, &format!("admitted_per_min.{m}")).unwrap_or(0.0)
+}
+
+fn json_report(
+    p: &Prepared,
+    args: &LoadArgs,
+    r: &LoadReport,
+    obs: &Records,
+    sim: Option<&Predicted>,
+) -> Value {
+    let sc = &p.file.scenarios[0];
+    let consumers: Vec<Value> = r
+        .consumers
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "rows": c.rows,
+                "offered": c.offered,
+                "admitted": c.admitted,
+                "limited": c.limited,
+                "other_status": c.other_status.iter().map(|(s, n)| json!({"status": s, "count": n})).collect::<Vec<_>>(),
+                "unanswered": c.unanswered,
+                "failed": c.failed,
+                "admitted_per_min": c.admitted_units_per_min,
+                "offered_per_min": c.offered_units_per_min,
+            })
+        })
+        .collect();
+    let mut v = json!({
+        "scenario": sc.name,
+        "file": p.file.source,
+        "target": p.config.target,
+        "seed": args.seed,
+        "time_scale": r.time_scale,
+        "unit": unit_name(&p.file),
+        "wall_s": crate::report::round(r.wall.as_secs_f64(), 3),
+        "attempts": r.attempts,
+        "abandoned": r.abandoned,
+        "cut_by_max_requests": r.cut_by_max_requests,
+        "send_lag_mean_s": crate::report::round(r.lag_mean as f64 / 1e9, 4),
+        "send_lag_max_s": crate::report::round(r.lag_max as f64 / 1e9, 4),
+        "sends_over_1s_late": r.lag_over_1s,
+        "saturated": r.saturated(sc.duration),
+        "consumers": consumers,
+    });
+    if let Some(s) = sim {
+        let mut rows = Vec::new();
+        for c in &r.consumers {
+            for m in 0..r.minutes {
+                let pr = per_minute(p, &s.records, &c.name, m);
+                let ob = per_minute(p, obs, &c.name, m);
+                rows.push(json!({
+                    "consumer": c.name,
+                    "minute": m,
+                    "saturated": s.saturated.get(m).copied().unwrap_or(false),
+                    "plan": pr,
+                    "observed": ob,
+                    "difference": ob - pr,
+                }));
+            }
+        }
+        v["plan_saturated"] = json!(s.saturated);
+        v["compare"] = Value::Array(rows);
+        let r3 = |x: f64| crate::report::round(x, 3);
+        let per_sat: Vec<Value> = per_saturated_minute(p, s, obs)
+            .into_iter()
+            .filter_map(|(c, v)| {
+                v.map(|(seed_v, sp, ob)| {
+                    json!({
+                        "consumer": c,
+                        "plan": r3(seed_v),
+                        "plan_median": r3(sp.median),
+                        "plan_interval90": [r3(sp.lo), r3(sp.hi)],
+                        "plan_seeds": s.seeds,
+                        "observed": r3(ob),
+                    })
+                })
+            })
+            .collect();
+        v["admitted_per_saturated_min"] = Value::Array(per_sat);
+    }
+    v
+}
+
+fn table(
+    p: &Prepared,
+    args: &LoadArgs,
+    r: &LoadReport,
+    obs: &Records,
+    sim: Option<&Predicted>,
+) -> String {
+    let sc = &p.file.scenarios[0];
+    let mut out = format!(
+        "qsim load: scenario {} of {} against {} (seed {}, time scale {}x: {:.1} s of scenario in {:.1} s)\n",
+        sc.name,
+        p.file.source,
+        p.config.target,
+        args.seed,
+        r.time_scale,
+        sc.duration as f64 / 1e9,
+        r.wall.as_secs_f64()
+    );
+    out.push_str(&format!(
+        "{} attempts; {} rows abandoned at the end; {} rows cut by --max-requests\n\
+         sends behind schedule (virtual): mean {:.3} s, max {:.3} s, {} over 1 s late \
+         (attempts are counted in the minute they were due)\n\n",
+        r.attempts,
+        r.abandoned,
+        r.cut_by_max_requests,
+        r.lag_mean as f64 / 1e9,
+        r.lag_max as f64 / 1e9,
+        r.lag_over_1s
+    ));
+    let mut t = Table::new([
+        "consumer",
+        "rows",
+        "attempts",
+        "admitted (2xx)",
+        "limited (429)",
+        "other status",
+        "unanswered",
+        "failed rows",
+        "success %",
+    ]);
+    for c in &r.consumers {
+        let other: Vec<String> = c
+            .other_status
+            .iter()
+            .map(|(s, n)| format!("{n}×{s}"))
+            .collect();
+        t.row([
+            c.name.clone(),
+            c.rows.to_string(),
+            c.offered.to_string(),
+            c.admitted.to_string(),
+            c.limited.to_string(),
+            if other.is_empty() {
+                "0".into()
+            } else {
+                other.join(" ")
+            },
+            c.unanswered.to_string(),
+            c.failed.to_string(),
+            if c.offered > 0 {
+                format!("{:.1}", 100.0 * c.admitted as f64 / c.offered as f64)
+            } else {
+                "–".into()
+            },
+        ]);
+    }
+    out.push_str(&t.render());
+    let saturated = r.saturated(sc.duration);
+    match sim {
+        None => {
+            out.push_str(&format!(
+                "\nadmitted {} per minute (virtual; * = every second limited)\n",
+                unit_name(&p.file)
+            ));
+            let mut t = Table::new(
+                std::iter::once("minute".to_string())
+                    .chain(r.consumers.iter().map(|c| c.name.clone())),
+            );
+            for m in 0..r.minutes {
+                let mark = if saturated.get(m).copied().unwrap_or(false) {
+                    "*"
+                } else {
+                    ""
+                };
+                t.row(
+                    std::iter::once(format!("{m}{mark}")).chain(
+                        r.consumers
+                            .iter()
+                            .map(|c| format!("{:.0}", per_minute(p, obs, &c.name, m))),
+                    ),
+                );
+            }
+            out.push_str(&t.render());
+        }
+        Some(s) => {
+            out.push_str(&format!(
+                "\nadmitted {} per minute: plan (simulation, same seed) vs observed \
+                 (* = saturated minute in the plan)\n",
+                unit_name(&p.file)
+            ));
+            let mut t = Table::new([
+                "consumer",
+                "minute",
+                "plan",
+                "observed",
+                "difference",
+                "difference %",
+            ]);
+            for c in &r.consumers {
+                for m in 0..r.minutes {
+                    let pr = per_minute(p, &s.records, &c.name, m);
+                    let ob = per_minute(p, obs, &c.name, m);
+                    let mark = if s.saturated.get(m).copied().unwrap_or(false) {
+                        "*"
+                    } else {
+                        ""
+                    };
+                    t.row([
+                        c.name.clone(),
+                        format!("{m}{mark}"),
+                        format!("{pr:.0}"),
+                        format!("{ob:.0}"),
+                        format!("{:+.0}", ob - pr),
+                        if pr > 0.0 {
+                            format!("{:+.1}", 100.0 * (ob - pr) / pr)
+                        } else {
+                            "–".into()
+                        },
+                    ]);
+                }
+            }
+            out.push_str(&t.render());
+            let rows = per_saturated_minute(p, s, obs);
+            if rows.iter().any(|(_, v)| v.is_some()) {
+                out.push_str(&format!(
+                    "\nadmitted {} per saturated minute (the plan's saturated minutes): plan (seed {}), \
+                     plan over {} seeds: median [90% interval], observed\n",
+                    unit_name(&p.file),
+                    args.seed,
+                    s.seeds
+                ));
+                let mut t = Table::new([
+                    "consumer",
+                    "plan",
+                    "plan over seeds",
+                    "observed",
+                    "difference %",
+                ]);
+                for (c, v) in rows {
+                    if let Some((seed_v, sp, ob)) = v {
+                        t.row([
+                            c,
+                            format!("{seed_v:.1}"),
+                            format!("{:.1} [{:.1}, {:.1}]", sp.median, sp.lo, sp.hi),
+                            format!("{ob:.1}"),
+                            if sp.median > 0.0 {
+                                format!("{:+.1}", 100.0 * (ob - sp.median) / sp.median)
+                            } else {
+                                "–".into()
+                            },
+                        ]);
+                    }
+                }
+                out.push_str(&t.render());
+            }
+        }
+    }
+    out
+}
+
+/// `qsim load`: check everything, optionally simulate, play, render.
+pub fn run_cli(args: &LoadArgs) -> Result<String, crate::cli::CliError> {
+    let p = prepare(args)?;
+    let sim = if args.compare_with_sim {
+        Some(simulate(&p, args.seed, args.sim_seeds)?)
+    } else {
+        None
+    };
+    let draws = Box::new(sim_draws(&p.file, args.seed));
+    let report = qsim_live::load::run(p.config.clone(), draws).map_err(crate::cli::CliError::Io)?;
+    Ok(render(&p, args, &report, sim.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::NS_PER_SEC;
+
+    const MINUTE: Nanos = 60 * NS_PER_SEC;
+
+    fn args(scenario: &str) -> LoadArgs {
+        LoadArgs {
+            file: PathBuf::from("builtin:experiments/shared-deployment.toml"),
+            target: "http://127.0.0.1:9".into(),
+            scenario: Some(scenario.into()),
+            time_scale: 1.0,
+            max_requests: 1_000_000,
+            timeout: "60s".into(),
+            format: Format::Table,
+            compare_with_sim: false,
+            sim_seeds: 1,
+            seed: 1,
+            keys: vec![],
+            consumer_header: None,
+            path: "/v1/chat/completions".into(),
+            model: "m".into(),
+            threads: None,
+            out: None,
+            force: false,
+        }
+    }
+
+    /// The compiled arrivals are the simulator's: per consumer per minute,
+    /// as many as the plan offers (no retries in these scenarios, so every
+    /// offered attempt is an arrival).
+    #[test]
+    fn arrivals_are_the_simulators() {
+        for name in [
+            "normal",
+            "mild",
+            "heavy",
+            "extreme",
+            "late-joiner",
+            "reserved-only",
+        ] {
+            let p = prepare(&args(name)).unwrap();
+            let runs = crate::plan::simulate(&p.file, &crate::plan::Model::Ideal, 1, false);
+            let o = &runs[0].limited;
+            for (c, co) in o.consumers.iter().enumerate() {
+                let mut per_min = vec![0u64; o.minutes()];
+                for a in p
+                    .config
+                    .arrivals
+                    .iter()
+                    .filter(|a| a.consumer as usize == c)
+                {
+                    per_min[(a.at / MINUTE) as usize] += 1;
+                }
+                assert_eq!(per_min, co.offered_per_min, "{name}/{}", co.name);
+            }
+        }
+    }
+
+    fn err(a: &LoadArgs) -> String {
+        match prepare(a) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn bad_flags_name_the_flag() {
+        let mut a = args("heavy");
+        a.time_scale = 0.0;
+        assert!(err(&a).contains("--time-scale"));
+        let mut a = args("heavy");
+        a.target = "https://x".into();
+        assert!(err(&a).contains("--target"));
+        let a = args("nope");
+        assert!(err(&a).contains("nope"));
+        let mut a = args("heavy");
+        a.scenario = None;
+        assert!(err(&a).contains("choose one"));
+        let mut a = args("heavy");
+        a.keys = vec!["Z=k".into()];
+        assert!(err(&a).contains("--key"));
+    }
+}

@@ -1,0 +1,213 @@
+//! `qsim load`: bad input exits 2 naming the flag (before any request), an
+//! unreachable target exits 1 without a partial output file, the proxy's
+//! `--time-scale` is validated; and a closed-loop scenario with a retry
+//! policy through `qsim proxy` in front of llmock (127.0.0.1 only, ~6 s):
+//! the retries go through the core's `Call`, honouring the proxy's hints in
+//! scaled time.
+
+mod common;
+use common::{free_port, venv_bin, Proc};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FILE: &str = "builtin:experiments/shared-deployment.toml";
+
+fn qsim() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_qsim"))
+}
+
+fn fails(args: &[&str], code: i32, needle: &str) {
+    let o = qsim().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(o.stdout.is_empty(), "no partial output");
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_flag() {
+    let t = "http://127.0.0.1:9";
+    let base = ["load", FILE, "--target", t, "--scenario", "heavy"];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    fails(&with(&["--time-scale", "0"]), 2, "--time-scale");
+    fails(&with(&["--time-scale", "500"]), 2, "--time-scale");
+    fails(&with(&["--key", "Z=k"]), 2, "--key");
+    fails(&with(&["--consumer-header", "a b"]), 2, "--consumer-header");
+    fails(&with(&["--timeout", "0"]), 2, "--timeout");
+    fails(
+        &["load", FILE, "--target", "https://x", "--scenario", "heavy"],
+        2,
+        "--target",
+    );
+    fails(&["load", FILE, "--target", t], 2, "choose one");
+    fails(
+        &["load", FILE, "--target", t, "--scenario", "nope"],
+        2,
+        "nope",
+    );
+}
+
+#[test]
+fn unreachable_target_exits_1_without_output_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    let port = free_port().to_string();
+    let target = format!("http://127.0.0.1:{port}");
+    let o = qsim()
+        .args(["load", FILE, "--target", &target, "--scenario", "normal"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot reach"));
+    assert!(!out.exists());
+}
+
+#[test]
+fn proxy_time_scale_is_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let body = "kind = \"proxy\"\n[proxy]\nupstream = \"http://127.0.0.1:1\"\n\
+                [proxy.keys]\nA = [\"k\"]\n[deployment]\ncapacity = 60\n\
+                [[consumer]]\nname = \"A\"\n";
+    std::fs::write(&cfg, body).unwrap();
+    let o = qsim()
+        .args(["proxy", "--config"])
+        .arg(&cfg)
+        .args(["--time-scale", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--time-scale"));
+    let text = body.replace("[proxy.keys]", "time_scale = 1000\n[proxy.keys]");
+    std::fs::write(&cfg, text).unwrap();
+    let o = qsim()
+        .args(["proxy", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("proxy.time_scale"));
+}
+
+/// Two consumers with 4 closed-loop workers each against 120 RPM: every
+/// worker keeps retrying 429s (exponential backoff, the proxy's hint
+/// honoured) for one virtual minute, compressed 10×.
+const CLOSED: &str = r#"
+kind = "shared"
+model = "ideal"
+max_tokens = 32
+input_tokens = { dist = "const", value = 40 }
+output_tokens = { dist = "const", value = 8 }
+
+[deployment]
+capacity = 120
+threshold = 0.9
+
+[[consumer]]
+name = "A"
+reserved_pct = 50
+
+[[consumer]]
+name = "dev"
+
+[[scenario]]
+name = "closed"
+duration_s = 60
+load = [{ who = "all", workers = 4, think_s = 0.5, retry = { backoff = "exponential", base_s = 1, cap_s = 4, jitter_s = 0.5, max_attempts = 5, honor_hint = true, retry_on = ["429"] } }]
+"#;
+
+#[test]
+fn closed_loop_with_retries_through_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("closed.toml");
+    std::fs::write(&file, CLOSED).unwrap();
+    let cfg = dir.path().join("proxy.toml");
+    let o = qsim()
+        .args(["plan", "--scenarios"])
+        .arg(&file)
+        .arg("--emit-proxy-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+
+    let port = free_port();
+    let up = Command::new(venv_bin("llmock"))
+        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--log-level", "warning", "--response-style", "static"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start llmock");
+    let mut up = Proc(up);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(st)) = up.0.try_wait() {
+            panic!("llmock exited: {st}");
+        }
+        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut child = qsim()
+        .args(["proxy", "--config"])
+        .arg(&cfg)
+        .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+        .args(["--upstream", &format!("http://127.0.0.1:{port}")])
+        .args(["--time-scale", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let _proxy = Proc(child);
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("qsim proxy: listening on ")
+        .unwrap();
+
+    let o = qsim()
+        .arg("load")
+        .arg(&file)
+        .args(["--target", url, "--time-scale", "10", "--threads", "1"])
+        .args(["--timeout", "10s", "--compare-with-sim", "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["abandoned"], 0);
+    let (mut rows, mut offered, mut admitted) = (0, 0, 0);
+    for c in r["consumers"].as_array().unwrap() {
+        assert_eq!(c["unanswered"], 0, "{c}");
+        assert_eq!(c["other_status"].as_array().unwrap().len(), 0, "{c}");
+        let n = |k: &str| c[k].as_u64().unwrap();
+        assert_eq!(n("admitted") + n("limited"), n("offered"), "{c}");
+        assert!(n("limited") > 0, "the workers are over the limit: {c}");
+        rows += n("rows");
+        offered += n("offered");
+        admitted += n("admitted");
+    }
+    eprintln!("closed loop: {rows} rows, {offered} attempts, {admitted} admitted");
+    // rows were retried (the core's Call scheduled the attempts), and the
+    // limiter held the minute to capacity + burst (120 + 12)
+    assert!(offered > rows, "{offered} attempts for {rows} rows");
+    assert!(
+        (100..=134).contains(&admitted),
+        "{admitted} admitted in one minute"
+    );
+    // the floor: A reserved 50 % = 60 RPM
+    let a = &r["consumers"][0];
+    assert_eq!(a["name"], "A");
+    assert!(a["admitted"].as_u64().unwrap() >= 59, "{a}");
+    // the plan beside it: the same consumers and minute
+    assert_eq!(r["compare"].as_array().unwrap().len(), 2);
+}
