@@ -209,6 +209,9 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::compare::CompareArgs,
     },
+    /// Fit a profile to observations (`hosted`: a replay's attempt log).
+    #[command(subcommand)]
+    Calibrate(crate::calibrate::CalibrateCmd),
 }
 
 /// An error the CLI reports: configuration/usage problems exit 2, anything
@@ -385,6 +388,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Replay { args } => crate::replay::run_cli(args),
         Cmd::Compare { args } => crate::compare::run_cli(args),
+        Cmd::Calibrate(cmd) => crate::calibrate::run_cli(cmd),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

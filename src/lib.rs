@@ -16,6 +16,7 @@
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`report`]: tables and JSON.
 
+pub mod calibrate;
 pub mod cli;
 pub mod client;
 pub mod compare;

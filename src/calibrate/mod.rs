@@ -1,0 +1,21 @@
+//! `qsim calibrate`: fit a profile to observations.
+//!
+//! `hosted` fits a hosted profile (the binding quota bucket and the latency
+//! model) to a `qsim replay` attempt log; see [`hosted`].
+
+pub mod hosted;
+
+use crate::cli::CliError;
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CalibrateCmd {
+    /// Fit a hosted profile (binding quota bucket, accounting mode, TTFT,
+    /// per-token time, 429 latency) to a `qsim replay` attempts.csv.
+    Hosted(hosted::HostedArgs),
+}
+
+pub fn run_cli(cmd: CalibrateCmd) -> Result<(), CliError> {
+    match cmd {
+        CalibrateCmd::Hosted(a) => hosted::run_cli(a),
+    }
+}
