@@ -58,7 +58,7 @@ pub struct ReplayArgs {
     /// The column (CSV header or JSONL key) holding the prompt.
     #[arg(long, value_name = "COL", default_value = "prompt")]
     pub prompt_column: String,
-    /// Write attempts.csv, rows.csv and summary.csv into this directory
+    /// Write attempts.csv, rows.csv (each also as .parquet) and summary.csv into this directory
     /// (created if missing; existing files are kept unless --force).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -149,7 +149,28 @@ pub fn write_table(path: &Path, t: &Table, force: bool) -> Result<(), CliError> 
         .into_inner()
         .map_err(|e| CliError::Io(format!("qsim: {}: {e}", path.display())))?;
     let text = String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8");
-    Ok(output::write_file(path, &text, force)?)
+    output::write_file(path, &text, force)?;
+    // the same table as Parquet beside it (qsim-results, polars), written
+    // next to the target and renamed: never a half file
+    let cols: Vec<qsim_results::NamedColumn> = t
+        .columns
+        .iter()
+        .map(|(n, c)| {
+            let values = match c {
+                Column::U64(v) => qsim_results::Values::U64(v.clone()),
+                Column::F64(v) => qsim_results::Values::F64(v.clone()),
+                Column::Str(v) => qsim_results::Values::Str(v.clone()),
+            };
+            qsim_results::NamedColumn::new(*n, values)
+        })
+        .collect();
+    let pq = path.with_extension("parquet");
+    let bad = |e: String| CliError::Io(format!("qsim: {}: {e}", pq.display()));
+    let enc = qsim_results::encode_table(&cols).map_err(|e| bad(e.reason))?;
+    let tmp = pq.with_extension("parquet.tmp-qsim");
+    std::fs::write(&tmp, &enc.parquet).map_err(|e| bad(e.to_string()))?;
+    std::fs::rename(&tmp, &pq).map_err(|e| bad(e.to_string()))?;
+    Ok(())
 }
 
 fn s(ns: Nanos) -> f64 {
@@ -386,6 +407,23 @@ fn base_url(target: &str, wire: Wire) -> Result<String, ConfigError> {
 /// A missing column is bad input naming it (exit 2).
 pub fn read_prompts(path: &Path, col: &str) -> Result<Vec<String>, ConfigError> {
     let f = path.display().to_string();
+    if matches!(
+        path.extension()
+            .and_then(|e| e.to_str())
+            .map(|e| e.to_ascii_lowercase())
+            .as_deref(),
+        Some("parquet" | "pq")
+    ) {
+        // Parquet through qsim-results (polars)
+        return qsim_results::read_column(path, col).map_err(|e| {
+            let field = if e.reason.contains(col) {
+                "--prompt-column"
+            } else {
+                ""
+            };
+            ConfigError::new(&f, field, e.reason)
+        });
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new(&f, "", format!("cannot read the rows file: {e}")))?;
     let ext = path
@@ -621,6 +659,10 @@ pub fn run_cli(a: ReplayArgs) -> Result<(), CliError> {
             if dir.is_dir() {
                 for f in &files {
                     output::check_target(f, a.force)?;
+                }
+                // the Parquet twins of attempts.csv and rows.csv
+                for f in &files[..2] {
+                    output::check_target(&f.with_extension("parquet"), a.force)?;
                 }
             }
             Some((dir.clone(), files))

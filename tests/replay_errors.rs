@@ -218,6 +218,17 @@ fn replay(target: &str, exp: &str, rows: u32, extra: &[&str]) -> Out {
         stdout,
     };
     assert_eq!(o.rows.len(), rows as usize, "no row lost: {:?}", o.rows);
+    // the Parquet twins hold the same rows (read back with polars)
+    let statuses = qsim_results::read_column(&out.join("attempts.parquet"), "status").unwrap();
+    let csv_statuses: Vec<String> = o.attempts.iter().map(|a| a["status"].clone()).collect();
+    assert_eq!(statuses, csv_statuses, "attempts.parquet vs attempts.csv");
+    let first = o.rows.first().map(|r| r.keys().next().unwrap().clone());
+    if let Some(col) = first {
+        let n = qsim_results::read_column(&out.join("rows.parquet"), &col)
+            .unwrap()
+            .len();
+        assert_eq!(n, o.rows.len(), "rows.parquet vs rows.csv");
+    }
     o
 }
 
@@ -453,6 +464,44 @@ fn prompts_from_a_rows_file_and_a_missing_column_exits_2_naming_it() {
     );
     assert_eq!(o.metric("ok"), 3.0);
     assert_eq!(o.attempts.len(), 3);
+    // the same prompts from a Parquet file (written with qsim-results)
+    let stem = dir.path().join("reviews");
+    qsim_results::write_table(
+        &stem,
+        &[qsim_results::NamedColumn::new(
+            "review",
+            qsim_results::Values::Str(vec![
+                Some("Great food, slow service.".into()),
+                Some("Too salty".into()),
+                Some("Fine".into()),
+            ]),
+        )],
+    )
+    .unwrap();
+    let pq = stem.with_extension("parquet");
+    let o = replay(
+        &url,
+        "exp1-direct",
+        3,
+        &["--rows", pq.to_str().unwrap(), "--prompt-column", "review"],
+    );
+    assert_eq!(o.metric("ok"), 3.0);
+    let (code, _, stderr) = qsim(
+        &[
+            "replay",
+            EXP,
+            "--target",
+            "http://127.0.0.1:9",
+            "--rows",
+            pq.to_str().unwrap(),
+            "--prompt-column",
+            "prompt",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("prompt"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
 #[test]
