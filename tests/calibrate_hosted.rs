@@ -14,21 +14,18 @@
 //! likelihood's noise model is too tight for a systematic offset of ~10
 //! tokens that remains unexplained.
 
+#[allow(dead_code)]
+mod common;
+#[allow(dead_code)]
+#[path = "common/serve.rs"]
+mod serve_helpers;
+
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const TIME_SCALE: &str = "2";
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
@@ -53,37 +50,6 @@ fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
     )
 }
 
-/// `qsim serve PROFILE --listen 127.0.0.1:0 --time-scale X --seed 1`; its
-/// first stdout line is `listening on http://127.0.0.1:PORT`.
-fn start_serve(profile: &str) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
-        .args(["serve", profile, "--listen", "127.0.0.1:0"])
-        .args(["--time-scale", TIME_SCALE, "--seed", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start qsim serve");
-    let out = child.stdout.take().unwrap();
-    let p = Proc(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("qsim serve did not print its address in 20 s");
-    let url = line
-        .trim()
-        .rsplit("listening on ")
-        .next()
-        .filter(|u| u.starts_with("http://127.0.0.1:"))
-        .unwrap_or_else(|| panic!("unexpected first line of qsim serve: {line:?}"))
-        .to_string();
-    (p, url)
-}
-
 fn truth_profile(dir: &std::path::Path) -> String {
     let base =
         std::fs::read_to_string(format!("{ROOT}/models/databricks-claude-haiku-4-5.toml")).unwrap();
@@ -103,7 +69,11 @@ fn truth_profile(dir: &std::path::Path) -> String {
 #[test]
 fn calibrate_hosted_recovers_the_served_profile() {
     let dir = tempfile::tempdir().unwrap();
-    let (_serve, url) = start_serve(&truth_profile(dir.path()));
+    let (_serve, url) = serve_helpers::serve(
+        std::path::Path::new(&truth_profile(dir.path())),
+        TIME_SCALE.parse().unwrap(),
+        1,
+    );
     let out = dir.path().join("replay");
     let exp = format!("{ROOT}/experiments/fmapi-pacing.toml");
     let (code, _, stderr) = qsim(
