@@ -71,13 +71,19 @@ run() {
 echo "== one replica (proxy: 2 worker threads; load generator: 1 thread; upstream: 1 thread)"
 THREADS=2 start_proxy deny 1 ""
 THREADS=2 start_proxy fwd 1000000000 ""
-D=$(cat "$TMP/deny.addr"); F=$(cat "$TMP/fwd.addr")
+THREADS=1 start_proxy fwd1 1000000000 ""
+D=$(cat "$TMP/deny.addr"); F=$(cat "$TMP/fwd.addr"); F1=$(cat "$TMP/fwd1.addr")
 CPU_PIDS=$(cat "$TMP/deny.pid") run "429 path, closed loop, 64 conns" --target "$D" --conns 64 --secs "$SECS"
 CPU_PIDS=$(cat "$TMP/fwd.pid") run "forwarded path, closed loop, 64 conns" --target "$F" --conns 64 --secs "$SECS"
 run "direct to the upstream, 1000 req/s" --target "$UP" --conns 32 --rate 1000 --secs "$SECS"
 CPU_PIDS=$(cat "$TMP/fwd.pid") run "through the proxy, 1000 req/s" --target "$F" --conns 32 --rate 1000 --secs "$SECS"
+# the latency-sized set-up: one worker thread leaves the second core to the
+# load generator and the upstream (with 2 workers on 2 shared cores, the tail
+# is the OS scheduler's, not the proxy's)
+CPU_PIDS=$(cat "$TMP/fwd1.pid") run "through the proxy (1 worker thread), 1000 req/s" --target "$F1" --conns 32 --rate 1000 --secs "$SECS"
+run "direct to the upstream again, 1000 req/s" --target "$UP" --conns 32 --rate 1000 --secs "$SECS"
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
-kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")"
+kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")" "$(cat "$TMP/fwd1.pid")"
 
 echo "== on_limit = \"wait\", consumer saturated (60/min), clients' deadline 2 s (x-stainless-timeout)"
 echo "   (a request is held when its predicted admission is within its deadline, else 429 at once)"
