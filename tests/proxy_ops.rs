@@ -10,7 +10,7 @@
 
 mod common;
 use common::{
-    http, llmock, metric, metrics, proxy, proxy_config, python_env, settled, venv_bin, Proc,
+    http, llmock, metric, metrics, proxy, proxy_config, python_env, settled, venv_bin, warm, Proc,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -72,19 +72,6 @@ time.sleep(max(0.0, slot + 0.02 - time.monotonic()))
 out["on_time"] = call(1.0)
 print(json.dumps(out))
 "#;
-
-/// One request straight to llmock: its first answer is slow (Python warming
-/// up), which would shift the limiter's timeline of a test.
-fn warm(up: &str) {
-    let (st, _, _) = http(
-        up,
-        "POST",
-        "/v1/chat/completions",
-        &[("content-type", "application/json")],
-        br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#,
-    );
-    assert_eq!(st, 200);
-}
 
 #[test]
 fn waiting_consumer_is_held_in_order_and_refused_at_once_past_its_deadline() {
