@@ -17,18 +17,6 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// 60 requests per minute, no burst: one admission per second, bucket depth 1.
-const TIGHT: &str = r#"
-[deployment]
-capacity = 60
-threshold = 1.0
-burst = 0
-semantics = "rate-limit-only"
-
-[[consumer]]
-name = "A"
-"#;
-
 const SDK_WAIT: &str = r#"
 import json, os, threading, time, openai
 c = openai.OpenAI(base_url=os.environ["PROXY"] + "/v1", api_key="key-a", max_retries=0)
@@ -79,7 +67,8 @@ fn waiting_consumer_is_held_in_order_and_refused_at_once_past_its_deadline() {
     let (_up, up) = llmock(&[]);
     warm(&up);
     let cfg = format!(
-        "on_limit = \"wait\"\nmax_wait_s = 20\ndeadline_margin_s = 0.05\n[proxy.keys]\nA = [\"key-a\"]\n{TIGHT}"
+        "on_limit = \"wait\"\nmax_wait_s = 20\ndeadline_margin_s = 0.05\n{}",
+        common::TIGHT
     );
     let (_p, url) = proxy(&dir, "wait", &up, &cfg);
     let r = python_env(SDK_WAIT, &url, &[], Duration::from_secs(60));
@@ -299,11 +288,7 @@ fn sighup_reloads_the_policy_without_dropping_requests() {
     let (p, url) = proxy(&dir, "reload", &up, open);
     // the file now says 60/min without burst; read on SIGHUP
     let path = dir.path().join("reload.toml");
-    std::fs::write(
-        &path,
-        proxy_config(&up, &format!("[proxy.keys]\nA = [\"key-a\"]\n{TIGHT}")),
-    )
-    .unwrap();
+    std::fs::write(&path, proxy_config(&up, common::TIGHT)).unwrap();
     let pid = p.0.id().to_string();
     let r = python_env(
         SDK_STREAMS_ACROSS_RELOAD,

@@ -13,18 +13,6 @@ use common::{free_port, llmock, metric, proxy, python_env, redis_server, settled
 use serde_json::Value;
 use std::time::Duration;
 
-/// 60 requests per minute, no burst: one admission per second, bucket depth 1.
-const TIGHT: &str = r#"
-[deployment]
-capacity = 60
-threshold = 1.0
-burst = 0
-semantics = "rate-limit-only"
-
-[[consumer]]
-name = "A"
-"#;
-
 const SCRIPT: &str = r#"
 import json, os, threading, time, openai
 urls = [os.environ["PROXY"], os.environ["PROXY2"]]
@@ -67,7 +55,8 @@ fn waiters_on_two_replicas_share_one_rate_in_redis_and_short_deadlines_are_refus
     warm(&up);
     let cfg = format!(
         "state = \"redis://127.0.0.1:{rport}\"\non_limit = \"wait\"\nmax_wait_s = 20\n\
-         deadline_margin_s = 0.05\n[proxy.keys]\nA = [\"key-a\"]\n{TIGHT}"
+         deadline_margin_s = 0.05\n{}",
+        common::TIGHT
     );
     let (_p0, u0) = proxy(&dir, "r0", &up, &cfg);
     let (_p1, u1) = proxy(&dir, "r1", &up, &cfg);

@@ -272,3 +272,19 @@ pub fn warm(up: &str) {
     );
     assert_eq!(st, 200);
 }
+
+/// One consumer `A` (key `key-a`), 60 requests per minute, no burst: one
+/// admission per second, bucket depth 1.
+pub const TIGHT: &str = r#"
+[proxy.keys]
+A = ["key-a"]
+
+[deployment]
+capacity = 60
+threshold = 1.0
+burst = 0
+semantics = "rate-limit-only"
+
+[[consumer]]
+name = "A"
+"#;
