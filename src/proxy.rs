@@ -539,7 +539,7 @@ fn drift_config(
     }
     let ns = |d: Duration| d.as_nanos() as u64;
     let sustain = ns(pos_secs(f, "proxy.drift.for_s", raw.for_s, 60.0)?);
-    let window = ns(pos_secs(f, "proxy.drift.window_s", raw.window_s, 60.0)?);
+    let window = ns(pos_secs(f, "proxy.drift.window_s", raw.window_s, 30.0)?);
     let min_samples = match raw.min_samples {
         None => 20,
         Some(n) if (1..=1_000_000).contains(&n) => n as usize,

@@ -26,7 +26,7 @@
 //! and nothing is registered when `--profile` is not given.
 //!
 //! **Estimator.** Per metric, a sliding window of the requests whose
-//! prediction ended in the last `window` of model time (default 60 s), with
+//! prediction ended in the last `window` of model time (default 30 s), with
 //! at least `min_samples` pairs (default 20): predicted and observed are
 //! the means over the same requests, and the drift ratio is
 //! `Σ observed / Σ predicted` (a ratio of means). TTFT and E2E are taken
