@@ -110,6 +110,7 @@ struct RawDrift {
     for_s: Option<f64>,
     window_s: Option<f64>,
     min_samples: Option<i64>,
+    replicas: Option<i64>,
     seed: Option<u64>,
 }
 
@@ -506,18 +507,28 @@ fn drift_config(
             ConfigError::new(at, "", format!("cannot read {}", path.display()))
         }
     })?;
-    let seed = raw.seed.unwrap_or(1);
+    // replica k is seeded seed + k (default 1000: not `qsim serve`'s
+    // default seed, whose draws would otherwise be copied exactly)
+    let seed = raw.seed.unwrap_or(1000);
     let (name, backend): (String, qsim_live::ShadowFactory) = match profile {
         Profile::Hosted(p) => (
             p.name.clone(),
-            std::sync::Arc::new(move || {
-                Box::new(HostedBackend::new(p.clone(), p.serve.clone(), seed)) as Box<dyn Backend>
+            std::sync::Arc::new(move |k| {
+                Box::new(HostedBackend::new(
+                    p.clone(),
+                    p.serve.clone(),
+                    seed.wrapping_add(k),
+                )) as Box<dyn Backend>
             }),
         ),
         Profile::Server(p) => (
             p.name.clone(),
-            std::sync::Arc::new(move || {
-                Box::new(ServerBackend::new(p.clone(), p.serve.clone(), seed)) as Box<dyn Backend>
+            std::sync::Arc::new(move |k| {
+                Box::new(ServerBackend::new(
+                    p.clone(),
+                    p.serve.clone(),
+                    seed.wrapping_add(k),
+                )) as Box<dyn Backend>
             }),
         ),
     };
@@ -551,6 +562,17 @@ fn drift_config(
             ))
         }
     };
+    let replicas = match raw.replicas {
+        None => 4,
+        Some(n) if (1..=64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.drift.replicas",
+                format!("must be in 1..=64, got {n}"),
+            ))
+        }
+    };
     Ok(qsim_live::DriftConfig {
         profile: name,
         backend,
@@ -558,6 +580,7 @@ fn drift_config(
         sustain,
         window,
         min_samples,
+        replicas,
     })
 }
 

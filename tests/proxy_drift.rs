@@ -116,7 +116,7 @@ fn start(dir: &tempfile::TempDir, name: &str) -> (Proc, Proc, String, u16) {
     let up = serve_on(&model("databricks-claude-haiku-4-5.toml"), port);
     let profile = model("databricks-claude-haiku-4-5.toml");
     let cfg = format!(
-        "time_scale = 10\nprofile = \"{}\"\n[proxy.drift]\nseed = 2\n{CONFIG}",
+        "time_scale = 10\nprofile = \"{}\"\n{CONFIG}",
         profile.display()
     );
     let (px, url) = proxy(dir, name, &format!("http://127.0.0.1:{port}"), &cfg);

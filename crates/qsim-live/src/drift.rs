@@ -58,8 +58,9 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Makes a fresh shadow model (the root crate: the profile's backend).
-pub type ShadowFactory = Arc<dyn Fn() -> Box<dyn Backend> + Send + Sync>;
+/// Makes replica `k` of the shadow model (the root crate: the profile's
+/// backend, its seed derived from `k`).
+pub type ShadowFactory = Arc<dyn Fn(u64) -> Box<dyn Backend> + Send + Sync>;
 
 /// `--profile` and `[proxy.drift]`, validated.
 #[derive(Clone)]
@@ -75,6 +76,8 @@ pub struct DriftConfig {
     pub window: Nanos,
     /// Fewer pairs in the window: no estimate.
     pub min_samples: usize,
+    /// Replicas of the model (different seeds) averaged per request.
+    pub replicas: usize,
 }
 
 impl fmt::Debug for DriftConfig {
@@ -85,6 +88,7 @@ impl fmt::Debug for DriftConfig {
             .field("sustain", &self.sustain)
             .field("window", &self.window)
             .field("min_samples", &self.min_samples)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -125,16 +129,20 @@ pub struct Observed {
     pub output: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pred {
-    Ok {
-        ttft: Nanos,
-        e2e: Nanos,
-        output: u64,
-    },
-    Limited,
-    /// A 500 or a request the model cannot run.
-    Error,
+/// The replicas' predictions for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Pred {
+    /// Replicas that answered, refused with a 429, failed otherwise (a 500,
+    /// or a request the model cannot run).
+    ok: u32,
+    limited: u32,
+    error: u32,
+    /// Sums over the replicas that answered (seconds).
+    ttft: f64,
+    e2e: f64,
+    /// Σ ITL over the answering replicas with ≥ 2 output tokens, and their count.
+    itl: f64,
+    itl_n: u32,
 }
 
 /// One metric's estimate over the window.
@@ -166,13 +174,20 @@ pub struct Transition {
 
 struct Running {
     arrival: Nanos,
-    first: Option<Nanos>,
+    /// Per replica: its first token.
+    first: Vec<Option<Nanos>>,
     obs: Observed,
+    pred: Pred,
+    /// Replicas still to finish it.
+    left: usize,
 }
 
-/// The shadow model and the estimator: sans-IO (every call takes `now`).
+/// The shadow model (its replicas) and the estimator: sans-IO (every call
+/// takes `now`).
 pub struct Shadow {
-    backend: Box<dyn Backend>,
+    /// Independent replicas of the model (different seeds), fed the same
+    /// requests: their mean prediction is less noisy than one draw.
+    backends: Vec<Box<dyn Backend>>,
     band: (f64, f64),
     sustain: Nanos,
     window: Nanos,
@@ -193,9 +208,11 @@ pub struct Shadow {
 }
 
 impl Shadow {
-    pub fn new(backend: Box<dyn Backend>, cfg: &DriftConfig) -> Shadow {
+    pub fn new(cfg: &DriftConfig) -> Shadow {
         Shadow {
-            backend,
+            backends: (0..cfg.replicas.max(1) as u64)
+                .map(|k| (cfg.backend)(k))
+                .collect(),
             band: cfg.band,
             sustain: cfg.sustain,
             window: cfg.window,
@@ -247,40 +264,50 @@ impl Shadow {
                 .first_key_value()
                 .map(|(k, _)| k.0)
                 .filter(|&a| a <= horizon);
-            let d = self.backend.poll_timeout().filter(|&d| d <= horizon);
+            // the replica with the earliest deadline (the first at equal times)
+            let d = self
+                .backends
+                .iter()
+                .enumerate()
+                .filter_map(|(k, b)| b.poll_timeout().map(|d| (d, k)))
+                .min()
+                .filter(|&(d, _)| d <= horizon);
             let deadline_first = match (d, r) {
-                (Some(d), Some(r)) => d <= r,
+                (Some((d, _)), Some(r)) => d <= r,
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
                 (None, None) => break,
             };
-            if deadline_first {
-                self.t = d.unwrap_or(self.t).max(self.t);
-                self.backend.handle_timeout(self.t, &mut self.events);
-                self.collect();
+            if let (true, Some((d, k))) = (deadline_first, d) {
+                self.t = d.max(self.t);
+                self.backends[k].handle_timeout(self.t, &mut self.events);
+                self.collect(k);
                 continue;
             }
             let Some(((at, id), (req, obs))) = self.ready.pop_first() else {
                 break;
             };
             self.t = at.max(self.t);
+            let n = self.backends.len();
             self.running.insert(
                 id,
                 Running {
                     arrival: self.t,
-                    first: None,
+                    first: vec![None; n],
                     obs,
+                    pred: Pred::default(),
+                    left: n,
                 },
             );
-            if self
-                .backend
-                .submit(self.t, id, &req, &mut self.events)
-                .is_err()
-            {
-                self.running.remove(&id);
-                self.samples.push_back((self.t, obs, Pred::Error));
+            for k in 0..n {
+                if self.backends[k]
+                    .submit(self.t, id, &req, &mut self.events)
+                    .is_err()
+                {
+                    self.finish(id, |p| p.error += 1);
+                }
+                self.collect(k);
             }
-            self.collect();
         }
         self.t = horizon;
         while let Some(&(at, _, _)) = self.samples.front() {
@@ -291,43 +318,59 @@ impl Shadow {
         }
     }
 
-    /// The model's events at time `self.t`.
-    fn collect(&mut self) {
+    /// One replica is done with request `id`: record its outcome; the last
+    /// one makes the sample.
+    fn finish(&mut self, id: u64, f: impl FnOnce(&mut Pred)) {
+        let Some(r) = self.running.get_mut(&id) else {
+            return;
+        };
+        f(&mut r.pred);
+        r.left -= 1;
+        if r.left == 0 {
+            let r = self.running.remove(&id).expect("present");
+            self.samples.push_back((self.t, r.obs, r.pred));
+        }
+    }
+
+    /// Replica `k`'s events at time `self.t`.
+    fn collect(&mut self, k: usize) {
         let t = self.t;
-        for e in self.events.drain(..) {
+        let mut events = std::mem::take(&mut self.events);
+        for e in events.drain(..) {
             match e {
                 Event::Tokens { id, .. } => {
                     if let Some(r) = self.running.get_mut(&id) {
-                        r.first.get_or_insert(t);
+                        r.first[k].get_or_insert(t);
                     }
                 }
                 Event::Done {
                     id,
-                    completion_tokens,
+                    completion_tokens: n,
                     ..
                 } => {
-                    if let Some(r) = self.running.remove(&id) {
-                        let e2e = t - r.arrival;
-                        let ttft = r.first.map_or(e2e, |f| f - r.arrival);
-                        let p = Pred::Ok {
-                            ttft,
-                            e2e,
-                            output: completion_tokens,
-                        };
-                        self.samples.push_back((t, r.obs, p));
-                    }
+                    let Some(r) = self.running.get(&id) else {
+                        continue;
+                    };
+                    let e2e = t - r.arrival;
+                    let ttft = r.first[k].map_or(e2e, |f| f - r.arrival);
+                    let s = |ns: Nanos| ns as f64 / 1e9;
+                    self.finish(id, |p| {
+                        p.ok += 1;
+                        p.ttft += s(ttft);
+                        p.e2e += s(e2e);
+                        if n >= 2 {
+                            p.itl += s(e2e - ttft) / (n - 1) as f64;
+                            p.itl_n += 1;
+                        }
+                    });
                 }
-                Event::Failed { id, failure } => {
-                    if let Some(r) = self.running.remove(&id) {
-                        let p = match failure {
-                            Failure::RateLimited { .. } => Pred::Limited,
-                            Failure::ServerError => Pred::Error,
-                        };
-                        self.samples.push_back((t, r.obs, p));
-                    }
-                }
+                Event::Failed { id, failure } => match failure {
+                    Failure::RateLimited { .. } => self.finish(id, |p| p.limited += 1),
+                    Failure::ServerError => self.finish(id, |p| p.error += 1),
+                },
             }
         }
+        self.events = events;
     }
 
     /// The estimates over the window (`None`: fewer than `min_samples`).
@@ -335,36 +378,27 @@ impl Shadow {
         let s = |ns: Nanos| ns as f64 / 1e9;
         // (Σ predicted, Σ observed, n) for ttft, itl, e2e
         let mut acc = [(0.0f64, 0.0f64, 0usize); 3];
-        let (mut n429, mut obs429, mut pred429) = (0usize, 0usize, 0usize);
+        let (mut n429, mut obs429, mut pred429) = (0usize, 0usize, 0.0f64);
         for (_, o, p) in &self.samples {
             let ok = (200..300).contains(&o.status);
-            if ok || o.status == 429 {
-                if matches!(p, Pred::Ok { .. } | Pred::Limited) {
-                    n429 += 1;
-                    obs429 += (o.status == 429) as usize;
-                    pred429 += matches!(p, Pred::Limited) as usize;
-                }
+            let decided = p.ok + p.limited;
+            if (ok || o.status == 429) && decided > 0 {
+                n429 += 1;
+                obs429 += (o.status == 429) as usize;
+                pred429 += p.limited as f64 / decided as f64;
             }
-            let (
-                true,
-                Some(ottft),
-                Pred::Ok {
-                    ttft: pttft,
-                    e2e: pe2e,
-                    output: pout,
-                },
-            ) = (ok, o.ttft, *p)
-            else {
+            let (true, Some(ottft), true) = (ok, o.ttft, p.ok > 0) else {
                 continue;
             };
-            acc[0].0 += s(pttft);
+            let ok_n = p.ok as f64;
+            acc[0].0 += p.ttft / ok_n;
             acc[0].1 += s(ottft);
             acc[0].2 += 1;
-            acc[2].0 += s(pe2e);
+            acc[2].0 += p.e2e / ok_n;
             acc[2].1 += s(o.e2e);
             acc[2].2 += 1;
-            if o.output >= 2 && pout >= 2 {
-                acc[1].0 += s(pe2e - pttft) / (pout - 1) as f64;
+            if o.output >= 2 && p.itl_n > 0 {
+                acc[1].0 += p.itl / p.itl_n as f64;
                 acc[1].1 += s(o.e2e.saturating_sub(ottft)) / (o.output - 1) as f64;
                 acc[1].2 += 1;
             }
@@ -378,40 +412,46 @@ impl Shadow {
             })
         };
         let r429 = (n429 >= self.min_samples).then(|| Estimate {
-            predicted: pred429 as f64 / n429 as f64,
+            predicted: pred429 / n429 as f64,
             observed: obs429 as f64 / n429 as f64,
-            ratio: (obs429 as f64 + 1.0) / (pred429 as f64 + 1.0),
+            ratio: (obs429 as f64 + 1.0) / (pred429 + 1.0),
             samples: n429,
         });
         [mean(acc[0]), mean(acc[1]), mean(acc[2]), r429]
     }
 
     /// Update the alerts at the model's time from the estimates; returns
-    /// them with the alerts raised or cleared by this call.
+    /// them with the alerts raised or cleared by this call. Outside the
+    /// band: the clock runs (alert after `sustain`); inside the inner band
+    /// (halfway between 1 and each edge): clock reset, alert cleared; in
+    /// between: no change (hysteresis: noise around an edge neither restarts
+    /// the clock nor makes the alert flap).
     pub fn evaluate(&mut self) -> ([Option<Estimate>; 4], Vec<Transition>) {
         let est = self.estimates();
+        let (lo, hi) = self.band;
+        let inner = (1.0 - (1.0 - lo) / 2.0, 1.0 + (hi - 1.0) / 2.0);
         let mut changed = Vec::new();
         for (i, m) in METRICS.iter().enumerate() {
             let Some(e) = est[i] else { continue };
             let a = &mut self.alerts[i];
-            if e.ratio >= self.band.0 && e.ratio <= self.band.1 {
-                a.since = None;
-                if a.on {
-                    a.on = false;
-                    changed.push(Transition {
-                        metric: *m,
-                        on: false,
-                        estimate: e,
-                        at: self.t,
-                    });
-                }
-            } else {
+            if e.ratio < lo || e.ratio > hi {
                 let since = *a.since.get_or_insert(self.t);
                 if !a.on && self.t - since >= self.sustain {
                     a.on = true;
                     changed.push(Transition {
                         metric: *m,
                         on: true,
+                        estimate: e,
+                        at: self.t,
+                    });
+                }
+            } else if e.ratio >= inner.0 && e.ratio <= inner.1 {
+                a.since = None;
+                if a.on {
+                    a.on = false;
+                    changed.push(Transition {
+                        metric: *m,
+                        on: false,
                         estimate: e,
                         at: self.t,
                     });
@@ -507,7 +547,7 @@ impl Drift {
         let gauges = Gauges::default();
         gauges.register(registry);
         let (tx, rx) = channel();
-        let shadow = Shadow::new((cfg.backend)(), &cfg);
+        let shadow = Shadow::new(&cfg);
         let profile = cfg.profile.clone();
         std::thread::Builder::new()
             .name("qsim-drift".into())
@@ -676,7 +716,7 @@ mod tests {
     fn cfg() -> DriftConfig {
         DriftConfig {
             profile: "toy".into(),
-            backend: Arc::new(|| {
+            backend: Arc::new(|_| {
                 Box::new(Toy {
                     ttft: 500 * MS,
                     tpot: 10 * MS,
@@ -689,6 +729,7 @@ mod tests {
             sustain: 60 * S,
             window: 60 * S,
             min_samples: 20,
+            replicas: 2,
         }
     }
 
@@ -704,9 +745,9 @@ mod tests {
     /// One request every 250 ms for `secs`, the upstream answering like the
     /// toy model × `slow(t)`; the shadow advanced at every arrival and end.
     /// Returns the model time at which each alert was first raised.
-    fn run(secs: u64, slow: impl Fn(Nanos) -> f64) -> (Shadow, [Option<Nanos>; 4]) {
-        let c = cfg();
-        let mut s = Shadow::new((c.backend)(), &c);
+    fn run(secs: u64, window: Nanos, slow: impl Fn(Nanos) -> f64) -> (Shadow, [Option<Nanos>; 4]) {
+        let c = DriftConfig { window, ..cfg() };
+        let mut s = Shadow::new(&c);
         let mut raised = [None; 4];
         // (end time, id, sent, observed)
         let mut ends: BTreeMap<(Nanos, u64), (GenRequest, Observed)> = BTreeMap::new();
@@ -752,7 +793,7 @@ mod tests {
 
     #[test]
     fn an_upstream_like_its_profile_raises_nothing() {
-        let (s, raised) = run(300, |_| 1.0);
+        let (s, raised) = run(300, 60 * S, |_| 1.0);
         assert_eq!(raised, [None; 4]);
         let e = s.estimates();
         for m in [0, 1, 2] {
@@ -769,7 +810,7 @@ mod tests {
     /// no 429 alert.
     #[test]
     fn a_doubled_latency_is_flagged_after_the_sustain_time() {
-        let (s, raised) = run(300, |t| if t < 120 * S { 1.0 } else { 2.0 });
+        let (s, raised) = run(300, 60 * S, |t| if t < 120 * S { 1.0 } else { 2.0 });
         for (k, r) in raised.iter().enumerate().take(3) {
             let r = r.unwrap_or_else(|| panic!("metric {k} not flagged"));
             assert!(r >= 120 * S + 60 * S, "metric {k} at {r}");
@@ -784,16 +825,16 @@ mod tests {
     /// clears when the upstream recovers.
     #[test]
     fn short_blips_pass_and_alerts_clear() {
-        // ×3 for 18 s: outside the band while > 15 s of it is in the window (~48 s)
-        let (_, raised) = run(300, |t| {
-            if (100 * S..118 * S).contains(&t) {
+        // a 10 s window, ×3 for 30 s: outside the band for ~36 s
+        let (_, raised) = run(300, 10 * S, |t| {
+            if (100 * S..130 * S).contains(&t) {
                 3.0
             } else {
                 1.0
             }
         });
         assert_eq!(raised, [None; 4]);
-        let (s, raised) = run(400, |t| {
+        let (s, raised) = run(400, 60 * S, |t| {
             if (60..200).contains(&(t / S)) {
                 2.0
             } else {
@@ -810,7 +851,7 @@ mod tests {
     #[test]
     fn the_shadow_waits_for_requests_in_flight() {
         let c = cfg();
-        let mut s = Shadow::new((c.backend)(), &c);
+        let mut s = Shadow::new(&c);
         s.start(7, S);
         s.advance(50 * S);
         assert_eq!(s.time(), S);
@@ -831,21 +872,18 @@ mod tests {
         s.advance(50 * S);
         assert_eq!(s.time(), 50 * S);
         assert_eq!(s.samples.len(), 1);
-        assert_eq!(
-            s.samples[0].2,
-            Pred::Ok {
-                ttft: 500 * MS,
-                e2e: 500 * MS + 990 * MS,
-                output: 100
-            }
-        );
+        let p = s.samples[0].2;
+        assert_eq!((p.ok, p.limited, p.error, p.itl_n), (2, 0, 0, 2));
+        assert!((p.ttft - 2.0 * 0.5).abs() < 1e-9, "{p:?}");
+        assert!((p.e2e - 2.0 * 1.49).abs() < 1e-9, "{p:?}");
+        assert!((p.itl - 2.0 * 0.01).abs() < 1e-9, "{p:?}");
     }
 
     /// Upstream 429s the model does not predict are flagged.
     #[test]
     fn unpredicted_429s_are_flagged() {
         let c = cfg();
-        let mut s = Shadow::new((c.backend)(), &c);
+        let mut s = Shadow::new(&c);
         let mut raised = None;
         for i in 0..1000u64 {
             let t = i * 250 * MS;
