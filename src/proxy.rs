@@ -504,7 +504,12 @@ fn drift_config(
         if path.exists() {
             e
         } else {
-            ConfigError::new(at, "", format!("cannot read {}", path.display()))
+            let why = format!("cannot read {}", path.display());
+            if at.starts_with("--") {
+                ConfigError::new(at, "", why)
+            } else {
+                ConfigError::new(f, at, why)
+            }
         }
     })?;
     // replica k is seeded seed + k (default 1000: not `qsim serve`'s

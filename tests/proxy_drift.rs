@@ -262,3 +262,60 @@ fn a_doubled_latency_is_flagged_within_two_minutes() {
     );
     assert!(ok.load(Ordering::Relaxed) >= 100);
 }
+
+/// Bad drift settings: one line naming the field, exit 2, nothing bound.
+#[test]
+fn bad_drift_settings_exit_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let haiku = model("databricks-claude-haiku-4-5.toml");
+    let cases = [
+        (
+            "[proxy.drift]\nfor_s = 30\n".to_string(),
+            "proxy.drift: needs the upstream's profile",
+        ),
+        (
+            format!(
+                "profile = \"{}\"\n[proxy.drift]\nband = [1.2, 1.5]\n",
+                haiku.display()
+            ),
+            "proxy.drift.band: expected [low, high] with 0 < low <= 1 <= high",
+        ),
+        (
+            format!(
+                "profile = \"{}\"\n[proxy.drift]\nwindow_s = 0\n",
+                haiku.display()
+            ),
+            "proxy.drift.window_s: must be in (0, 86400] seconds",
+        ),
+        (
+            format!(
+                "profile = \"{}\"\n[proxy.drift]\ncolour = 1\n",
+                haiku.display()
+            ),
+            "colour",
+        ),
+        (
+            "profile = \"no-such-profile.toml\"\n".to_string(),
+            "bad4.toml: proxy.profile: cannot read",
+        ),
+    ];
+    for (i, (extra, want)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(
+            &path,
+            common::proxy_config("http://127.0.0.1:9", &format!("{extra}{CONFIG}")),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_qsim"))
+            .args(["proxy", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra}: {err}");
+        assert!(out.stdout.is_empty(), "nothing bound: {extra}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.starts_with("qsim: "), "{err}");
+        assert!(err.contains(want), "{extra}: {err}");
+    }
+}
