@@ -94,6 +94,14 @@ paired "through the proxy (1 worker thread)" "$F1"
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")" "$(cat "$TMP/fwd1.pid")"
 
+echo "== drift (--profile: the haiku profile's model fed every forwarded request, 4 replicas; proxy: 1 worker thread)"
+THREADS=1 start_proxy fwdp 1000000000 'profile = "'"$PWD"'/models/databricks-claude-haiku-4-5.toml"'
+FP=$(cat "$TMP/fwdp.addr")
+CPU_PIDS=$(cat "$TMP/fwdp.pid") run "forwarded path with --profile, closed loop, 64 conns" --target "$FP" --conns 64 --secs "$SECS"
+CPU_PIDS=$(cat "$TMP/fwdp.pid") run "through the proxy with --profile (1 worker thread), 1000 req/s" --target "$FP" --conns 32 --rate 1000 --secs "$SECS"
+echo "  RSS after the runs: $(rss_mb "$(cat "$TMP/fwdp.pid")") MB"
+kill "$(cat "$TMP/fwdp.pid")"
+
 echo "== on_limit = \"wait\", consumer saturated (60/min), clients' deadline 2 s (x-stainless-timeout)"
 echo "   (a request is held when its predicted admission is within its deadline, else 429 at once)"
 THREADS=2 start_proxy wait 60 'on_limit = "wait"

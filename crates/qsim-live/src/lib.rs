@@ -21,6 +21,7 @@
 
 mod body;
 mod clock;
+pub mod drift;
 pub mod estimate;
 pub mod load;
 mod metrics;
@@ -32,6 +33,7 @@ mod store;
 pub mod tls;
 mod wait;
 
+pub use drift::{DriftConfig, ShadowFactory};
 pub use hyper::Uri;
 pub use server::Proxy;
 pub use store::{FailMode, StateBackend};
@@ -125,6 +127,8 @@ pub struct ProxyConfig {
     pub upstream_ca_file: Option<PathBuf>,
     /// On SIGTERM/SIGINT: how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
+    /// `--profile`: predict the upstream from its profile and flag drift.
+    pub drift: Option<DriftConfig>,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -153,6 +157,7 @@ impl fmt::Debug for ProxyConfig {
             .field("deadline_margin", &self.deadline_margin)
             .field("upstream_ca_file", &self.upstream_ca_file)
             .field("drain_timeout", &self.drain_timeout)
+            .field("drift", &self.drift)
             .finish()
     }
 }

@@ -116,6 +116,8 @@ pub struct App {
     /// Completions being written to the shared state (awaited at shutdown).
     pub pending_writes: AtomicUsize,
     pub reload: Option<Reloader>,
+    /// `--profile`: the shadow model's channel (drift.rs).
+    pub drift: Option<crate::drift::Drift>,
 }
 
 impl App {
@@ -333,16 +335,27 @@ impl Proxy {
                 (Store::Redis(r), wall as Nanos)
             }
         };
+        let clock = Clock::new(base, gen.cfg.time_scale);
+        let mut metrics = Metrics::new();
+        let drift = match &gen.cfg.drift {
+            Some(d) => Some(crate::drift::Drift::start(
+                d.clone(),
+                clock,
+                &mut metrics.registry,
+            )?),
+            None => None,
+        };
         let app = Arc::new(App {
             gen: RwLock::new(gen.clone()),
             store,
-            clock: Clock::new(base, gen.cfg.time_scale),
-            metrics: Metrics::new(),
+            clock,
+            metrics,
             client,
             next_id: AtomicU64::new(1),
             waits: Waits::default(),
             pending_writes: AtomicUsize::new(0),
             reload: self.reload,
+            drift,
         });
         app.metrics.generation.set(1);
         println!("qsim proxy: listening on http://{addr}");
@@ -695,7 +708,7 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             crate::wait::admit(&app, &gen, lreq, arrived, id, max_wait, d).await
         }
     };
-    let guard = match outcome {
+    let mut guard = match outcome {
         Outcome::Admit(g) => {
             if g.has_grant() {
                 app.metrics
@@ -808,6 +821,15 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         error(status, "upstream_error", reason, &msg)
     };
     let timeout = gen.cfg.upstream_timeout;
+    if let Some(d) = &app.drift {
+        let req = crate::serve::GenRequest {
+            input_tokens,
+            max_tokens: Some(max_tokens),
+            prompt_hash: crate::serve::prompt_hash(&body),
+            output_tokens: None,
+        };
+        guard.drift = Some(d.start_request(id, app.now(), req));
+    }
     let resp = match tokio::time::timeout(timeout, app.client.request(up)).await {
         Err(_) => {
             return upstream_error(
@@ -828,6 +850,9 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
+    if let Some(t) = &mut guard.drift {
+        t.status = status.as_u16();
+    }
     app.metrics
         .upstream_status
         .get_or_create(&StatusLabel {
