@@ -14,9 +14,7 @@
 //! likelihood's noise model is too tight for a systematic offset of ~10
 //! tokens that remains unexplained.
 
-#[allow(dead_code)]
 mod common;
-#[allow(dead_code)]
 #[path = "common/serve.rs"]
 mod serve_helpers;
 

@@ -23,9 +23,7 @@
 //! lengths (seed 1: mean 170.6 over exp 2's answers) where the simulation's
 //! interval spans 20 of them; that is a draw, not a bias of either side.
 
-#[allow(dead_code)]
 mod common;
-#[allow(dead_code)]
 #[path = "common/serve.rs"]
 mod serve_helpers;
 
