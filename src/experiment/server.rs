@@ -8,6 +8,7 @@ use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, 
 #[cfg(test)]
 use crate::time::secs;
 use crate::time::{Nanos, NEVER};
+use crate::work::{Tally, UNITS_PER_REQUEST};
 use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
 use serde::Deserialize;
 use std::path::Path;
@@ -511,10 +512,16 @@ pub fn run_scenario_sampled(
     let mut snaps = Vec::with_capacity(s.snapshots.len());
     let mut last = 0;
     let (mut prev_t, mut prev_busy): (Nanos, u128) = (0, 0);
+    // the run-time work budget: a request sent or an engine iteration is one
+    let mut tally = Tally::new();
+    let work = |c: &Cluster, sent: u64| UNITS_PER_REQUEST * (sent + c.iterations());
     // the engine's event-loop contract: the cluster's deadline first at
     // equal times, then this driver's events FIFO; completions drained after
     // every step
     loop {
+        if !tally.at(work(&cluster, next_id)) {
+            break;
+        }
         let draining = s.drain && cluster.outstanding() > 0;
         let Some((now, ev)) = q.step_while(&mut cluster, |t| t <= end || draining) else {
             break;
@@ -610,6 +617,7 @@ pub fn run_scenario_sampled(
             }
         }
     }
+    tally.finish(work(&cluster, next_id));
     let until = if s.drain { last.max(end) } else { end };
     let result = ServerResult {
         name: s.name.clone(),

@@ -86,6 +86,8 @@ pub struct Cluster {
     done: VecDeque<Completion>,
     metrics: ClusterMetrics,
     now: Nanos,
+    /// Engine iterations finished by every replica (the work budget's count).
+    iterations: u64,
 }
 
 impl Cluster {
@@ -105,6 +107,7 @@ impl Cluster {
                     .collect(),
             },
             now: 0,
+            iterations: 0,
             profile,
         }
     }
@@ -182,9 +185,16 @@ impl Cluster {
             .zip(self.metrics.replicas.iter_mut())
         {
             if r.deadline() <= now {
+                let before = m.iterations;
                 r.advance(now, &mut self.done, m);
+                self.iterations += m.iterations - before;
             }
         }
+    }
+
+    /// Engine iterations finished so far, over every replica.
+    pub fn iterations(&self) -> u64 {
+        self.iterations
     }
 
     /// The next request that left the server, in order of leaving.
