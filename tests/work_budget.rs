@@ -87,7 +87,12 @@ fn the_issues_3000_run_grid_runs_under_the_default_budget() {
         plots.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    for f in ["runs.parquet", "runs.csv", "points.parquet", "manifest.json"] {
+    for f in [
+        "runs.parquet",
+        "runs.csv",
+        "points.parquet",
+        "manifest.json",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
     let runs = std::fs::read_to_string(out.join("runs.csv")).unwrap();
@@ -103,7 +108,13 @@ fn the_issues_3000_run_grid_runs_under_the_default_budget() {
     assert_eq!(runs.len(), 3000);
     let pngs = std::fs::read_dir(&plots)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "png"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "png")
+        })
         .count();
     assert!(pngs > 0, "no PNG plots");
 }
@@ -193,15 +204,30 @@ fn a_retry_storm_is_stopped_at_run_time_whatever_the_threads() {
 
     // qsim run: the same, no report file
     let csv = d.path().join("run.csv");
-    let mut args = strings(&["run", "experiments/fmapi-pacing.toml", "--set", "workers=512"]);
+    let mut args = strings(&[
+        "run",
+        "experiments/fmapi-pacing.toml",
+        "--set",
+        "workers=512",
+    ]);
     args.extend(strings(STORM));
-    args.extend(strings(&["--max-requests", "10000", "--out", csv.to_str().unwrap()]));
+    args.extend(strings(&[
+        "--max-requests",
+        "10000",
+        "--out",
+        csv.to_str().unwrap(),
+    ]));
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     stopped(root(), &args);
     assert!(!csv.exists(), "partial output written");
 
     // a budget above the work lets the same run through
-    let mut args = strings(&["run", "experiments/fmapi-pacing.toml", "--set", "workers=512"]);
+    let mut args = strings(&[
+        "run",
+        "experiments/fmapi-pacing.toml",
+        "--set",
+        "workers=512",
+    ]);
     args.extend(strings(STORM));
     args.extend(strings(&["--max-requests", "1000000"]));
     let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
@@ -222,8 +248,7 @@ fn engine_iterations_are_stopped_at_run_time() {
         "output_tokens.p95=4000",
     ];
     let mut ef =
-        qsim::experiment::load(&root().join("experiments/nim-load.toml"), &strings(&sets))
-            .unwrap();
+        qsim::experiment::load(&root().join("experiments/nim-load.toml"), &strings(&sets)).unwrap();
     ef.retain_only(&strings(&["normal"])).unwrap();
     estimate_within_but_counted_over(&ef, 100_000);
 

@@ -42,6 +42,11 @@ pub trait Backend: Timed {
     fn iterations(&self) -> u64 {
         0
     }
+    /// Work units of one driver step besides its requests and iterations
+    /// (a cluster's replica scan, [`crate::work::step_units`]).
+    fn step_units(&self) -> u64 {
+        0
+    }
 }
 
 /// A server without queueing: TTFT and ITL constant.
@@ -134,6 +139,9 @@ impl Backend for crate::server::Cluster {
     }
     fn iterations(&self) -> u64 {
         crate::server::Cluster::iterations(self)
+    }
+    fn step_units(&self) -> u64 {
+        crate::work::step_units(self.replica_count())
     }
 }
 
@@ -360,12 +368,19 @@ pub fn run_scenario(
     // equal times, then this driver's events FIFO; completions drained after
     // every step
     // the run-time work budget: an attempt or an engine iteration is one
+    // (plus the replica scan of every step)
     let mut tally = Tally::new();
     let mut attempts = 0u64;
+    let scan = backend.step_units();
+    let mut steps = 0u64;
+    let work = |b: &dyn Backend, attempts: u64, steps: u64| {
+        UNITS_PER_REQUEST * (attempts + b.iterations()) + scan * steps
+    };
     loop {
-        if !tally.at(UNITS_PER_REQUEST * (attempts + backend.iterations())) {
+        if !tally.at(work(backend, attempts, steps)) {
             break;
         }
+        steps += 1;
         let outstanding = backend.outstanding();
         let Some((now, ev)) = q.step_while(backend, |t| t < end) else {
             break;
@@ -523,7 +538,7 @@ pub fn run_scenario(
         }
         server.concurrency_max = server.concurrency_max.max(backend.outstanding());
     }
-    tally.finish(UNITS_PER_REQUEST * (attempts + backend.iterations()));
+    tally.finish(work(backend, attempts, steps));
     conc_integral += backend.outstanding() as u128 * (end.saturating_sub(last_t)) as u128;
     server.concurrency_mean = conc_integral as f64 / end as f64;
     server.outstanding_end = backend.outstanding();

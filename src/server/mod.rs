@@ -88,6 +88,9 @@ pub struct Cluster {
     now: Nanos,
     /// Engine iterations finished by every replica (the work budget's count).
     iterations: u64,
+    /// Requests waiting or running over every replica, kept as they change
+    /// (drivers read it every step; a sum over thousands of replicas is slow).
+    outstanding: usize,
 }
 
 impl Cluster {
@@ -108,6 +111,7 @@ impl Cluster {
             },
             now: 0,
             iterations: 0,
+            outstanding: 0,
             profile,
         }
     }
@@ -162,7 +166,10 @@ impl Cluster {
         let now = now.max(self.now);
         self.handle_timeout(now);
         let i = self.pick();
-        self.replicas[i].submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
+        let r = &mut self.replicas[i];
+        let before = r.outstanding();
+        r.submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
+        self.outstanding = self.outstanding + r.outstanding() - before;
     }
 
     /// The next internal deadline (the earliest iteration end or API ingress).
@@ -185,9 +192,10 @@ impl Cluster {
             .zip(self.metrics.replicas.iter_mut())
         {
             if r.deadline() <= now {
-                let before = m.iterations;
+                let (before, out) = (m.iterations, r.outstanding());
                 r.advance(now, &mut self.done, m);
                 self.iterations += m.iterations - before;
+                self.outstanding = self.outstanding + r.outstanding() - out;
             }
         }
     }
@@ -210,7 +218,14 @@ impl Cluster {
 
     /// Requests waiting or running, over all replicas.
     pub fn outstanding(&self) -> usize {
-        self.replicas.iter().map(Replica::outstanding).sum()
+        debug_assert_eq!(
+            self.outstanding,
+            self.replicas
+                .iter()
+                .map(Replica::outstanding)
+                .sum::<usize>()
+        );
+        self.outstanding
     }
 
     /// Outstanding requests of replica `i`.
