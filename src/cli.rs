@@ -308,7 +308,32 @@ fn out_file(out: Option<&Path>) -> Option<&Path> {
     out.filter(|p| !output::is_dir_target(p))
 }
 
+/// Run a command; `run`, `sweep` and `plan` under the run-time work budget
+/// ([`crate::work`]) of their `--max-requests`.
 pub fn run(cli: Cli) -> Result<(), CliError> {
+    let max = match &cli.cmd {
+        Cmd::Plan { budget, .. } => Some(budget.max_requests),
+        Cmd::Run { opts, .. } | Cmd::Sweep { opts, .. } => Some(opts.budget.max_requests),
+        Cmd::Recommend { args } => Some(args.budget.max_requests),
+        _ => None,
+    };
+    let Some(max) = max else {
+        return dispatch(cli);
+    };
+    let source = match &cli.cmd {
+        Cmd::Run { file, .. } | Cmd::Sweep { file, .. } => file.display().to_string(),
+        Cmd::Recommend { args } => args.file.display().to_string(),
+        _ => "qsim plan".to_string(),
+    };
+    let (r, meter) = crate::work::scope(max, || dispatch(cli));
+    // every command checks before it writes; this is the backstop
+    if meter.over() {
+        return Err(crate::work::exceeded(&source, &meter).into());
+    }
+    r
+}
+
+fn dispatch(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Plan {
             args,
@@ -344,6 +369,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     let runs = crate::plan::simulate(&f, &model, seed, true);
                     crate::plan::seeds::records(&mut records, seed, &runs);
                 }
+                crate::work::check(&f.source)?;
                 if targets.wanted() {
                     crate::plot::plan_outputs(&targets, &f, &records, args.seed, args.seeds, None)?;
                 }
@@ -427,6 +453,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 None if format == Format::Csv || !shared => Some(ef.records(seed, seeds)?),
                 None => None,
             };
+            crate::work::check(&fname)?;
             let spreads = |r: &Option<report::records::Records>| {
                 r.as_ref().map(|r| r.spreads()).unwrap_or_default()
             };
@@ -610,6 +637,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             cost.check(&fname, &budget)?;
             let threads = threads.map(usize::from);
             let results = crate::sweep::run_points(&efs, &mine, seed, seeds, threads)?;
+            crate::work::check(&fname)?;
             let mut points = Vec::new();
             let mut tidy = Vec::new();
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;

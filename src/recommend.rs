@@ -690,9 +690,13 @@ fn evaluate(suites: &[HostedSuite], seed: u64, seeds: u64) -> Vec<Evidence> {
     let jobs: Vec<(usize, u64)> = (0..suites.len())
         .flat_map(|i| (0..seeds).map(move |k| (i, k)))
         .collect();
+    // the work budget's meter goes with every job to its thread
+    let meter = crate::work::current();
     let runs: Vec<Vec<f64>> = jobs
         .par_iter()
-        .map(|&(i, k)| one_run(&suites[i], seed.wrapping_add(k)))
+        .map(|&(i, k)| {
+            crate::work::enter(meter.clone(), || one_run(&suites[i], seed.wrapping_add(k)))
+        })
         .collect();
     let mut it = runs.into_iter();
     suites
@@ -813,9 +817,11 @@ fn grid_configs(suite: &HostedSuite) -> Vec<Config> {
     grid
 }
 
-/// The work-budget estimate of the grid stage on `seeds` seeds (the
-/// refinement adds at most [`MAX_ROUNDS`] × [`REFINE_TOP`] × ~16
-/// configurations near the best, whose runs are no longer).
+/// The up-front work-budget estimate of the grid stage on `seeds` seeds,
+/// leaning low like every up-front estimate (first tries only). The
+/// run-time meter ([`crate::work`]) counts the retries and the refinement
+/// (at most [`MAX_ROUNDS`] × [`REFINE_TOP`] × ~16 configurations near the
+/// best, whose runs are no longer).
 pub fn grid_cost(suite: &HostedSuite, seeds: u64) -> Cost {
     let mut c = Cost::default();
     for g in grid_configs(suite) {
@@ -1258,6 +1264,8 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
     let rec = pool.install(|| search(&suite, &fname, &a.objective, cons, a.seed, a.seeds))?;
+    // the run-time work budget: a search it stopped decided nothing
+    crate::work::check(&fname)?;
     if rec.winner.is_none() {
         return Err(CliError::Unmet(rec.unmet()));
     }

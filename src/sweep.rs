@@ -234,10 +234,13 @@ pub fn run_points(
         .num_threads(threads.unwrap_or(0))
         .build()
         .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
+    // the work budget's meter goes with every job to its thread
+    let meter = crate::work::current();
     let per_job: Vec<Records> = pool.install(|| {
         jobs.par_iter()
             .map(|&(p, k, n)| {
-                let r = efs[p].records(seed.wrapping_add(k), n);
+                let r =
+                    crate::work::enter(meter.clone(), || efs[p].records(seed.wrapping_add(k), n));
                 bar.inc(n);
                 r
             })

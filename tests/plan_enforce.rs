@@ -42,11 +42,10 @@
 //!   records (seed 1 per minute, the median over seeds).
 
 mod common;
-use common::{free_port, venv_bin, Proc};
+use common::{http_json, llmock, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -64,73 +63,11 @@ fn qsim() -> Command {
     Command::new(env!("CARGO_BIN_EXE_qsim"))
 }
 
-fn llmock() -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(venv_bin("llmock"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--log-level",
-            "warning",
-            "--response-style",
-            "static",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start llmock");
-    let mut p = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(st)) = p.0.try_wait() {
-            panic!("llmock exited: {st}");
-        }
-        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (p, format!("http://127.0.0.1:{port}"))
-}
-
 /// GET a path; the body as JSON.
 fn get_json(base: &str, path: &str) -> Value {
-    let hostport = base.strip_prefix("http://").unwrap();
-    let mut s = TcpStream::connect(hostport).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nhost: {hostport}\r\nconnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP answer");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("not JSON ({e})"))
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (size, rest) = s.split_once("\r\n").expect("chunk size");
-        let n = usize::from_str_radix(size.trim(), 16).expect("hex size");
-        if n == 0 {
-            return out;
-        }
-        out.push_str(&rest[..n]);
-        s = &rest[n + 2..];
-    }
+    let (status, v) = http_json(base, "GET", path);
+    assert_eq!(status, 200, "GET {path}: {v}");
+    v
 }
 
 /// llmock, then `qsim proxy` with the emitted config (time-scaled), then
@@ -138,7 +75,7 @@ fn dechunk(mut s: &str) -> String {
 /// report, llmock's journal, the load's wall time). The processes end with
 /// the call.
 fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
-    let (_up, up_url) = llmock();
+    let (_up, up_url) = llmock(&[]);
     let mut child = qsim()
         .args(["proxy", "--config"])
         .arg(cfg)

@@ -7,69 +7,16 @@
 //! on demand (an answer that is not JSON, a plain-HTTP port behind
 //! `https://`, a server that never answers).
 
+mod common;
+use common::{free_port, llmock, qsim_env, read_csv};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const EXP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments/fmapi-pacing.toml");
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn venv_bin(name: &str) -> PathBuf {
-    let venv = std::env::var_os("QSIM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/qsim-venv")
-        });
-    let p = venv.join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/live-deps.sh (scripts/test.sh does)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn llmock(extra: &[&str]) -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(venv_bin("llmock"))
-        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--log-level", "warning", "--response-style", "static"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start llmock");
-    let mut p = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(st)) = p.0.try_wait() {
-            panic!("llmock exited: {st}");
-        }
-        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (p, format!("http://127.0.0.1:{port}"))
-}
 
 /// A loopback server answering every connection with `answer` (or holding
 /// it open without a word if `None`); returns its address and the requests
@@ -133,40 +80,7 @@ fn fake(answer: Option<&'static str>) -> (String, Seen) {
 }
 
 fn qsim(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qsim"));
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("qsim");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("qsim {args:?} did not end in 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
-fn read_csv(p: &Path) -> Vec<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let mut r = csv::Reader::from_reader(text.as_bytes());
-    let h: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-    r.records()
-        .map(|x| {
-            h.iter()
-                .cloned()
-                .zip(x.unwrap().iter().map(String::from))
-                .collect()
-        })
-        .collect()
+    qsim_env(args, env, Duration::from_secs(60))
 }
 
 struct Out {

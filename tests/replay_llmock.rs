@@ -19,145 +19,21 @@
 //! - the replay's attempt log agrees with llmock's own journal of the
 //!   exchanges: the same number of requests, the same statuses, row by row.
 
+mod common;
+use common::{http_json, llmock, qsim_env as qsim, read_csv};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TIME_SCALE: f64 = 4.0;
 const ROWS: u32 = 50;
 const TPM: u32 = 20_000;
 const LATENCY_MS: u32 = 100;
 
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn venv_bin(name: &str) -> PathBuf {
-    let venv = std::env::var_os("QSIM_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/qsim-venv")
-        });
-    let p = venv.join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/live-deps.sh (scripts/test.sh does)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn llmock(extra: &[&str]) -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(venv_bin("llmock"))
-        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--log-level", "warning", "--response-style", "static"])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start llmock");
-    let mut p = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(st)) = p.0.try_wait() {
-            panic!("llmock exited: {st}");
-        }
-        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (p, format!("http://127.0.0.1:{port}"))
-}
-
 /// One HTTP/1.1 request to llmock's admin API: the JSON answer.
 fn admin(base: &str, method: &str, path: &str) -> Value {
-    use std::io::{Read, Write};
-    let hp = base.strip_prefix("http://").unwrap();
-    let mut s = TcpStream::connect(hp).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nhost: {hp}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).unwrap();
-    let text = String::from_utf8_lossy(&resp).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    // chunked or plain: the JSON object is the body's outermost braces
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((len, tail)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            rest = &tail[n + 2..];
-        }
-        out
-    } else {
-        body.to_string()
-    };
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("admin {path}: {e}: {body}"))
-}
-
-fn qsim(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qsim"));
-    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("qsim");
-    let deadline = Instant::now() + timeout;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "qsim {args:?} timed out after {timeout:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
-fn read_csv(p: &Path) -> Vec<BTreeMap<String, String>> {
-    let text = std::fs::read_to_string(p).unwrap();
-    let mut r = csv::Reader::from_reader(text.as_bytes());
-    let h: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
-    r.records()
-        .map(|x| {
-            let x = x.unwrap();
-            h.iter().cloned().zip(x.iter().map(String::from)).collect()
-        })
-        .collect()
+    http_json(base, method, path).1
 }
 
 fn metric(summary: &[BTreeMap<String, String>], exp: &str, m: &str) -> f64 {

@@ -4,11 +4,21 @@
 //! and the peak memory — and refuse past a budget with exit 2, naming the
 //! cost, its largest part and the flag that raises the budget.
 //!
-//! The estimates are upper-leaning: open loops at their mean rate (gamma
-//! arrivals plus four standard deviations of the count, which grows with
-//! `cv`), retries at `max_attempts` each, closed loops at the rate their
-//! think time and the server's fastest step allow, memory with every
-//! open-loop request of a scenario queued at once.
+//! The work estimate leans low (an expected count, not a worst case): it
+//! refuses at once inputs that are hopeless even so, and the run-time meter
+//! ([`crate::work`]) is the guarantee — it counts the work the drivers
+//! actually do and stops the run once it crosses the budget. Counted up
+//! front: hosted rows at one attempt each (no retries); open loops at their
+//! mean count (no spread); shared-scenario requests at one attempt each;
+//! engine iterations with full batches (output tokens over `max_num_seqs`,
+//! at most one per fastest step per replica); closed loops at the rate
+//! their think time and the server's fastest step allow (their requests are
+//! few: at most one per client per cycle).
+//!
+//! Memory is not counted at run time, so its estimate leans high: retries
+//! at `max_attempts` each, open loops at their mean rate plus four standard
+//! deviations of the count (which grows with `cv`), every open-loop request
+//! of a scenario queued at once.
 
 use super::config::ClientKind;
 use super::server::Load as ServerLoad;
@@ -64,9 +74,10 @@ const MB: f64 = 1024.0 * 1024.0;
 /// The budget flags of `run`, `sweep` and `plan`.
 #[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
-    /// Refuse a run estimated to simulate more than N requests (first tries
-    /// and retries) plus server engine iterations, over all seeds, points and
-    /// scenarios.
+    /// Refuse a run that simulates more than N requests (first tries and
+    /// retries; a hosted-API attempt counts 1/4) plus server engine
+    /// iterations, over all seeds, points and scenarios: refused at once if
+    /// the estimate is over, else stopped when the count crosses N.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: u64,
     /// Refuse a run whose estimated peak memory exceeds MB megabytes.
@@ -163,7 +174,7 @@ impl Cost {
                 source,
                 "",
                 format!(
-                    "work budget: this run would simulate about {} requests and engine iterations (a hosted-API attempt counts 1/4){part}, over the budget of {}; raise it with --max-requests N, or shorten the run",
+                    "work budget: this run would simulate about {} requests and engine iterations at the least (first tries only; a hosted-API attempt counts 1/4){part}, over the budget of {}; raise it with --max-requests N, or shorten the run",
                     count(self.work),
                     count(b.max_requests as f64)
                 ),
@@ -225,11 +236,18 @@ pub fn min_step_s(p: &ServerProfile) -> f64 {
     to_secs(p.iteration.duration(0, 1, 1, 1, 1).0).max(1e-9)
 }
 
-/// Engine iterations of `replicas` replicas serving `requests` requests with
-/// a mean of `mean_out` output tokens for `secs` seconds (plus a drain): at
-/// most one per fastest step per replica, and at most one per output token.
-fn iterations(p: &ServerProfile, replicas: f64, secs: f64, requests: f64, mean_out: f64) -> f64 {
-    (replicas * secs / min_step_s(p)).min(requests * (mean_out.max(1.0) + 1.0))
+/// Engine iterations of `replicas` replicas serving `requests` requests
+/// with a mean of `mean_out` output tokens for `secs` seconds, leaning low:
+/// full batches (`max_num_seqs` tokens an iteration), and at most one per
+/// fastest step per replica.
+pub fn iterations(
+    p: &ServerProfile,
+    replicas: f64,
+    secs: f64,
+    requests: f64,
+    mean_out: f64,
+) -> f64 {
+    (replicas * secs / min_step_s(p)).min(requests * mean_out.max(1.0) / p.max_num_seqs as f64)
 }
 
 fn mean_tokens(s: &Sampler) -> f64 {
@@ -250,27 +268,25 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
         let d = to_secs(s.duration);
         let reps = s.replicas as f64;
         let mean_out = mean_tokens(&s.lengths.output);
-        let (requests, in_flight) = match &s.load {
+        // (expected requests, requests for the memory estimate, in flight)
+        let (requests, requests_hi, in_flight) = match &s.load {
             ServerLoad::Open { process, .. } => {
                 let n = open_requests(process.rate, d, process.cv);
-                (n, n)
+                (process.rate * d, n, n)
             }
             ServerLoad::Closed { clients, think } => {
                 let step = min_step_s(p);
                 let cycle = think.mean().max(0.0) + to_secs(p.ingress) + step * mean_out;
                 let per_client = d / cycle.max(1e-9);
                 let capacity = reps * p.max_num_seqs as f64 * d / (step * mean_out);
-                (
-                    (*clients as f64 * per_client).min(capacity),
-                    *clients as f64,
-                )
+                let n = (*clients as f64 * per_client).min(capacity);
+                (n, n, *clients as f64)
             }
         };
-        // with a drain the queue left at the end is served too
-        let its = iterations(p, reps, d, requests, mean_out) * if s.drain { 2.0 } else { 1.0 };
+        let its = iterations(p, reps, d, requests, mean_out);
         // the live replicas, and their copy in the scenario's result (kept
         // with the earlier scenarios' until the seed is reduced to records)
-        let replicas = replicas_bytes(reps, requests, requests * mean_out);
+        let replicas = replicas_bytes(reps, requests_hi, requests_hi * mean_out);
         results += replicas;
         let what = format!("scenario {:?}", s.name);
         c.part(
@@ -295,22 +311,15 @@ pub fn hosted_suite(suite: &HostedSuite) -> Cost {
         .map(|e| hists_bytes(1.0, e.rows as f64) + 1024.0)
         .sum();
     for e in &suite.experiments {
-        let (attempts, slots) = match &e.client {
-            ClientKind::Pool {
-                workers, caller, ..
-            } => {
-                let sdk = caller.sdk.as_ref().map_or(0, |s| s.max_retries) as f64;
-                (
-                    caller.retry.max_attempts.max(1) as f64 * (1.0 + sdk),
-                    *workers as f64,
-                )
-            }
-            ClientKind::Managed(p) => (p.max_attempts.max(1) as f64, 0.0),
+        let slots = match &e.client {
+            ClientKind::Pool { workers, .. } => *workers as f64,
+            ClientKind::Managed(_) => 0.0,
         };
         let rows = e.rows as f64;
+        // every row is tried at least once (retries are counted as they run)
         c.part(
             &format!("experiment {:?}", e.name),
-            rows * attempts * HOSTED_ATTEMPT_WORK,
+            rows * HOSTED_ATTEMPT_WORK,
             slots * IN_FLIGHT_BYTES + rows.min(1e6) * 16.0 + results,
         );
         c.keep(40.0 * RECORD_BYTES);

@@ -11,6 +11,7 @@ use crate::engine::{DurationHist, EventQueue, NoDeadlines, Rng, Sampler, Timed};
 use crate::hosted::{HostedEndpoint, Reply};
 use crate::limiter::rates::Cost;
 use crate::time::{Nanos, NEVER};
+use crate::work::Tally;
 
 /// What one experiment measured (the article's `show()` plus more).
 #[derive(Debug, Clone)]
@@ -312,8 +313,13 @@ fn run_pool(
         }
     }
     let mut last = t0;
+    // the run-time work budget: an attempt (sent or rejected locally) is a unit
+    let mut tally = Tally::new();
     // the engine's contract with no component deadlines: events in (time, FIFO) order
     while let Some((now, Some(ev))) = q.step(&mut NoDeadlines) {
+        if !tally.at(res.http_requests + res.local_rejects) {
+            break;
+        }
         match ev {
             Ev::Send(w) => {
                 let a = slots[w as usize].as_mut().expect("active row");
@@ -356,6 +362,7 @@ fn run_pool(
             }
         }
     }
+    tally.finish(res.http_requests + res.local_rejects);
     res.elapsed = last - t0;
     res
 }
@@ -388,7 +395,12 @@ fn run_managed(
     let mut free: Vec<u32> = Vec::new();
     let mut last = t0;
     let mut now = t0;
+    // the run-time work budget: an attempt is a unit
+    let mut tally = Tally::new();
     loop {
+        if !tally.at(res.http_requests) {
+            break;
+        }
         // dispatch while the window allows: eligible retries first, then new rows
         while exec.has_room() {
             let (mut call, row) = match exec.take_eligible(now) {
@@ -437,6 +449,7 @@ fn run_managed(
             ManagedNext::EligibleAt(_) => {}
         }
     }
+    tally.finish(res.http_requests);
     res.final_concurrency = Some(exec.window());
     res.elapsed = last - t0;
     res

@@ -8,6 +8,7 @@ use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, 
 #[cfg(test)]
 use crate::time::secs;
 use crate::time::{Nanos, NEVER};
+use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
 use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
 use serde::Deserialize;
 use std::path::Path;
@@ -511,10 +512,22 @@ pub fn run_scenario_sampled(
     let mut snaps = Vec::with_capacity(s.snapshots.len());
     let mut last = 0;
     let (mut prev_t, mut prev_busy): (Nanos, u128) = (0, 0);
+    // the run-time work budget: a request sent or an engine iteration is one
+    // (plus the replica scan of every step)
+    let mut tally = Tally::new();
+    let scan = step_units(cluster.replica_count());
+    let mut steps = 0u64;
+    let work = |c: &Cluster, sent: u64, steps: u64| {
+        UNITS_PER_REQUEST * (sent + c.iterations()) + scan * steps
+    };
     // the engine's event-loop contract: the cluster's deadline first at
     // equal times, then this driver's events FIFO; completions drained after
     // every step
     loop {
+        if !tally.at(work(&cluster, next_id, steps)) {
+            break;
+        }
+        steps += 1;
         let draining = s.drain && cluster.outstanding() > 0;
         let Some((now, ev)) = q.step_while(&mut cluster, |t| t <= end || draining) else {
             break;
@@ -610,6 +623,7 @@ pub fn run_scenario_sampled(
             }
         }
     }
+    tally.finish(work(&cluster, next_id, steps));
     let until = if s.drain { last.max(end) } else { end };
     let result = ServerResult {
         name: s.name.clone(),

@@ -6,7 +6,8 @@ use super::config::{Arrival, SharedFile};
 use super::Model;
 use crate::config::ConfigError;
 use crate::experiment::budget::{
-    hists_bytes, min_step_s, open_requests, replicas_bytes, Cost, IN_FLIGHT_BYTES, RECORD_BYTES,
+    hists_bytes, iterations, min_step_s, open_requests, replicas_bytes, Cost, IN_FLIGHT_BYTES,
+    RECORD_BYTES,
 };
 use crate::time::{show, to_secs};
 
@@ -25,19 +26,20 @@ pub fn scenarios(
 ) -> Result<Cost, ConfigError> {
     let mut c = Cost::default();
     let mean_out = f.output_tokens.mean().clamp(1.0, u32::MAX as f64 / 4.0);
-    let (service_s, step_s) = match model {
-        Model::Ideal => (IDEAL_TTFT_S + IDEAL_ITL_S * (mean_out - 1.0), None),
-        Model::Server { profile, .. } => {
-            let step = min_step_s(profile);
-            (to_secs(profile.ingress) + step * mean_out, Some(step))
-        }
+    let service_s = match model {
+        Model::Ideal => IDEAL_TTFT_S + IDEAL_ITL_S * (mean_out - 1.0),
+        Model::Server { profile, .. } => to_secs(profile.ingress) + min_step_s(profile) * mean_out,
     };
     let reject_s = to_secs(f.reject_latency);
     let runs = if counterfactual { 2.0 } else { 1.0 };
     let reps = f.replicas as f64;
     let mut kept_outcomes = 0.0;
     for s in &f.scenarios {
+        // expected first tries (the work estimate leans low: retries are
+        // counted as they run); with retries and the count's spread for
+        // the memory estimate
         let mut requests = 0.0;
+        let mut requests_hi = 0.0;
         let mut in_flight = 0.0;
         for (li, l) in s.loads.iter().enumerate() {
             let n = f.resolve(&l.who).len() as f64;
@@ -47,7 +49,8 @@ pub fn scenarios(
                 Arrival::Open { rpm, ramp_to_rpm } => {
                     let rate = (rpm + ramp_to_rpm) / 2.0 / 60.0 * factor;
                     let r = n * open_requests(rate, d, 1.0);
-                    requests += r * attempts;
+                    requests += n * rate * d;
+                    requests_hi += r * attempts;
                     in_flight += r;
                 }
                 Arrival::Closed { workers, think } => {
@@ -59,21 +62,25 @@ pub fn scenarios(
                             "closed-loop workers with think_s = 0 and reject_latency_ms = 0 could send again without time passing; give either a time > 0",
                         ));
                     }
-                    requests += n * *workers as f64 * d / cycle;
+                    let r = n * *workers as f64 * d / cycle;
+                    requests += r;
+                    requests_hi += r * attempts;
                     in_flight += n * *workers as f64;
                 }
             }
         }
-        let its = match step_s {
-            Some(step) => (reps * to_secs(s.duration) / step).min(requests * (mean_out + 1.0)),
-            None => 0.0,
+        let its = match model {
+            Model::Server { profile, .. } => {
+                iterations(profile, reps, to_secs(s.duration), requests, mean_out)
+            }
+            Model::Ideal => 0.0,
         };
         // the outcome of each run keeps three histograms until the seed is
         // reduced (E2E, TTFT, mean ITL: a sample per completed request)
-        kept_outcomes += runs * 3.0 * hists_bytes(1.0, requests);
+        kept_outcomes += runs * 3.0 * hists_bytes(1.0, requests_hi);
         let backend = match model {
             Model::Ideal => 0.0,
-            Model::Server { .. } => replicas_bytes(reps, requests, requests * mean_out),
+            Model::Server { .. } => replicas_bytes(reps, requests_hi, requests_hi * mean_out),
         };
         let what = format!(
             "scenario {:?}{}",

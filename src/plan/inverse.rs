@@ -208,6 +208,8 @@ pub fn plan(
                 budget,
             )?;
             let (ok, why) = needs_met(&g, need, model, seed);
+            // a step stopped by the run-time work budget decides nothing
+            crate::work::check("--need")?;
             if ok {
                 lines.push(format!(
                     "capacity {cap}: every need met in every saturated minute of every scenario ({})",
@@ -237,6 +239,7 @@ pub fn plan(
                 budget,
             )?;
             let (p95, worst) = worst_e2e_p95(&g, model, seed);
+            crate::work::check("--need")?;
             if p95 <= target {
                 lines.push(format!(
                     "{r} replica(s): E2E p95 {p95:.2} s <= {target:.2} s in every scenario (worst: {worst})"

@@ -575,6 +575,8 @@ pub fn run_cli_full(
         let s = args.seed.wrapping_add(k);
         seeds::records(&mut recs, s, &simulate(&file, &model, s, true));
     }
+    // the run-time work budget: the results are partial if it ran out
+    crate::work::check(&file.source)?;
     let over_seeds = (args.seeds > 1).then(|| recs.spreads());
     let mut fs = findings::static_findings(&file, need.as_deref());
     fs.extend(findings::sim_findings(&file, &runs));

@@ -13,6 +13,7 @@ use crate::engine::{DurationHist, EventQueue, Rng, Timed};
 use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
 use crate::limiter::rates::OutputAccounting;
 use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
+use crate::work::{Tally, UNITS_PER_REQUEST};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -36,6 +37,16 @@ pub trait Backend: Timed {
     fn utilization(&self, now: Nanos) -> (Option<f64>, Option<f64>);
     /// Requests inside the server (queued or running).
     fn outstanding(&self) -> usize;
+    /// Engine iterations finished so far (the work budget's count; none
+    /// for a server without an engine model).
+    fn iterations(&self) -> u64 {
+        0
+    }
+    /// Work units of one driver step besides its requests and iterations
+    /// (a cluster's replica scan, [`crate::work::step_units`]).
+    fn step_units(&self) -> u64 {
+        0
+    }
 }
 
 /// A server without queueing: TTFT and ITL constant.
@@ -125,6 +136,12 @@ impl Backend for crate::server::Cluster {
     }
     fn outstanding(&self) -> usize {
         crate::server::Cluster::outstanding(self)
+    }
+    fn iterations(&self) -> u64 {
+        crate::server::Cluster::iterations(self)
+    }
+    fn step_units(&self) -> u64 {
+        crate::work::step_units(self.replica_count())
     }
 }
 
@@ -350,7 +367,20 @@ pub fn run_scenario(
     // the engine's event-loop contract: the backend's deadline first at
     // equal times, then this driver's events FIFO; completions drained after
     // every step
+    // the run-time work budget: an attempt or an engine iteration is one
+    // (plus the replica scan of every step)
+    let mut tally = Tally::new();
+    let mut attempts = 0u64;
+    let scan = backend.step_units();
+    let mut steps = 0u64;
+    let work = |b: &dyn Backend, attempts: u64, steps: u64| {
+        UNITS_PER_REQUEST * (attempts + b.iterations()) + scan * steps
+    };
     loop {
+        if !tally.at(work(backend, attempts, steps)) {
+            break;
+        }
+        steps += 1;
         let outstanding = backend.outstanding();
         let Some((now, ev)) = q.step_while(backend, |t| t < end) else {
             break;
@@ -401,6 +431,7 @@ pub fn run_scenario(
                     }
                 }
                 Ev::Attempt { req } => {
+                    attempts += 1;
                     let r = reqs.get_mut(req);
                     let c = r.consumer as usize;
                     let m = (now / MINUTE) as usize;
@@ -507,6 +538,7 @@ pub fn run_scenario(
         }
         server.concurrency_max = server.concurrency_max.max(backend.outstanding());
     }
+    tally.finish(work(backend, attempts, steps));
     conc_integral += backend.outstanding() as u128 * (end.saturating_sub(last_t)) as u128;
     server.concurrency_mean = conc_integral as f64 / end as f64;
     server.outstanding_end = backend.outstanding();

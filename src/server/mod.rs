@@ -86,6 +86,11 @@ pub struct Cluster {
     done: VecDeque<Completion>,
     metrics: ClusterMetrics,
     now: Nanos,
+    /// Engine iterations finished by every replica (the work budget's count).
+    iterations: u64,
+    /// Requests waiting or running over every replica, kept as they change
+    /// (drivers read it every step; a sum over thousands of replicas is slow).
+    outstanding: usize,
 }
 
 impl Cluster {
@@ -105,6 +110,8 @@ impl Cluster {
                     .collect(),
             },
             now: 0,
+            iterations: 0,
+            outstanding: 0,
             profile,
         }
     }
@@ -159,7 +166,10 @@ impl Cluster {
         let now = now.max(self.now);
         self.handle_timeout(now);
         let i = self.pick();
-        self.replicas[i].submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
+        let r = &mut self.replicas[i];
+        let before = r.outstanding();
+        r.submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
+        self.outstanding = self.outstanding + r.outstanding() - before;
     }
 
     /// The next internal deadline (the earliest iteration end or API ingress).
@@ -182,9 +192,17 @@ impl Cluster {
             .zip(self.metrics.replicas.iter_mut())
         {
             if r.deadline() <= now {
+                let (before, out) = (m.iterations, r.outstanding());
                 r.advance(now, &mut self.done, m);
+                self.iterations += m.iterations - before;
+                self.outstanding = self.outstanding + r.outstanding() - out;
             }
         }
+    }
+
+    /// Engine iterations finished so far, over every replica.
+    pub fn iterations(&self) -> u64 {
+        self.iterations
     }
 
     /// The next request that left the server, in order of leaving.
@@ -200,7 +218,14 @@ impl Cluster {
 
     /// Requests waiting or running, over all replicas.
     pub fn outstanding(&self) -> usize {
-        self.replicas.iter().map(Replica::outstanding).sum()
+        debug_assert_eq!(
+            self.outstanding,
+            self.replicas
+                .iter()
+                .map(Replica::outstanding)
+                .sum::<usize>()
+        );
+        self.outstanding
     }
 
     /// Outstanding requests of replica `i`.

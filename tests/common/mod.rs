@@ -1,14 +1,17 @@
-//! Helpers shared by the live tests (proxy_live, proxy_redis, proxy_ops):
-//! the venv's binaries, child processes killed on drop, free loopback
-//! ports, llmock and `qsim proxy` started on them, Python scripts, raw
-//! HTTP/1.1 requests and the proxy's `/metrics`.
+//! Helpers shared by the live tests (proxy_live, proxy_redis, proxy_ops,
+//! plan_enforce, replay_errors, replay_llmock, ...): the venv's binaries,
+//! child processes killed on drop, free loopback ports, llmock and `qsim
+//! proxy` started on them, qsim run with a timeout, Python scripts, raw
+//! HTTP/1.1 requests (JSON answers, chunked or not), the proxy's
+//! `/metrics` and CSV files read as rows.
 
 #![allow(dead_code)]
 
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -288,3 +291,95 @@ semantics = "rate-limit-only"
 [[consumer]]
 name = "A"
 "#;
+
+/// A CSV file as rows of (column → value).
+pub fn read_csv(p: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    let h: Vec<String> = r.headers().unwrap().iter().map(String::from).collect();
+    r.records()
+        .map(|x| {
+            h.iter()
+                .cloned()
+                .zip(x.unwrap().iter().map(String::from))
+                .collect()
+        })
+        .collect()
+}
+
+/// Run qsim with extra environment variables, killed (and the test failed,
+/// with its stderr) if it runs past `timeout`: (exit code, stdout, stderr).
+pub fn qsim_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qsim"));
+    cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("qsim");
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "qsim {args:?} timed out after {timeout:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// The body of a `transfer-encoding: chunked` answer, joined.
+pub fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).expect("hex chunk size");
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+/// One HTTP/1.1 request without a body (llmock's admin API, a JSON
+/// endpoint), read to the end with a 30 s timeout: (status, JSON body,
+/// chunked or plain).
+pub fn http_json(base: &str, method: &str, path: &str) -> (u16, Value) {
+    let hostport = base.strip_prefix("http://").unwrap();
+    let mut s = TcpStream::connect(hostport).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nhost: {hostport}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut s, &mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP answer");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(0);
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    let v = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body}"));
+    (status, v)
+}
