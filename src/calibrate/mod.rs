@@ -1,9 +1,12 @@
 //! `qsim calibrate`: fit a profile to observations.
 //!
 //! `hosted` fits a hosted profile (the binding quota bucket and the latency
-//! model) to a `qsim replay` attempt log; see [`hosted`].
+//! model) to a `qsim replay` attempt log; see [`hosted`]. `server` fits a
+//! server profile's iteration-time coefficients to vLLM serving benchmarks;
+//! see [`server`].
 
 pub mod hosted;
+pub mod server;
 
 use crate::cli::CliError;
 
@@ -12,10 +15,14 @@ pub enum CalibrateCmd {
     /// Fit a hosted profile (binding quota bucket, accounting mode, TTFT,
     /// per-token time, 429 latency) to a `qsim replay` attempts.csv.
     Hosted(hosted::HostedArgs),
+    /// Fit a server profile's iteration-time coefficients to vLLM
+    /// benchmark_serving result JSON files (one per request rate).
+    Server(server::ServerArgs),
 }
 
 pub fn run_cli(cmd: CalibrateCmd) -> Result<(), CliError> {
     match cmd {
         CalibrateCmd::Hosted(a) => hosted::run_cli(a),
+        CalibrateCmd::Server(a) => server::run_cli(a),
     }
 }
