@@ -5,6 +5,7 @@
 //! server profile's iteration-time coefficients to vLLM serving benchmarks;
 //! see [`server`].
 
+pub mod bench;
 pub mod hosted;
 pub mod server;
 
@@ -18,11 +19,15 @@ pub enum CalibrateCmd {
     /// Fit a server profile's iteration-time coefficients to vLLM
     /// benchmark_serving result JSON files (one per request rate).
     Server(server::ServerArgs),
+    /// Measure an OpenAI-compatible server as vLLM's benchmark_serving.py
+    /// does (Poisson arrivals, streaming) and write its result JSON.
+    Bench(bench::BenchArgs),
 }
 
 pub fn run_cli(cmd: CalibrateCmd) -> Result<(), CliError> {
     match cmd {
         CalibrateCmd::Hosted(a) => hosted::run_cli(a),
         CalibrateCmd::Server(a) => server::run_cli(a),
+        CalibrateCmd::Bench(a) => bench::run_cli(a),
     }
 }

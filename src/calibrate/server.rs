@@ -92,13 +92,13 @@ pub struct ServerArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// Simulated arrival streams per benchmark (their means are pooled).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub reps: u32,
     /// Bootstrap replicates for the intervals (0: none).
     #[arg(long, default_value_t = 20)]
     pub bootstrap: u32,
     /// Objective evaluations of the main fit at most.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_evals: u32,
     /// Seed of the arrival streams and the bootstrap.
     #[arg(long, default_value_t = 1)]
@@ -115,6 +115,10 @@ pub struct Means {
     pub itl: f64,
     pub e2e: f64,
     pub tpot: f64,
+    /// Mean TTFT of the requests with a prompt longer than the benchmark's
+    /// median prompt, and of the others (NaN without per-request data).
+    pub ttft_long: f64,
+    pub ttft_short: f64,
 }
 
 /// One request's observations (seconds).
@@ -123,7 +127,7 @@ struct Obs {
     ttft: f64,
     gaps: f64,
     n_gaps: u32,
-    output: u32,
+    long: bool,
 }
 
 /// One benchmark file.
@@ -135,6 +139,8 @@ pub struct Bench {
     /// (input, output) tokens of every successful request, in order.
     pub reqs: Vec<(u32, u32)>,
     pub observed: Means,
+    /// Prompts longer than this are "long" (the median prompt length).
+    pub split: u32,
     per_request: Option<Vec<Obs>>,
 }
 
@@ -230,11 +236,13 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             return Err(field_err(&file, k, "must be > 0 to fit to"));
         }
     }
-    let observed = Means {
+    let mut observed = Means {
         ttft,
         itl,
         e2e,
         tpot,
+        ttft_long: f64::NAN,
+        ttft_short: f64::NAN,
     };
     let ins = get_array(&file, &v, "input_lens")?;
     let outs = get_array(&file, &v, "output_lens")?;
@@ -274,6 +282,7 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
                 }
                 reqs.push((input.max(1), output));
                 if let (Some(t), Some(g)) = (ttfts, itls) {
+                    let _ = output;
                     let ttft = secs_of(&file, &format!("ttfts.{i}"), &t[i])?;
                     let gaps = g[i].as_array().ok_or_else(|| {
                         field_err(&file, &format!("itls.{i}"), "must be an array of seconds")
@@ -286,7 +295,7 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
                         ttft,
                         gaps: sum,
                         n_gaps: gaps.len() as u32,
-                        output,
+                        long: input.max(1) > 0,
                     });
                 }
             }
@@ -309,24 +318,61 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             (vec![((i.max(1.0)) as u32, o as u32); n], None)
         }
     };
+    let mut sorted: Vec<u32> = reqs.iter().map(|r| r.0).collect();
+    sorted.sort_unstable();
+    let split = sorted[(sorted.len() - 1) / 2];
+    let mut per_request = per_request;
+    if let Some(obs) = per_request.as_mut() {
+        for (o, r) in obs.iter_mut().zip(&reqs) {
+            o.long = r.0 > split;
+        }
+        let (l, s) = split_ttft(obs.iter());
+        observed.ttft_long = l;
+        observed.ttft_short = s;
+    }
     Ok(Bench {
         file,
         rate,
         reqs,
         observed,
+        split,
         per_request,
     })
 }
 
+/// Mean TTFT of the long-prompt and of the short-prompt requests.
+fn split_ttft<'a>(obs: impl Iterator<Item = &'a Obs>) -> (f64, f64) {
+    let (mut l, mut nl, mut s, mut ns) = (0.0, 0.0, 0.0, 0.0);
+    for o in obs {
+        if o.long {
+            l += o.ttft;
+            nl += 1.0;
+        } else {
+            s += o.ttft;
+            ns += 1.0;
+        }
+    }
+    let m = |a: f64, n: f64| if n > 0.0 { a / n } else { f64::NAN };
+    (m(l, nl), m(s, ns))
+}
+
 /// Simulate `reqs` arriving as a Poisson process at `rate` on one replica;
 /// returns the sums (ttft, e2e, gap time, gaps, tpot, counted requests,
-/// tpot requests) over the requests that ran.
-fn simulate(profile: &Arc<ServerProfile>, reqs: &[(u32, u32)], rate: f64, seed: u64, scope: u64) -> [f64; 7] {
+/// tpot requests, ttft of prompts over `split`, their count) over the
+/// requests that ran.
+fn simulate(
+    profile: &Arc<ServerProfile>,
+    reqs: &[(u32, u32)],
+    split: u32,
+    rate: f64,
+    seed: u64,
+    scope: u64,
+) -> [f64; 9] {
     let mut cl = Cluster::new(profile.clone(), 1, RouterKind::RoundRobin, seed);
     let mut rng = stream(seed, scope, component::ARRIVALS);
     let mut t = 0.0f64;
-    let mut acc = [0.0; 7];
-    let drain = |cl: &mut Cluster, acc: &mut [f64; 7]| {
+    let mut acc = [0.0; 9];
+    let drain = |cl: &mut Cluster, acc: &mut [f64; 9]| {
         while let Some(c) = cl.poll_completion() {
             if c.rejected {
                 continue;
@@ -336,6 +382,10 @@ fn simulate(profile: &Arc<ServerProfile>, reqs: &[(u32, u32)], rate: f64, seed: 
             acc[0] += ttft;
             acc[1] += e2e;
             acc[5] += 1.0;
+            if reqs[c.id as usize].0 > split {
+                acc[7] += ttft;
+                acc[8] += 1.0;
+            }
             if c.output_tokens > 1 {
                 let d = (c.finished - c.first_token) as f64 / 1e9;
                 acc[2] += d;
@@ -376,23 +426,47 @@ fn simulate(profile: &Arc<ServerProfile>, reqs: &[(u32, u32)], rate: f64, seed: 
 
 /// Simulated means of one benchmark, its arrival streams pooled.
 pub fn predict(profile: &Arc<ServerProfile>, b: &Bench, idx: u64, reps: u32, seed: u64) -> Means {
-    let sums: Vec<[f64; 7]> = (0..reps as u64)
-        .into_par_iter()
-        .map(|r| simulate(profile, &b.reqs, b.rate, seed, (idx << 8) | r))
-        .collect();
-    let mut a = [0.0; 7];
-    for s in &sums {
-        for k in 0..7 {
-            a[k] += s[k];
-        }
-    }
+    predict_full(profile, b, idx, reps, seed).0
+}
+
+fn means_of(a: &[f64; 9]) -> Means {
     let n = a[5].max(1.0);
     Means {
         ttft: a[0] / n,
         e2e: a[1] / n,
         itl: if a[3] > 0.0 { a[2] / a[3] } else { f64::NAN },
         tpot: if a[6] > 0.0 { a[4] / a[6] } else { f64::NAN },
+        ttft_long: if a[8] > 0.0 { a[7] / a[8] } else { f64::NAN },
+        ttft_short: if a[5] > a[8] { (a[0] - a[7]) / (a[5] - a[8]) } else { f64::NAN },
     }
+}
+
+/// Simulated means of one benchmark (its arrival streams pooled), and the
+/// variance over the streams of ln(one stream's mean) of (TTFT of long
+/// prompts, of short prompts, TTFT, ITL, E2E): how far one measurement of
+/// this many requests may be from the expectation by its arrivals alone.
+pub fn predict_full(profile: &Arc<ServerProfile>, b: &Bench, idx: u64, reps: u32, seed: u64) -> (Means, [f64; 5]) {
+    let sums: Vec<[f64; 9]> = (0..reps as u64)
+        .into_par_iter()
+        .map(|r| simulate(profile, &b.reqs, b.split, b.rate, seed, (idx << 8) | r))
+        .collect();
+    let mut a = [0.0; 9];
+    for s in &sums {
+        for (x, y) in a.iter_mut().zip(s) {
+            *x += y;
+        }
+    }
+    let pick = |m: &Means| [m.ttft_long, m.ttft_short, m.ttft, m.itl, m.e2e];
+    let logs: Vec<[f64; 5]> = sums.iter().map(|s| pick(&means_of(s)).map(f64::ln)).collect();
+    let mut var = [f64::NAN; 5];
+    if logs.len() >= 2 {
+        let k = logs.len() as f64;
+        for (j, v) in var.iter_mut().enumerate() {
+            let mean = logs.iter().map(|l| l[j]).sum::<f64>() / k;
+            *v = logs.iter().map(|l| (l[j] - mean).powi(2)).sum::<f64>() / (k - 1.0);
+        }
+    }
+    (means_of(&a), var)
 }
 
 /// Requests the profile completes per second with a standing backlog of
@@ -609,19 +683,35 @@ pub fn nelder_mead(
     (x, y, evals)
 }
 
-/// Σ over benchmarks and over mean TTFT, ITL, E2E of ln(sim / obs)².
-fn loss(pred: &[Means], obs: &[Means]) -> f64 {
+/// The smallest relative error a mean is trusted to: the client's and the
+/// server's own overheads are not in the arrival noise.
+pub const MIN_REL_ERR: f64 = 0.02;
+
+/// Σ over benchmarks and over mean TTFT (of the long and of the short
+/// prompts, when the file has per-request TTFTs), ITL and E2E of
+/// ln(sim / obs)².
+/// Each term is divided by its variance (see [`predict_full`]; at least
+/// [`MIN_REL_ERR`]²): a weighted least squares, so the means that one
+/// benchmark's arrivals make noisy (TTFT near saturation) weigh less.
+fn loss(pred: &[Means], obs: &[Means], var: &[[f64; 5]], reps: u32) -> f64 {
     pred.iter()
         .zip(obs)
-        .map(|(p, o)| {
-            [(p.ttft, o.ttft), (p.itl, o.itl), (p.e2e, o.e2e)]
-                .iter()
-                .map(|&(s, m)| {
+        .zip(var)
+        .map(|((p, o), v)| {
+            let ttft = if o.ttft_long.is_finite() && o.ttft_short.is_finite() {
+                vec![(p.ttft_long, o.ttft_long, v[0]), (p.ttft_short, o.ttft_short, v[1])]
+            } else {
+                vec![(p.ttft, o.ttft, v[2])]
+            };
+            ttft.into_iter()
+                .chain([(p.itl, o.itl, v[3]), (p.e2e, o.e2e, v[4])])
+                .map(|(s, m, v)| {
                     let r = (s / m).ln();
+                    let v = if v.is_finite() { v * (1.0 + 1.0 / reps as f64) } else { 0.0 };
                     if r.is_finite() {
-                        r * r
+                        r * r / v.max(MIN_REL_ERR * MIN_REL_ERR)
                     } else {
-                        1e6
+                        1e12
                     }
                 })
                 .sum::<f64>()
@@ -675,11 +765,26 @@ impl Problem {
             .collect()
     }
 
-    fn solve(&self, obs: &[Means], x0: &[f64], step: f64, max_evals: u32) -> (Vec<f64>, f64, u32) {
+    fn variances(&self, p: &Arc<ServerProfile>) -> Vec<[f64; 5]> {
+        self.fit
+            .iter()
+            .enumerate()
+            .map(|(i, b)| predict_full(p, b, i as u64, self.reps, self.seed).1)
+            .collect()
+    }
+
+    fn solve(
+        &self,
+        obs: &[Means],
+        var: &[[f64; 5]],
+        x0: &[f64],
+        step: f64,
+        max_evals: u32,
+    ) -> (Vec<f64>, f64, u32) {
         let mut f = |x: &[f64]| -> f64 {
             let vals: Vec<f64> = x.iter().zip(&self.coefs.start).map(|(x, s)| s * x.exp()).collect();
             match self.coefs.profile(&vals) {
-                Ok(p) => loss(&self.predict_all(&Arc::new(p), &self.fit, 0), obs),
+                Ok(p) => loss(&self.predict_all(&Arc::new(p), &self.fit, 0), obs, var, self.reps),
                 Err(_) => f64::INFINITY,
             }
         };
@@ -693,9 +798,14 @@ impl Problem {
     pub fn run(&self, max_evals: u32, bootstrap: u32) -> Result<Fit, ConfigError> {
         let obs: Vec<Means> = self.fit.iter().map(|b| b.observed).collect();
         let n = self.coefs.names.len();
-        let (x, l, evals) = self.solve(&obs, &vec![0.0; n], 0.2, max_evals);
-        let values = self.to_values(&x);
         let base = Arc::new(self.coefs.profile(&self.coefs.start)?);
+        // Weights from the base profile, then again from the first fit.
+        let var0 = self.variances(&base);
+        let (x1, _, e1) = self.solve(&obs, &var0, &vec![0.0; n], 0.2, max_evals);
+        let var = self.variances(&Arc::new(self.coefs.profile(&self.to_values(&x1))?));
+        let (x, l, e2) = self.solve(&obs, &var, &x1, 0.05, max_evals);
+        let evals = e1 + e2;
+        let values = self.to_values(&x);
         let fitted = Arc::new(self.coefs.profile(&values)?);
         let ho = self.fit.len() as u64;
         let pool = self.pool();
@@ -729,25 +839,29 @@ impl Problem {
                     Some(reqs) if !reqs.is_empty() => {
                         let k = reqs.len();
                         let (mut t, mut e, mut g, mut ng) = (0.0, 0.0, 0.0, 0.0);
+                        let mut pick = Vec::with_capacity(k);
                         for _ in 0..k {
                             let r = &reqs[((unit(&mut rng) * k as f64) as usize).min(k - 1)];
                             t += r.ttft;
                             e += r.ttft + r.gaps;
                             g += r.gaps;
                             ng += r.n_gaps as f64;
+                            pick.push(r);
                         }
-                        let _ = reqs[0].output;
+                        let (tl, ts) = split_ttft(pick.into_iter());
                         Means {
                             ttft: t / k as f64,
                             e2e: e / k as f64,
                             itl: if ng > 0.0 { g / ng } else { b.observed.itl },
                             tpot: b.observed.tpot,
+                            ttft_long: tl,
+                            ttft_short: ts,
                         }
                     }
                     _ => b.observed,
                 })
                 .collect();
-            let (xb, _, _) = self.solve(&o, &x, 0.05, (max_evals / 3).max(20));
+            let (xb, _, _) = self.solve(&o, &var, &x, 0.05, (max_evals / 3).max(20));
             let vb = self.to_values(&xb);
             for (k, v) in vb.iter().enumerate() {
                 vals[k].push(*v);
@@ -766,18 +880,23 @@ impl Problem {
             .map(|ms| {
                 let col = |g: &dyn Fn(&Means) -> f64| ci(&mut ms.iter().map(g).collect::<Vec<_>>());
                 let (t, i, e, p) = (col(&|m| m.ttft), col(&|m| m.itl), col(&|m| m.e2e), col(&|m| m.tpot));
+                let (tl, ts) = (col(&|m| m.ttft_long), col(&|m| m.ttft_short));
                 Some(Means2 {
                     lo: Means {
                         ttft: t.0,
                         itl: i.0,
                         e2e: e.0,
                         tpot: p.0,
+                        ttft_long: tl.0,
+                        ttft_short: ts.0,
                     },
                     hi: Means {
                         ttft: t.1,
                         itl: i.1,
                         e2e: e.1,
                         tpot: p.1,
+                        ttft_long: tl.1,
+                        ttft_short: ts.1,
                     },
                 })
             })
@@ -846,7 +965,7 @@ impl Fit {
         );
         let _ = writeln!(
             s,
-            "objective Σ ln(sim/obs)² over mean TTFT, ITL, E2E: {:.5} after {} evaluations ({} arrival streams per benchmark)",
+            "objective Σ ln(sim/obs)²/σ² over mean TTFT, ITL, E2E: {:.5} after {} evaluations ({} arrival streams per benchmark)",
             self.loss, self.evals, pr.reps
         );
         if !pr.coefs.names.is_empty() {
@@ -874,8 +993,10 @@ impl Fit {
                 .file_name()
                 .map(|f| f.to_string_lossy().to_string())
                 .unwrap_or_else(|| b.file.clone());
-            let lines: [(&str, f64, f64, f64, Option<(f64, f64)>); 4] = [
+            let lines: [(&str, f64, f64, f64, Option<(f64, f64)>); 6] = [
                 ("ttft", b.observed.ttft, fitted.ttft, base.ttft, ci.map(|c| (c.lo.ttft, c.hi.ttft))),
+                ("ttft>med", b.observed.ttft_long, fitted.ttft_long, base.ttft_long, ci.map(|c| (c.lo.ttft_long, c.hi.ttft_long))),
+                ("ttft≤med", b.observed.ttft_short, fitted.ttft_short, base.ttft_short, ci.map(|c| (c.lo.ttft_short, c.hi.ttft_short))),
                 ("itl", b.observed.itl, fitted.itl, base.itl, ci.map(|c| (c.lo.itl, c.hi.itl))),
                 ("e2e", b.observed.e2e, fitted.e2e, base.e2e, ci.map(|c| (c.lo.e2e, c.hi.e2e))),
                 ("tpot", b.observed.tpot, fitted.tpot, base.tpot, ci.map(|c| (c.lo.tpot, c.hi.tpot))),
@@ -924,8 +1045,9 @@ impl Fit {
     }
 
     pub fn json(&self, pr: &Problem) -> Value {
-        let m = |x: &Means| json!({"ttft_ms": x.ttft * 1e3, "itl_ms": x.itl * 1e3, "e2e_ms": x.e2e * 1e3,
-            "tpot_ms": if x.tpot.is_finite() { json!(x.tpot * 1e3) } else { Value::Null }});
+        let ms = |v: f64| if v.is_finite() { json!(v * 1e3) } else { Value::Null };
+        let m = |x: &Means| json!({"ttft_ms": ms(x.ttft), "itl_ms": ms(x.itl), "e2e_ms": ms(x.e2e),
+            "tpot_ms": ms(x.tpot), "ttft_long_prompts_ms": ms(x.ttft_long), "ttft_short_prompts_ms": ms(x.ttft_short)});
         let bench = |b: &Bench, base: &Means, f: &Means| {
             json!({"file": b.file, "request_rate": if b.rate.is_finite() { json!(b.rate) } else { json!("inf") },
                 "requests": b.reqs.len(), "observed": m(&b.observed), "fitted": m(f), "base": m(base)})

@@ -21,6 +21,7 @@
 
 mod body;
 mod clock;
+pub mod bench;
 pub mod estimate;
 pub mod load;
 mod metrics;
