@@ -1,7 +1,7 @@
 //! Server calibration round trip (issue 12, item 4b): `qsim serve` of the
 //! Llama-3.1-8B vLLM profile with coefficients the fitter never reads
-//! (bandwidth efficiency × 0.85, CPU overhead per iteration and per
-//! sequence × 1.4), measured by `qsim calibrate bench` (an open-loop
+//! (bandwidth efficiency × 0.85, compute efficiency × 0.8, CPU overhead
+//! per iteration and per sequence × 1.4), measured by `qsim calibrate bench` (an open-loop
 //! streaming client in the manner of vLLM's benchmark_serving.py, writing
 //! its result JSON) at 30, 60 and 90 % of the truth's saturation rate and
 //! at 75 % held out, 500 requests each, time scale 1; then `qsim calibrate
@@ -57,11 +57,18 @@ fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
 fn truth_profile(dir: &Path) -> String {
     let base = std::fs::read_to_string(format!("{ROOT}/{BASE}")).unwrap();
     let t = base
-        .replace("bandwidth_efficiency = 0.67\n", "bandwidth_efficiency = 0.5695\n")
+        .replace(
+            "bandwidth_efficiency = 0.67\n",
+            "bandwidth_efficiency = 0.5695\n",
+        )
         .replace("cpu_overhead_ms = 0.8\n", "cpu_overhead_ms = 1.12\n")
+        .replace("compute_efficiency = 0.6\n", "compute_efficiency = 0.48\n")
         .replace("cpu_per_seq_us = 7.5\n", "cpu_per_seq_us = 10.5\n");
     assert!(
-        t.contains("= 0.5695\n") && t.contains("= 1.12\n") && t.contains("= 10.5\n"),
+        t.contains("= 0.5695\n")
+            && t.contains("= 0.48\n")
+            && t.contains("= 1.12\n")
+            && t.contains("= 10.5\n"),
         "profile edit failed"
     );
     let p = dir.join("truth.toml");
@@ -97,7 +104,19 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
     )
     .unwrap();
     let (code, out, err) = qsim(
-        &["calibrate", "server", "--profile", &truth, "--fit", "none", &probe, "--reps", "1", "--format", "json"],
+        &[
+            "calibrate",
+            "server",
+            "--profile",
+            &truth,
+            "--fit",
+            "none",
+            &probe,
+            "--reps",
+            "1",
+            "--format",
+            "json",
+        ],
         Duration::from_secs(60),
     );
     assert_eq!(code, 0, "{err}");
@@ -112,9 +131,22 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
         let file = d(&format!("bench{k}.json"));
         let (code, out, err) = qsim(
             &[
-                "calibrate", "bench", "--target", &url, "--rate", &rate, "--requests", "500",
-                "--input-len", INPUT, "--output-len", OUTPUT, "--seed", &(k + 11).to_string(),
-                "--out", &file,
+                "calibrate",
+                "bench",
+                "--target",
+                &url,
+                "--rate",
+                &rate,
+                "--requests",
+                "500",
+                "--input-len",
+                INPUT,
+                "--output-len",
+                OUTPUT,
+                "--seed",
+                &(k + 11).to_string(),
+                "--out",
+                &file,
             ],
             Duration::from_secs(300),
         );
@@ -127,27 +159,61 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
     let fitted = d("fitted.toml");
     let (code, out, err) = qsim(
         &[
-            "calibrate", "server", "--profile", BASE, &files[0], &files[1], &files[2], "--holdout",
-            &files[3], "--bootstrap", "4", "--format", "json", "--out", &fitted,
+            "calibrate",
+            "server",
+            "--profile",
+            BASE,
+            &files[0],
+            &files[1],
+            &files[2],
+            "--holdout",
+            &files[3],
+            "--bootstrap",
+            "4",
+            "--format",
+            "json",
+            "--out",
+            &fitted,
         ],
         Duration::from_secs(900),
     );
     assert_eq!(code, 0, "{err}");
     let fit = json(&out);
-    eprintln!("{}", serde_json::to_string_pretty(&fit["coefficients"]).unwrap());
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&fit["coefficients"]).unwrap()
+    );
     let ho = &fit["holdout"][0];
     for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
-        let (o, p) = (ho["observed"][m].as_f64().unwrap(), ho["fitted"][m].as_f64().unwrap());
+        let (o, p) = (
+            ho["observed"][m].as_f64().unwrap(),
+            ho["fitted"][m].as_f64().unwrap(),
+        );
         let b = ho["base"][m].as_f64().unwrap();
-        eprintln!("held out {m}: observed {o:.3}, fitted {p:.3} ({:+.1} %), base {b:.3} ({:+.1} %)",
-            (p / o - 1.0) * 100.0, (b / o - 1.0) * 100.0);
-        assert!((p / o - 1.0).abs() <= 0.10, "held-out {m}: predicted {p}, measured {o}");
+        eprintln!(
+            "held out {m}: observed {o:.3}, fitted {p:.3} ({:+.1} %), base {b:.3} ({:+.1} %)",
+            (p / o - 1.0) * 100.0,
+            (b / o - 1.0) * 100.0
+        );
+        assert!(
+            (p / o - 1.0).abs() <= 0.10,
+            "held-out {m}: predicted {p}, measured {o}"
+        );
     }
     // The truth's saturation for the fitted benchmarks' length mix.
     let (code, out, err) = qsim(
         &[
-            "calibrate", "server", "--profile", &truth, "--fit", "none", &files[0], &files[1],
-            &files[2], "--format", "json",
+            "calibrate",
+            "server",
+            "--profile",
+            &truth,
+            "--fit",
+            "none",
+            &files[0],
+            &files[1],
+            &files[2],
+            "--format",
+            "json",
         ],
         Duration::from_secs(120),
     );
@@ -157,24 +223,68 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
     let sat_base = fit["saturation_rps"]["base"].as_f64().unwrap();
     eprintln!("saturation: truth {sat_true:.2}, fitted {sat:.2} ({:+.1} %), base {sat_base:.2} ({:+.1} %), ci {}",
         (sat / sat_true - 1.0) * 100.0, (sat_base / sat_true - 1.0) * 100.0, fit["saturation_rps"]["ci95"]);
-    assert!((sat / sat_true - 1.0).abs() <= 0.10, "saturation {sat} vs truth {sat_true}");
+    assert!(
+        (sat / sat_true - 1.0).abs() <= 0.10,
+        "saturation {sat} vs truth {sat_true}"
+    );
+    // The check has teeth: the unfitted profile misses the truth by more.
+    assert!(
+        (sat_base / sat_true - 1.0).abs() > 0.10,
+        "base {sat_base} vs truth {sat_true}"
+    );
+    for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
+        let (o, b) = (
+            ho["observed"][m].as_f64().unwrap(),
+            ho["base"][m].as_f64().unwrap(),
+        );
+        assert!(
+            (b / o - 1.0).abs() > 0.10,
+            "the base already predicts {m}: {b} vs {o}"
+        );
+    }
     // The written profile is a server profile with the fitted values.
     let text = std::fs::read_to_string(&fitted).unwrap();
-    assert!(text.starts_with("# Fitted by `qsim calibrate server"), "{text}");
+    assert!(
+        text.starts_with("# Fitted by `qsim calibrate server"),
+        "{text}"
+    );
     let v: toml::Value = toml::from_str(&text).unwrap();
     let be = fit["coefficients"][0]["fit"].as_f64().unwrap();
-    assert_eq!(fit["coefficients"][0]["name"], "iteration.bandwidth_efficiency");
+    assert_eq!(
+        fit["coefficients"][0]["name"],
+        "iteration.bandwidth_efficiency"
+    );
     let got = v["iteration"]["bandwidth_efficiency"].as_float().unwrap();
     assert!((got - be).abs() < 1e-5, "{got} vs {be}");
     let (code, _, err) = qsim(
-        &["calibrate", "server", "--profile", &fitted, "--fit", "none", &files[3]],
+        &[
+            "calibrate",
+            "server",
+            "--profile",
+            &fitted,
+            "--fit",
+            "none",
+            &files[3],
+        ],
         Duration::from_secs(60),
     );
     assert_eq!(code, 0, "{err}");
     // Deterministic: the same inputs give the same bytes.
     let args = [
-        "calibrate", "server", "--profile", BASE, &files[0], &files[1], "--reps", "2",
-        "--max-evals", "40", "--bootstrap", "2", "--format", "json",
+        "calibrate",
+        "server",
+        "--profile",
+        BASE,
+        &files[0],
+        &files[1],
+        "--reps",
+        "2",
+        "--max-evals",
+        "40",
+        "--bootstrap",
+        "2",
+        "--format",
+        "json",
     ];
     let a = qsim(&args, Duration::from_secs(120));
     let b = qsim(&args, Duration::from_secs(120));
@@ -201,38 +311,126 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
         let mut v = good_bench();
         edit(&mut v);
         let f = dir.path().join(format!("{name}.json"));
-        std::fs::write(&f, text.map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap();
+        std::fs::write(
+            &f,
+            text.map(str::to_string).unwrap_or_else(|| v.to_string()),
+        )
+        .unwrap();
         let fs = f.to_str().unwrap();
         let (code, stdout, err) = qsim(
-            &["calibrate", "server", "--profile", BASE, fs, "--reps", "1", "--max-evals", "5",
-              "--bootstrap", "0", "--out", out.to_str().unwrap()],
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                fs,
+                "--reps",
+                "1",
+                "--max-evals",
+                "5",
+                "--bootstrap",
+                "0",
+                "--out",
+                out.to_str().unwrap(),
+            ],
             Duration::from_secs(60),
         );
         assert_eq!(code, 2, "{name}: {err}");
         assert_eq!(err.lines().count(), 1, "{name}: {err}");
-        assert!(err.starts_with(&format!("qsim: {fs}: {want}")), "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("qsim: {fs}: {want}")),
+            "{name}: {err}"
+        );
         assert!(stdout.is_empty() && !out.exists(), "{name}");
     };
-    case("good-but-unparsable", &|_| {}, Some("{\"request_rate\": "), "not JSON");
-    case("missing-itl", &|v| { v.as_object_mut().unwrap().remove("mean_itl_ms"); }, None, "mean_itl_ms: missing");
-    case("rate-text", &|v| v["request_rate"] = "fast".into(), None, "request_rate: must be a rate");
-    case("rate-zero", &|v| v["request_rate"] = 0.into(), None, "request_rate: must be a rate");
-    case("gamma", &|v| v["burstiness"] = 0.5.into(), None, "burstiness: only 1.0");
-    case("capped", &|v| v["max_concurrency"] = 8.into(), None, "max_concurrency:");
-    case("short-outputs", &|v| v["output_lens"] = serde_json::json!([50, 60]), None, "output_lens: has 2 items");
-    case("bad-len", &|v| v["input_lens"][1] = (-5).into(), None, "input_lens.1: must be a token count");
-    case("bad-itl", &|v| v["itls"][0][1] = "x".into(), None, "itls.0.1: must be seconds");
-    case("no-ttft", &|v| v["mean_ttft_ms"] = 0.into(), None, "mean_ttft_ms: must be > 0");
-    case("all-failed", &|v| v["errors"] = serde_json::json!(["boom", "boom", "boom"]), None, "output_lens: no successful request");
+    case(
+        "good-but-unparsable",
+        &|_| {},
+        Some("{\"request_rate\": "),
+        "not JSON",
+    );
+    case(
+        "missing-itl",
+        &|v| {
+            v.as_object_mut().unwrap().remove("mean_itl_ms");
+        },
+        None,
+        "mean_itl_ms: missing",
+    );
+    case(
+        "rate-text",
+        &|v| v["request_rate"] = "fast".into(),
+        None,
+        "request_rate: must be a rate",
+    );
+    case(
+        "rate-zero",
+        &|v| v["request_rate"] = 0.into(),
+        None,
+        "request_rate: must be a rate",
+    );
+    case(
+        "gamma",
+        &|v| v["burstiness"] = 0.5.into(),
+        None,
+        "burstiness: only 1.0",
+    );
+    case(
+        "capped",
+        &|v| v["max_concurrency"] = 8.into(),
+        None,
+        "max_concurrency:",
+    );
+    case(
+        "short-outputs",
+        &|v| v["output_lens"] = serde_json::json!([50, 60]),
+        None,
+        "output_lens: has 2 items",
+    );
+    case(
+        "bad-len",
+        &|v| v["input_lens"][1] = (-5).into(),
+        None,
+        "input_lens.1: must be a token count",
+    );
+    case(
+        "bad-itl",
+        &|v| v["itls"][0][1] = "x".into(),
+        None,
+        "itls.0.1: must be seconds",
+    );
+    case(
+        "no-ttft",
+        &|v| v["mean_ttft_ms"] = 0.into(),
+        None,
+        "mean_ttft_ms: must be > 0",
+    );
+    case(
+        "all-failed",
+        &|v| v["errors"] = serde_json::json!(["boom", "boom", "boom"]),
+        None,
+        "output_lens: no successful request",
+    );
     // a bad --fit: exit 2 naming it
     let f = dir.path().join("ok.json");
     std::fs::write(&f, good_bench().to_string()).unwrap();
     for (fit, want) in [
         ("warp_factor", "iteration.warp_factor: absent"),
-        ("scheduler.max_num_seqs", "--fit: --fit: scheduler.max_num_seqs: not a fittable real coefficient"),
+        (
+            "scheduler.max_num_seqs",
+            "--fit: --fit: scheduler.max_num_seqs: not a fittable real coefficient",
+        ),
     ] {
         let (code, _, err) = qsim(
-            &["calibrate", "server", "--profile", BASE, f.to_str().unwrap(), "--fit", fit],
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                f.to_str().unwrap(),
+                "--fit",
+                fit,
+            ],
             Duration::from_secs(60),
         );
         assert_eq!(code, 2, "{fit}: {err}");

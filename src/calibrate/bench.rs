@@ -52,7 +52,13 @@ pub struct BenchArgs {
 }
 
 fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
-    let bad = || ConfigError::new(flag, flag, format!("must be N or LO..HI token counts ≥ 1, got {s:?}"));
+    let bad = || {
+        ConfigError::new(
+            flag,
+            flag,
+            format!("must be N or LO..HI token counts ≥ 1, got {s:?}"),
+        )
+    };
     let p = |x: &str| x.trim().parse::<u32>().ok().filter(|&n| n >= 1);
     let (lo, hi) = match s.split_once("..") {
         Some((a, b)) => (p(a).ok_or_else(bad)?, p(b).ok_or_else(bad)?),
@@ -68,10 +74,17 @@ fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
 }
 
 /// The workload: (arrival model s, input, output) per request.
-pub fn workload(rate: f64, n: u32, input: (u32, u32), output: (u32, u32), seed: u64) -> Vec<(f64, u32, u32)> {
+pub fn workload(
+    rate: f64,
+    n: u32,
+    input: (u32, u32),
+    output: (u32, u32),
+    seed: u64,
+) -> Vec<(f64, u32, u32)> {
     let mut arr = stream(seed, 1, component::ARRIVALS);
     let mut len = stream(seed, 1, component::WORKLOAD);
-    let mut draw = |(lo, hi): (u32, u32)| lo + ((unit(&mut len) * (hi - lo + 1) as f64) as u32).min(hi - lo);
+    let mut draw =
+        |(lo, hi): (u32, u32)| lo + ((unit(&mut len) * (hi - lo + 1) as f64) as u32).min(hi - lo);
     let mut t = 0.0;
     (0..n)
         .map(|k| {
@@ -87,10 +100,20 @@ pub fn workload(rate: f64, n: u32, input: (u32, u32), output: (u32, u32), seed: 
 
 pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
     if !(a.rate.is_finite() && a.rate > 0.0) {
-        return Err(ConfigError::new("--rate", "--rate", format!("must be a rate > 0, got {}", a.rate)).into());
+        return Err(ConfigError::new(
+            "--rate",
+            "--rate",
+            format!("must be a rate > 0, got {}", a.rate),
+        )
+        .into());
     }
     if !(a.time_scale.is_finite() && a.time_scale > 0.0 && a.time_scale <= 1e6) {
-        return Err(ConfigError::new("--time-scale", "--time-scale", format!("must be in (0, 1e6], got {}", a.time_scale)).into());
+        return Err(ConfigError::new(
+            "--time-scale",
+            "--time-scale",
+            format!("must be in (0, 1e6], got {}", a.time_scale),
+        )
+        .into());
     }
     let input = range("--input-len", &a.input_len)?;
     let output = range("--output-len", &a.output_len)?;
@@ -98,7 +121,10 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
         return Err(ConfigError::new(
             "--yes",
             "--yes",
-            format!("the target {} is not on this machine: rerun with --yes to send {} requests", a.target, a.requests),
+            format!(
+                "the target {} is not on this machine: rerun with --yes to send {} requests",
+                a.target, a.requests
+            ),
         )
         .into());
     }

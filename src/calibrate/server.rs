@@ -158,7 +158,11 @@ fn get_num(file: &str, v: &Value, key: &str) -> Result<f64, ConfigError> {
     }
 }
 
-fn get_array<'a>(file: &str, v: &'a Value, key: &str) -> Result<Option<&'a Vec<Value>>, ConfigError> {
+fn get_array<'a>(
+    file: &str,
+    v: &'a Value,
+    key: &str,
+) -> Result<Option<&'a Vec<Value>>, ConfigError> {
     match v.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) => Ok(Some(a)),
@@ -190,10 +194,14 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| field_err(&file, "", format!("cannot read: {e}")))?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| field_err(&file, "", format!("not JSON: {e}")))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| field_err(&file, "", format!("not JSON: {e}")))?;
     if !v.is_object() {
-        return Err(field_err(&file, "", "must be a JSON object (a benchmark_serving result)"));
+        return Err(field_err(
+            &file,
+            "",
+            "must be a JSON object (a benchmark_serving result)",
+        ));
     }
     let rate = match v.get("request_rate") {
         None | Some(Value::Null) => return Err(field_err(&file, "request_rate", "missing")),
@@ -202,7 +210,11 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             .as_f64()
             .filter(|r| r.is_finite() && *r > 0.0)
             .ok_or_else(|| {
-                field_err(&file, "request_rate", format!("must be a rate > 0 or \"inf\", got {x}"))
+                field_err(
+                    &file,
+                    "request_rate",
+                    format!("must be a rate > 0 or \"inf\", got {x}"),
+                )
             })?,
     };
     if let Some(b) = v.get("burstiness").filter(|b| !b.is_null()) {
@@ -223,7 +235,11 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
     }
     let completed = get_num(&file, &v, "completed")?;
     if completed < 1.0 || completed.fract() != 0.0 {
-        return Err(field_err(&file, "completed", format!("must be a count ≥ 1, got {completed}")));
+        return Err(field_err(
+            &file,
+            "completed",
+            format!("must be a count ≥ 1, got {completed}"),
+        ));
     }
     let ms = |k: &str| get_num(&file, &v, k).map(|x| x / 1e3);
     let (ttft, itl, e2e) = (ms("mean_ttft_ms")?, ms("mean_itl_ms")?, ms("mean_e2el_ms")?);
@@ -231,7 +247,11 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
         None | Some(Value::Null) => f64::NAN,
         Some(_) => ms("mean_tpot_ms")?,
     };
-    for (k, x) in [("mean_ttft_ms", ttft), ("mean_itl_ms", itl), ("mean_e2el_ms", e2e)] {
+    for (k, x) in [
+        ("mean_ttft_ms", ttft),
+        ("mean_itl_ms", itl),
+        ("mean_e2el_ms", e2e),
+    ] {
         if x <= 0.0 {
             return Err(field_err(&file, k, "must be > 0 to fit to"));
         }
@@ -305,15 +325,31 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             let per = (ttfts.is_some() && itls.is_some()).then_some(obs);
             (reqs, per)
         }
-        (Some(_), None) => return Err(field_err(&file, "output_lens", "missing (input_lens is given)")),
-        (None, Some(_)) => return Err(field_err(&file, "input_lens", "missing (output_lens is given)")),
+        (Some(_), None) => {
+            return Err(field_err(
+                &file,
+                "output_lens",
+                "missing (input_lens is given)",
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(field_err(
+                &file,
+                "input_lens",
+                "missing (output_lens is given)",
+            ))
+        }
         (None, None) => {
             let n = completed as usize;
             let tin = get_num(&file, &v, "total_input_tokens")?;
             let tout = get_num(&file, &v, "total_output_tokens")?;
             let (i, o) = ((tin / completed).round(), (tout / completed).round());
             if o < 1.0 {
-                return Err(field_err(&file, "total_output_tokens", "must be ≥ completed"));
+                return Err(field_err(
+                    &file,
+                    "total_output_tokens",
+                    "must be ≥ completed",
+                ));
             }
             (vec![((i.max(1.0)) as u32, o as u32); n], None)
         }
@@ -437,7 +473,11 @@ fn means_of(a: &[f64; 9]) -> Means {
         itl: if a[3] > 0.0 { a[2] / a[3] } else { f64::NAN },
         tpot: if a[6] > 0.0 { a[4] / a[6] } else { f64::NAN },
         ttft_long: if a[8] > 0.0 { a[7] / a[8] } else { f64::NAN },
-        ttft_short: if a[5] > a[8] { (a[0] - a[7]) / (a[5] - a[8]) } else { f64::NAN },
+        ttft_short: if a[5] > a[8] {
+            (a[0] - a[7]) / (a[5] - a[8])
+        } else {
+            f64::NAN
+        },
     }
 }
 
@@ -445,7 +485,13 @@ fn means_of(a: &[f64; 9]) -> Means {
 /// variance over the streams of ln(one stream's mean) of (TTFT of long
 /// prompts, of short prompts, TTFT, ITL, E2E): how far one measurement of
 /// this many requests may be from the expectation by its arrivals alone.
-pub fn predict_full(profile: &Arc<ServerProfile>, b: &Bench, idx: u64, reps: u32, seed: u64) -> (Means, [f64; 5]) {
+pub fn predict_full(
+    profile: &Arc<ServerProfile>,
+    b: &Bench,
+    idx: u64,
+    reps: u32,
+    seed: u64,
+) -> (Means, [f64; 5]) {
     let sums: Vec<[f64; 9]> = (0..reps as u64)
         .into_par_iter()
         .map(|r| simulate(profile, &b.reqs, b.split, b.rate, seed, (idx << 8) | r))
@@ -457,7 +503,10 @@ pub fn predict_full(profile: &Arc<ServerProfile>, b: &Bench, idx: u64, reps: u32
         }
     }
     let pick = |m: &Means| [m.ttft_long, m.ttft_short, m.ttft, m.itl, m.e2e];
-    let logs: Vec<[f64; 5]> = sums.iter().map(|s| pick(&means_of(s)).map(f64::ln)).collect();
+    let logs: Vec<[f64; 5]> = sums
+        .iter()
+        .map(|s| pick(&means_of(s)).map(f64::ln))
+        .collect();
     let mut var = [f64::NAN; 5];
     if logs.len() >= 2 {
         let k = logs.len() as f64;
@@ -535,9 +584,14 @@ impl Coefs {
                 format!("iteration.{n}")
             };
             if full.contains(&path) {
-                return Err(field_err("--fit", "--fit", format!("{path} is named twice")));
+                return Err(field_err(
+                    "--fit",
+                    "--fit",
+                    format!("{path} is named twice"),
+                ));
             }
-            let v = lookup(&base, &path).and_then(|x| x.as_float().or(x.as_integer().map(|i| i as f64)));
+            let v = lookup(&base, &path)
+                .and_then(|x| x.as_float().or(x.as_integer().map(|i| i as f64)));
             let v = v.ok_or_else(|| {
                 field_err(
                     file,
@@ -566,7 +620,11 @@ impl Coefs {
             let mut x = c.start.clone();
             x[i] *= 1.0 + 1e-9;
             c.profile(&x).map_err(|e| {
-                field_err("--fit", "--fit", format!("{n}: not a fittable real coefficient ({e})"))
+                field_err(
+                    "--fit",
+                    "--fit",
+                    format!("{n}: not a fittable real coefficient ({e})"),
+                )
             })?;
         }
         Ok(c)
@@ -699,7 +757,10 @@ fn loss(pred: &[Means], obs: &[Means], var: &[[f64; 5]], reps: u32) -> f64 {
         .zip(var)
         .map(|((p, o), v)| {
             let ttft = if o.ttft_long.is_finite() && o.ttft_short.is_finite() {
-                vec![(p.ttft_long, o.ttft_long, v[0]), (p.ttft_short, o.ttft_short, v[1])]
+                vec![
+                    (p.ttft_long, o.ttft_long, v[0]),
+                    (p.ttft_short, o.ttft_short, v[1]),
+                ]
             } else {
                 vec![(p.ttft, o.ttft, v[2])]
             };
@@ -707,7 +768,11 @@ fn loss(pred: &[Means], obs: &[Means], var: &[[f64; 5]], reps: u32) -> f64 {
                 .chain([(p.itl, o.itl, v[3]), (p.e2e, o.e2e, v[4])])
                 .map(|(s, m, v)| {
                     let r = (s / m).ln();
-                    let v = if v.is_finite() { v * (1.0 + 1.0 / reps as f64) } else { 0.0 };
+                    let v = if v.is_finite() {
+                        v * (1.0 + 1.0 / reps as f64)
+                    } else {
+                        0.0
+                    };
                     if r.is_finite() {
                         r * r / v.max(MIN_REL_ERR * MIN_REL_ERR)
                     } else {
@@ -754,7 +819,10 @@ pub struct Means2 {
 
 impl Problem {
     fn pool(&self) -> Vec<(u32, u32)> {
-        self.fit.iter().flat_map(|b| b.reqs.iter().copied()).collect()
+        self.fit
+            .iter()
+            .flat_map(|b| b.reqs.iter().copied())
+            .collect()
     }
 
     fn predict_all(&self, p: &Arc<ServerProfile>, benches: &[Bench], offset: u64) -> Vec<Means> {
@@ -782,9 +850,18 @@ impl Problem {
         max_evals: u32,
     ) -> (Vec<f64>, f64, u32) {
         let mut f = |x: &[f64]| -> f64 {
-            let vals: Vec<f64> = x.iter().zip(&self.coefs.start).map(|(x, s)| s * x.exp()).collect();
+            let vals: Vec<f64> = x
+                .iter()
+                .zip(&self.coefs.start)
+                .map(|(x, s)| s * x.exp())
+                .collect();
             match self.coefs.profile(&vals) {
-                Ok(p) => loss(&self.predict_all(&Arc::new(p), &self.fit, 0), obs, var, self.reps),
+                Ok(p) => loss(
+                    &self.predict_all(&Arc::new(p), &self.fit, 0),
+                    obs,
+                    var,
+                    self.reps,
+                ),
                 Err(_) => f64::INFINITY,
             }
         };
@@ -792,7 +869,10 @@ impl Problem {
     }
 
     fn to_values(&self, x: &[f64]) -> Vec<f64> {
-        x.iter().zip(&self.coefs.start).map(|(x, s)| s * x.exp()).collect()
+        x.iter()
+            .zip(&self.coefs.start)
+            .map(|(x, s)| s * x.exp())
+            .collect()
     }
 
     pub fn run(&self, max_evals: u32, bootstrap: u32) -> Result<Fit, ConfigError> {
@@ -868,7 +948,11 @@ impl Problem {
             }
             let p = Arc::new(self.coefs.profile(&vb)?);
             sats.push(saturation(&p, &pool));
-            for (h, m) in self.predict_all(&p, &self.holdout, ho).into_iter().enumerate() {
+            for (h, m) in self
+                .predict_all(&p, &self.holdout, ho)
+                .into_iter()
+                .enumerate()
+            {
                 hos[h].push(m);
             }
         }
@@ -879,7 +963,12 @@ impl Problem {
             .iter()
             .map(|ms| {
                 let col = |g: &dyn Fn(&Means) -> f64| ci(&mut ms.iter().map(g).collect::<Vec<_>>());
-                let (t, i, e, p) = (col(&|m| m.ttft), col(&|m| m.itl), col(&|m| m.e2e), col(&|m| m.tpot));
+                let (t, i, e, p) = (
+                    col(&|m| m.ttft),
+                    col(&|m| m.itl),
+                    col(&|m| m.e2e),
+                    col(&|m| m.tpot),
+                );
                 let (tl, ts) = (col(&|m| m.ttft_long), col(&|m| m.ttft_short));
                 Some(Means2 {
                     lo: Means {
@@ -974,13 +1063,22 @@ impl Fit {
             } else {
                 "95% interval".into()
             };
-            let _ = writeln!(s, "\n{:<32} {:>10} {:>10}  {head}", "coefficient", "base", "fit");
+            let _ = writeln!(
+                s,
+                "\n{:<32} {:>10} {:>10}  {head}",
+                "coefficient", "base", "fit"
+            );
             for (k, n) in pr.coefs.names.iter().enumerate() {
                 let iv = match self.intervals[k] {
                     Some((a, b)) => format!("{}–{}", g(a), g(b)),
                     None => "–".into(),
                 };
-                let _ = writeln!(s, "{n:<32} {:>10} {:>10}  {iv}", g(pr.coefs.start[k]), g(self.values[k]));
+                let _ = writeln!(
+                    s,
+                    "{n:<32} {:>10} {:>10}  {iv}",
+                    g(pr.coefs.start[k]),
+                    g(self.values[k])
+                );
             }
         }
         let _ = writeln!(
@@ -988,25 +1086,70 @@ impl Fit {
             "\n{:<28} {:>8} {:>6} {:<8} {:>10} {:>10} {:>8} {:>10} {:>8}",
             "benchmark", "rate/s", "n", "mean ms", "observed", "fitted", "error", "base", "error"
         );
-        let rows = |s: &mut String, b: &Bench, base: &Means, fitted: &Means, tag: &str, ci: Option<&Means2>| {
+        let rows = |s: &mut String,
+                    b: &Bench,
+                    base: &Means,
+                    fitted: &Means,
+                    tag: &str,
+                    ci: Option<&Means2>| {
             let name = std::path::Path::new(&b.file)
                 .file_name()
                 .map(|f| f.to_string_lossy().to_string())
                 .unwrap_or_else(|| b.file.clone());
             let lines: [(&str, f64, f64, f64, Option<(f64, f64)>); 6] = [
-                ("ttft", b.observed.ttft, fitted.ttft, base.ttft, ci.map(|c| (c.lo.ttft, c.hi.ttft))),
-                ("ttft>med", b.observed.ttft_long, fitted.ttft_long, base.ttft_long, ci.map(|c| (c.lo.ttft_long, c.hi.ttft_long))),
-                ("ttft≤med", b.observed.ttft_short, fitted.ttft_short, base.ttft_short, ci.map(|c| (c.lo.ttft_short, c.hi.ttft_short))),
-                ("itl", b.observed.itl, fitted.itl, base.itl, ci.map(|c| (c.lo.itl, c.hi.itl))),
-                ("e2e", b.observed.e2e, fitted.e2e, base.e2e, ci.map(|c| (c.lo.e2e, c.hi.e2e))),
-                ("tpot", b.observed.tpot, fitted.tpot, base.tpot, ci.map(|c| (c.lo.tpot, c.hi.tpot))),
+                (
+                    "ttft",
+                    b.observed.ttft,
+                    fitted.ttft,
+                    base.ttft,
+                    ci.map(|c| (c.lo.ttft, c.hi.ttft)),
+                ),
+                (
+                    "ttft>med",
+                    b.observed.ttft_long,
+                    fitted.ttft_long,
+                    base.ttft_long,
+                    ci.map(|c| (c.lo.ttft_long, c.hi.ttft_long)),
+                ),
+                (
+                    "ttft≤med",
+                    b.observed.ttft_short,
+                    fitted.ttft_short,
+                    base.ttft_short,
+                    ci.map(|c| (c.lo.ttft_short, c.hi.ttft_short)),
+                ),
+                (
+                    "itl",
+                    b.observed.itl,
+                    fitted.itl,
+                    base.itl,
+                    ci.map(|c| (c.lo.itl, c.hi.itl)),
+                ),
+                (
+                    "e2e",
+                    b.observed.e2e,
+                    fitted.e2e,
+                    base.e2e,
+                    ci.map(|c| (c.lo.e2e, c.hi.e2e)),
+                ),
+                (
+                    "tpot",
+                    b.observed.tpot,
+                    fitted.tpot,
+                    base.tpot,
+                    ci.map(|c| (c.lo.tpot, c.hi.tpot)),
+                ),
             ];
             for (j, (m, o, f, bs, c)) in lines.into_iter().enumerate() {
                 if !o.is_finite() {
                     continue;
                 }
                 let (label, r, n) = if j == 0 {
-                    (format!("{name}{tag}"), rate_s(b.rate), b.reqs.len().to_string())
+                    (
+                        format!("{name}{tag}"),
+                        rate_s(b.rate),
+                        b.reqs.len().to_string(),
+                    )
                 } else {
                     (String::new(), String::new(), String::new())
                 };
@@ -1029,7 +1172,14 @@ impl Fit {
             rows(&mut s, b, &self.base_fit[i], &self.fitted_fit[i], "", None);
         }
         for (i, b) in pr.holdout.iter().enumerate() {
-            rows(&mut s, b, &self.base_holdout[i], &self.fitted_holdout[i], " (held out)", self.holdout_ci[i].as_ref());
+            rows(
+                &mut s,
+                b,
+                &self.base_holdout[i],
+                &self.fitted_holdout[i],
+                " (held out)",
+                self.holdout_ci[i].as_ref(),
+            );
         }
         let sci = match self.saturation_ci {
             Some((a, b)) => format!(" (95% {}–{})", g(a), g(b)),
@@ -1045,9 +1195,17 @@ impl Fit {
     }
 
     pub fn json(&self, pr: &Problem) -> Value {
-        let ms = |v: f64| if v.is_finite() { json!(v * 1e3) } else { Value::Null };
-        let m = |x: &Means| json!({"ttft_ms": ms(x.ttft), "itl_ms": ms(x.itl), "e2e_ms": ms(x.e2e),
-            "tpot_ms": ms(x.tpot), "ttft_long_prompts_ms": ms(x.ttft_long), "ttft_short_prompts_ms": ms(x.ttft_short)});
+        let ms = |v: f64| {
+            if v.is_finite() {
+                json!(v * 1e3)
+            } else {
+                Value::Null
+            }
+        };
+        let m = |x: &Means| {
+            json!({"ttft_ms": ms(x.ttft), "itl_ms": ms(x.itl), "e2e_ms": ms(x.e2e),
+            "tpot_ms": ms(x.tpot), "ttft_long_prompts_ms": ms(x.ttft_long), "ttft_short_prompts_ms": ms(x.ttft_short)})
+        };
         let bench = |b: &Bench, base: &Means, f: &Means| {
             json!({"file": b.file, "request_rate": if b.rate.is_finite() { json!(b.rate) } else { json!("inf") },
                 "requests": b.reqs.len(), "observed": m(&b.observed), "fitted": m(f), "base": m(base)})
@@ -1078,7 +1236,13 @@ impl Fit {
 /// The base profile's text with the fitted values written in place (a
 /// coefficient absent from its section is added under the section's
 /// header), and a header comment saying where it comes from.
-pub fn fitted_toml(text: &str, names: &[String], values: &[f64], name: &str, comment: &str) -> String {
+pub fn fitted_toml(
+    text: &str,
+    names: &[String],
+    values: &[f64],
+    name: &str,
+    comment: &str,
+) -> String {
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     for (n, v) in names.iter().zip(values) {
         let (sect, key) = match n.rsplit_once('.') {
@@ -1113,7 +1277,9 @@ pub fn fitted_toml(text: &str, names: &[String], values: &[f64], name: &str, com
         }
     }
     for l in lines.iter_mut() {
-        if l.trim_start().starts_with("name") && l.split_once('=').is_some_and(|(k, _)| k.trim() == "name") {
+        if l.trim_start().starts_with("name")
+            && l.split_once('=').is_some_and(|(k, _)| k.trim() == "name")
+        {
             *l = format!("name = {name:?}");
             break;
         }
@@ -1145,8 +1311,16 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
         }
     };
     let coefs = Coefs::new(&base_file, base, &names)?;
-    let fit = a.bench.iter().map(|p| read_bench(p)).collect::<Result<Vec<_>, _>>()?;
-    let holdout = a.holdout.iter().map(|p| read_bench(p)).collect::<Result<Vec<_>, _>>()?;
+    let fit = a
+        .bench
+        .iter()
+        .map(|p| read_bench(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let holdout = a
+        .holdout
+        .iter()
+        .map(|p| read_bench(p))
+        .collect::<Result<Vec<_>, _>>()?;
     let pr = Problem {
         coefs,
         fit,
@@ -1177,7 +1351,12 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
             let iv = f.intervals[k]
                 .map(|(a, b)| format!(" (95 % {}–{})", g(a), g(b)))
                 .unwrap_or_default();
-            let _ = write!(comment, "\n{n}: base {} → {}{iv}", g(pr.coefs.start[k]), g(f.values[k]));
+            let _ = write!(
+                comment,
+                "\n{n}: base {} → {}{iv}",
+                g(pr.coefs.start[k]),
+                g(f.values[k])
+            );
         }
         let toml = fitted_toml(&text, &pr.coefs.names, &f.values, &name, &comment);
         let v = crate::config::parse_toml("fitted profile", &toml)?;
@@ -1185,7 +1364,10 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
         crate::output::write_file(out, &toml, a.force)?;
     }
     let text = match a.format {
-        Format::Json => format!("{}\n", serde_json::to_string_pretty(&f.json(&pr)).unwrap_or_default()),
+        Format::Json => format!(
+            "{}\n",
+            serde_json::to_string_pretty(&f.json(&pr)).unwrap_or_default()
+        ),
         _ => f.table(&pr, &base_file),
     };
     crate::output::write_stdout(&text)?;
@@ -1198,13 +1380,17 @@ mod tests {
 
     #[test]
     fn nelder_mead_finds_a_quadratic_minimum() {
-        let mut f = |x: &[f64]| (x[0] - 1.0).powi(2) + 3.0 * (x[1] + 0.5).powi(2) + 0.5 * x[0] * x[1];
+        let mut f =
+            |x: &[f64]| (x[0] - 1.0).powi(2) + 3.0 * (x[1] + 0.5).powi(2) + 0.5 * x[0] * x[1];
         let (x, y, _) = nelder_mead(&mut f, &[0.0, 0.0], 0.3, 500, 1e-12, 1e-8);
         // ∇ = 0: 2(x−1) + 0.5y = 0, 6(y+0.5) + 0.5x = 0
         let det = 2.0 * 6.0 - 0.25;
         let xs = (2.0 * 6.0 + 0.5 * 3.0) / det;
         let ys = (2.0 * -3.0 - 0.5 * 2.0) / det;
-        assert!((x[0] - xs).abs() < 1e-3 && (x[1] - ys).abs() < 1e-3, "{x:?} vs {xs} {ys}");
+        assert!(
+            (x[0] - xs).abs() < 1e-3 && (x[1] - ys).abs() < 1e-3,
+            "{x:?} vs {xs} {ys}"
+        );
         assert!(y.is_finite());
     }
 
@@ -1213,7 +1399,10 @@ mod tests {
         let t = "kind = \"server\"\nname = \"a\"\n[scheduler]\nx = 1\n[iteration]\nbandwidth_efficiency = 0.67\ncpu_overhead_ms = 0.8\n";
         let out = fitted_toml(
             t,
-            &["iteration.bandwidth_efficiency".into(), "iteration.gpu_fixed_ms".into()],
+            &[
+                "iteration.bandwidth_efficiency".into(),
+                "iteration.gpu_fixed_ms".into(),
+            ],
             &[0.5, 0.25],
             "b",
             "hi",

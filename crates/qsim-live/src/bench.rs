@@ -77,7 +77,11 @@ async fn one(client: &Http, url: &str, body: Bytes, scale: f64, timeout: Duratio
         let status = resp.status().as_u16();
         let mut body = resp.into_body();
         if status != 200 {
-            let b = body.collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+            let b = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
             let t: String = String::from_utf8_lossy(&b).chars().take(200).collect();
             return Err(format!("HTTP {status}: {t}"));
         }
@@ -114,7 +118,10 @@ async fn one(client: &Http, url: &str, body: Bytes, scale: f64, timeout: Duratio
                     }
                     last = now;
                 }
-                if let Some(n) = v.pointer("/usage/completion_tokens").and_then(Value::as_u64) {
+                if let Some(n) = v
+                    .pointer("/usage/completion_tokens")
+                    .and_then(Value::as_u64)
+                {
                     usage = Some(n);
                 }
             }
@@ -204,7 +211,9 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
         tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0) / x)).await;
         let (c, u, b) = (client.clone(), url.clone(), body(input, out));
         let timeout = cfg.timeout;
-        tasks.push(tokio::spawn(async move { one(&c, &u, b, x, timeout).await }));
+        tasks.push(tokio::spawn(
+            async move { one(&c, &u, b, x, timeout).await },
+        ));
     }
     let mut outs = Vec::with_capacity(tasks.len());
     for t in tasks {
@@ -221,7 +230,10 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     let tin: u64 = good.iter().map(|(_, i)| *i as u64).sum();
     let tout: u64 = good.iter().map(|(o, _)| o.output).sum();
     let ttfts: Vec<f64> = good.iter().map(|(o, _)| o.ttft).collect();
-    let itls: Vec<f64> = good.iter().flat_map(|(o, _)| o.itl.iter().copied()).collect();
+    let itls: Vec<f64> = good
+        .iter()
+        .flat_map(|(o, _)| o.itl.iter().copied())
+        .collect();
     let e2els: Vec<f64> = good.iter().map(|(o, _)| o.latency).collect();
     let tpots: Vec<f64> = good
         .iter()
@@ -249,7 +261,12 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
         "generated_texts": outs.iter().map(|_| "").collect::<Vec<_>>(),
         "errors": outs.iter().map(|o| o.error.clone()).collect::<Vec<_>>(),
     });
-    for (k, xs) in [("ttft", &ttfts), ("tpot", &tpots), ("itl", &itls), ("e2el", &e2els)] {
+    for (k, xs) in [
+        ("ttft", &ttfts),
+        ("tpot", &tpots),
+        ("itl", &itls),
+        ("e2el", &e2els),
+    ] {
         let (mean, median, std, p99) = stats(xs);
         r[format!("mean_{k}_ms")] = json!(mean * 1e3);
         r[format!("median_{k}_ms")] = json!(median * 1e3);

@@ -19,9 +19,9 @@
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
 //! shared-deployment file); this crate receives a validated [`ProxyConfig`].
 
+pub mod bench;
 mod body;
 mod clock;
-pub mod bench;
 pub mod estimate;
 pub mod load;
 mod metrics;
