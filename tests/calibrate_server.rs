@@ -16,9 +16,7 @@
 //! field, or a bad `--fit` → exit 2 naming the file and the field, no
 //! output file.
 
-#[allow(dead_code)]
 mod common;
-#[allow(dead_code)]
 #[path = "common/serve.rs"]
 mod serve_helpers;
 

@@ -599,7 +599,7 @@ impl Coefs {
                     "absent or not a number: --fit needs its start value in the profile",
                 )
             })?;
-            if !(v > 0.0) {
+            if v.is_nan() || v <= 0.0 {
                 return Err(field_err(
                     file,
                     &path,
@@ -702,8 +702,8 @@ pub fn nelder_mead(
         }
         let mut c = vec![0.0; n];
         for p in &pts[..n] {
-            for k in 0..n {
-                c[k] += p.0[k] / n as f64;
+            for (ck, pk) in c.iter_mut().zip(&p.0) {
+                *ck += pk / n as f64;
             }
         }
         let xr = comb(&c, &pts[n].0, -1.0);
@@ -1096,7 +1096,8 @@ impl Fit {
                 .file_name()
                 .map(|f| f.to_string_lossy().to_string())
                 .unwrap_or_else(|| b.file.clone());
-            let lines: [(&str, f64, f64, f64, Option<(f64, f64)>); 6] = [
+            type Line<'a> = (&'a str, f64, f64, f64, Option<(f64, f64)>);
+            let lines: [Line; 6] = [
                 (
                     "ttft",
                     b.observed.ttft,
@@ -1252,8 +1253,8 @@ pub fn fitted_toml(
         let mut cur = String::new();
         let mut header_at = None;
         let mut done = false;
-        for i in 0..lines.len() {
-            let t = lines[i].trim();
+        for (i, line) in lines.iter_mut().enumerate() {
+            let t = line.trim().to_string();
             if t.starts_with('[') {
                 cur = t.trim_matches(|c| c == '[' || c == ']').trim().to_string();
                 if cur == sect {
@@ -1264,7 +1265,7 @@ pub fn fitted_toml(
             if cur == sect {
                 if let Some((k, _)) = t.split_once('=') {
                     if k.trim() == key {
-                        lines[i] = format!("{key} = {v:.6}  # fitted");
+                        *line = format!("{key} = {v:.6}  # fitted");
                         done = true;
                         break;
                     }
