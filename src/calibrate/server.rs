@@ -1343,7 +1343,7 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
             .map_err(|e| field_err(&base_file, "", format!("cannot read: {e}")))?;
         let files: Vec<String> = pr.fit.iter().map(|b| b.file.clone()).collect();
         let mut comment = format!(
-            "Fitted by `qsim calibrate server --profile {base_file}` to {}.\nObjective Σ ln(sim/obs)² over mean TTFT, ITL, E2E: {:.5}; saturation {} req/s.",
+            "Fitted by `qsim calibrate server --profile {base_file}` to {}.\nObjective Σ ln(sim/obs)²/σ² over mean TTFT, ITL, E2E: {:.5}; saturation {} req/s.",
             files.join(", "),
             f.loss,
             g(f.saturation)
