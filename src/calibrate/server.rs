@@ -27,11 +27,16 @@
 //! **Fit.** The coefficients named by `--fit` (dotted paths into the
 //! profile TOML; a bare name is under `[iteration]`) are searched in log
 //! space (each as a factor of its base value) by Nelder–Mead, minimising
-//! Σ over benchmarks and over mean TTFT, ITL and E2E of ln(simulated /
-//! observed)² (a relative error, symmetric in over- and under-prediction).
-//! A candidate the profile loader refuses (an efficiency above 1) scores
-//! +∞. The loader is the profile's own, so the fitter knows no formula: a
-//! changed step-time form only changes [`DEFAULT_FIT`].
+//! Σ over benchmarks of ln(simulated / observed)² / σ² over mean ITL, E2E
+//! and TTFT (with per-request TTFTs: the mean TTFT of the prompts longer
+//! than the median and of the others, which tells prefill compute from
+//! fixed costs). σ² is the variance of that mean across the simulated
+//! arrival streams (one measurement's noise from its arrivals alone,
+//! floored at [`MIN_REL_ERR`]), taken at the base profile, then again at
+//! the first fit, which is refined with it. A candidate the profile loader
+//! refuses (an efficiency above 1) scores +∞. The loader is the profile's
+//! own, so the fitter knows no formula: a changed step-time form only
+//! changes [`DEFAULT_FIT`].
 //!
 //! **Intervals.** A bootstrap over requests: each replicate resamples every
 //! benchmark's requests with replacement (its observed means from the
