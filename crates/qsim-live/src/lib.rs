@@ -19,6 +19,7 @@
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
 //! shared-deployment file); this crate receives a validated [`ProxyConfig`].
 
+pub mod bench;
 mod body;
 mod clock;
 pub mod drift;

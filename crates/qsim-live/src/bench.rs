@@ -1,0 +1,277 @@
+//! An open-loop streaming benchmark client in the manner of vLLM's
+//! `benchmarks/benchmark_serving.py` (backend "openai"): one streaming
+//! `POST /v1/completions` per request, sent at given arrival times whatever
+//! the answers do, and its `--save-result` JSON (the summary means, medians
+//! and p99s, and the per-request `input_lens`, `output_lens`, `ttfts`,
+//! `itls`, `errors`). `qsim calibrate server` reads that JSON.
+//!
+//! As benchmark_serving: TTFT is from just before the request is sent to
+//! the first chunk with text; ITL is every gap between chunks with text
+//! after it; E2E (latency) is from the send to the last such chunk; the
+//! output length is the answer's `usage.completion_tokens` (asked for with
+//! `stream_options.include_usage`). The prompt is a list of token ids, so
+//! an OpenAI-compatible server counts exactly the input length asked.
+//!
+//! Times: `time_scale` X is the server's `--time-scale` (the server runs X
+//! times faster than real time): arrivals are sent at model time / X, and
+//! measured real durations are reported × X, in model seconds.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to send.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Base URL, e.g. http://127.0.0.1:8000.
+    pub target: String,
+    /// The model name sent.
+    pub model: String,
+    /// The offered rate (model requests/s), recorded as `request_rate`.
+    pub rate: f64,
+    /// Per request: (arrival in model seconds from the start, input tokens, max_tokens).
+    pub requests: Vec<(f64, u32, u32)>,
+    pub time_scale: f64,
+    /// Real-time limit of one request.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Out {
+    ok: bool,
+    ttft: f64,
+    itl: Vec<f64>,
+    latency: f64,
+    output: u64,
+    error: String,
+}
+
+type Http = Client<HttpConnector, Full<Bytes>>;
+
+async fn one(client: &Http, url: &str, body: Bytes, scale: f64, timeout: Duration) -> Out {
+    let mut o = Out::default();
+    let req = match Request::builder()
+        .method(Method::POST)
+        .uri(url)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            o.error = format!("bad request: {e}");
+            return o;
+        }
+    };
+    let st = Instant::now();
+    let mut last = st;
+    let mut first = None;
+    let mut usage = None;
+    let fut = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let mut body = resp.into_body();
+        if status != 200 {
+            let b = body
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let t: String = String::from_utf8_lossy(&b).chars().take(200).collect();
+            return Err(format!("HTTP {status}: {t}"));
+        }
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| format!("reading the stream: {e}"))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            let now = Instant::now();
+            buf.extend_from_slice(&data);
+            while let Some(p) = buf.iter().position(|&c| c == b'\n') {
+                let line: Vec<u8> = buf.drain(..=p).collect();
+                let line = String::from_utf8_lossy(&line);
+                let Some(d) = line.trim().strip_prefix("data:") else {
+                    continue;
+                };
+                let d = d.trim();
+                if d == "[DONE]" {
+                    continue;
+                }
+                let v: Value = serde_json::from_str(d).map_err(|e| format!("bad chunk: {e}"))?;
+                if v.get("error").is_some() {
+                    return Err(format!("error in the stream: {d}"));
+                }
+                let text = v
+                    .pointer("/choices/0/text")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| !t.is_empty());
+                if text {
+                    match first {
+                        None => first = Some(now),
+                        Some(_) => o.itl.push((now - last).as_secs_f64() * scale),
+                    }
+                    last = now;
+                }
+                if let Some(n) = v
+                    .pointer("/usage/completion_tokens")
+                    .and_then(Value::as_u64)
+                {
+                    usage = Some(n);
+                }
+            }
+        }
+        Ok::<(), String>(())
+    };
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(())) => match first {
+            Some(f) => {
+                o.ok = true;
+                o.ttft = (f - st).as_secs_f64() * scale;
+                o.latency = (last - st).as_secs_f64() * scale;
+                o.output = usage.unwrap_or(o.itl.len() as u64 + 1);
+            }
+            None => o.error = "no token in the answer".into(),
+        },
+        Ok(Err(e)) => o.error = e,
+        Err(_) => o.error = format!("no complete answer within {timeout:?}"),
+    }
+    if !o.ok {
+        o.itl.clear();
+    }
+    o
+}
+
+fn stats(xs: &[f64]) -> (f64, f64, f64, f64) {
+    if xs.is_empty() {
+        return (0.0, 0.0, 0.0, 0.0);
+    }
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let std = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
+    let mut s = xs.to_vec();
+    s.sort_by(f64::total_cmp);
+    // numpy's default (linear) percentile
+    let pct = |q: f64| {
+        let x = q * (s.len() - 1) as f64;
+        let (i, f) = (x.floor() as usize, x - x.floor());
+        if i + 1 < s.len() {
+            s[i] * (1.0 - f) + s[i + 1] * f
+        } else {
+            s[i]
+        }
+    };
+    (mean, pct(0.5), std, pct(0.99))
+}
+
+/// Run the benchmark; returns benchmark_serving's result JSON.
+pub fn run(cfg: BenchConfig) -> Result<Value, String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(run_async(cfg))
+}
+
+async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
+    if cfg.requests.is_empty() {
+        return Err("no request to send".into());
+    }
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    let client: Http = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(conn);
+    let url = format!("{}/v1/completions", cfg.target.trim_end_matches('/'));
+    let body = |input: u32, out: u32| -> Bytes {
+        let prompt: Vec<u32> = (1..=input.max(1)).collect();
+        Bytes::from(
+            json!({"model": cfg.model, "prompt": prompt, "max_tokens": out, "temperature": 0.0,
+                "stream": true, "stream_options": {"include_usage": true}})
+            .to_string(),
+        )
+    };
+    let x = cfg.time_scale;
+    // the initial single-prompt test run (as benchmark_serving does)
+    let t = one(&client, &url, body(cfg.requests[0].1, 2), x, cfg.timeout).await;
+    if !t.ok {
+        return Err(format!("the initial test request failed: {}", t.error));
+    }
+    let client = Arc::new(client);
+    let url = Arc::new(url);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(cfg.requests.len());
+    for &(at, input, out) in &cfg.requests {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0) / x)).await;
+        let (c, u, b) = (client.clone(), url.clone(), body(input, out));
+        let timeout = cfg.timeout;
+        tasks.push(tokio::spawn(
+            async move { one(&c, &u, b, x, timeout).await },
+        ));
+    }
+    let mut outs = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        outs.push(t.await.map_err(|e| e.to_string())?);
+    }
+    let dur = start.elapsed().as_secs_f64() * x;
+    let good: Vec<(&Out, u32)> = outs
+        .iter()
+        .zip(&cfg.requests)
+        .filter(|(o, _)| o.ok)
+        .map(|(o, r)| (o, r.1))
+        .collect();
+    let completed = good.len();
+    let tin: u64 = good.iter().map(|(_, i)| *i as u64).sum();
+    let tout: u64 = good.iter().map(|(o, _)| o.output).sum();
+    let ttfts: Vec<f64> = good.iter().map(|(o, _)| o.ttft).collect();
+    let itls: Vec<f64> = good
+        .iter()
+        .flat_map(|(o, _)| o.itl.iter().copied())
+        .collect();
+    let e2els: Vec<f64> = good.iter().map(|(o, _)| o.latency).collect();
+    let tpots: Vec<f64> = good
+        .iter()
+        .filter(|(o, _)| o.output > 1)
+        .map(|(o, _)| (o.latency - o.ttft) / (o.output - 1) as f64)
+        .collect();
+    let mut r = json!({
+        "backend": "openai",
+        "model_id": cfg.model,
+        "num_prompts": cfg.requests.len(),
+        "request_rate": cfg.rate,
+        "burstiness": 1.0,
+        "max_concurrency": null,
+        "duration": dur,
+        "completed": completed,
+        "total_input_tokens": tin,
+        "total_output_tokens": tout,
+        "request_throughput": completed as f64 / dur,
+        "output_throughput": tout as f64 / dur,
+        "total_token_throughput": (tin + tout) as f64 / dur,
+        "input_lens": cfg.requests.iter().map(|r| r.1).collect::<Vec<_>>(),
+        "output_lens": outs.iter().map(|o| if o.ok { o.output } else { 0 }).collect::<Vec<_>>(),
+        "ttfts": outs.iter().map(|o| o.ttft).collect::<Vec<_>>(),
+        "itls": outs.iter().map(|o| o.itl.clone()).collect::<Vec<_>>(),
+        "generated_texts": outs.iter().map(|_| "").collect::<Vec<_>>(),
+        "errors": outs.iter().map(|o| o.error.clone()).collect::<Vec<_>>(),
+    });
+    for (k, xs) in [
+        ("ttft", &ttfts),
+        ("tpot", &tpots),
+        ("itl", &itls),
+        ("e2el", &e2els),
+    ] {
+        let (mean, median, std, p99) = stats(xs);
+        r[format!("mean_{k}_ms")] = json!(mean * 1e3);
+        r[format!("median_{k}_ms")] = json!(median * 1e3);
+        r[format!("std_{k}_ms")] = json!(std * 1e3);
+        r[format!("p99_{k}_ms")] = json!(p99 * 1e3);
+    }
+    Ok(r)
+}

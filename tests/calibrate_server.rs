@@ -1,0 +1,437 @@
+//! Server calibration round trip (issue 12, item 4b): `qsim serve` of the
+//! Llama-3.1-8B vLLM profile with coefficients the fitter never reads
+//! (bandwidth efficiency × 0.85, compute efficiency × 0.8, CPU overhead
+//! per iteration and per sequence × 1.4), measured by `qsim calibrate bench` (an open-loop
+//! streaming client in the manner of vLLM's benchmark_serving.py, writing
+//! its result JSON) at 30, 60 and 90 % of the truth's saturation rate and
+//! at 75 % held out, 500 requests each, time scale 1; then `qsim calibrate
+//! server` from the unperturbed profile on the three JSON files alone.
+//! Checks: the fitted profile predicts the held-out benchmark's mean TTFT,
+//! ITL and E2E within 10 % of what was measured, and the saturation rate
+//! within 10 % of the truth's (the simulator's saturation of the served
+//! profile for the same length mix). 127.0.0.1 only; ≈ 100 s of
+//! measurement + ≈ 60 s of fitting.
+//!
+//! Plus bad input: a benchmark file with a missing, mistyped or unsupported
+//! field, or a bad `--fit` → exit 2 naming the file and the field, no
+//! output file.
+
+mod common;
+#[path = "common/serve.rs"]
+mod serve_helpers;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const BASE: &str = "models/llama-3.1-8b-h100-vllm.toml";
+
+fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
+        .args(args)
+        .current_dir(ROOT)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qsim");
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("qsim {args:?} did not end in {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+fn truth_profile(dir: &Path) -> String {
+    let base = std::fs::read_to_string(format!("{ROOT}/{BASE}")).unwrap();
+    let t = base
+        .replace(
+            "bandwidth_efficiency = 0.67\n",
+            "bandwidth_efficiency = 0.5695\n",
+        )
+        .replace("cpu_overhead_ms = 0.8\n", "cpu_overhead_ms = 1.12\n")
+        .replace("compute_efficiency = 0.6\n", "compute_efficiency = 0.48\n")
+        .replace("cpu_per_seq_us = 7.5\n", "cpu_per_seq_us = 10.5\n");
+    assert!(
+        t.contains("= 0.5695\n")
+            && t.contains("= 0.48\n")
+            && t.contains("= 1.12\n")
+            && t.contains("= 10.5\n"),
+        "profile edit failed"
+    );
+    let p = dir.join("truth.toml");
+    std::fs::write(&p, t).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+fn json(stdout: &str) -> Value {
+    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+const INPUT: &str = "64..1024";
+const OUTPUT: &str = "16..256";
+
+#[test]
+fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let truth = truth_profile(dir.path());
+    // The truth's saturation for this length mix, to place the rates: a
+    // file with the lengths only (its means are not used by --fit none).
+    let probe = d("probe.json");
+    let lens: Vec<(u32, u32)> = (0..400u32)
+        .map(|k| (64 + (k * 617) % 961, 16 + (k * 131) % 241))
+        .collect();
+    std::fs::write(
+        &probe,
+        serde_json::json!({"request_rate": 1.0, "completed": lens.len(), "mean_ttft_ms": 1.0,
+            "mean_itl_ms": 1.0, "mean_e2el_ms": 1.0,
+            "input_lens": lens.iter().map(|l| l.0).collect::<Vec<_>>(),
+            "output_lens": lens.iter().map(|l| l.1).collect::<Vec<_>>()})
+        .to_string(),
+    )
+    .unwrap();
+    let (code, out, err) = qsim(
+        &[
+            "calibrate",
+            "server",
+            "--profile",
+            &truth,
+            "--fit",
+            "none",
+            &probe,
+            "--reps",
+            "1",
+            "--format",
+            "json",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{err}");
+    let sat0 = json(&out)["saturation_rps"]["fitted"].as_f64().unwrap();
+    assert!(sat0 > 5.0 && sat0 < 500.0, "{sat0}");
+
+    let (_serve, url) = serve_helpers::serve(Path::new(&truth), 1.0, 1);
+    let fracs = [0.3, 0.6, 0.9, 0.75];
+    let mut files = Vec::new();
+    for (k, f) in fracs.iter().enumerate() {
+        let rate = format!("{:.2}", f * sat0);
+        let file = d(&format!("bench{k}.json"));
+        let (code, out, err) = qsim(
+            &[
+                "calibrate",
+                "bench",
+                "--target",
+                &url,
+                "--rate",
+                &rate,
+                "--requests",
+                "500",
+                "--input-len",
+                INPUT,
+                "--output-len",
+                OUTPUT,
+                "--seed",
+                &(k + 11).to_string(),
+                "--out",
+                &file,
+            ],
+            Duration::from_secs(300),
+        );
+        assert_eq!(code, 0, "{err}");
+        eprintln!("{}", out.trim());
+        let v = json(&std::fs::read_to_string(&file).unwrap());
+        assert_eq!(v["completed"].as_u64(), Some(500), "{out}");
+        files.push(file);
+    }
+    let fitted = d("fitted.toml");
+    let (code, out, err) = qsim(
+        &[
+            "calibrate",
+            "server",
+            "--profile",
+            BASE,
+            &files[0],
+            &files[1],
+            &files[2],
+            "--holdout",
+            &files[3],
+            "--bootstrap",
+            "4",
+            "--format",
+            "json",
+            "--out",
+            &fitted,
+        ],
+        Duration::from_secs(900),
+    );
+    assert_eq!(code, 0, "{err}");
+    let fit = json(&out);
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&fit["coefficients"]).unwrap()
+    );
+    let ho = &fit["holdout"][0];
+    for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
+        let (o, p) = (
+            ho["observed"][m].as_f64().unwrap(),
+            ho["fitted"][m].as_f64().unwrap(),
+        );
+        let b = ho["base"][m].as_f64().unwrap();
+        eprintln!(
+            "held out {m}: observed {o:.3}, fitted {p:.3} ({:+.1} %), base {b:.3} ({:+.1} %)",
+            (p / o - 1.0) * 100.0,
+            (b / o - 1.0) * 100.0
+        );
+        assert!(
+            (p / o - 1.0).abs() <= 0.10,
+            "held-out {m}: predicted {p}, measured {o}"
+        );
+    }
+    // The truth's saturation for the fitted benchmarks' length mix.
+    let (code, out, err) = qsim(
+        &[
+            "calibrate",
+            "server",
+            "--profile",
+            &truth,
+            "--fit",
+            "none",
+            &files[0],
+            &files[1],
+            &files[2],
+            "--format",
+            "json",
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, 0, "{err}");
+    let sat_true = json(&out)["saturation_rps"]["fitted"].as_f64().unwrap();
+    let sat = fit["saturation_rps"]["fitted"].as_f64().unwrap();
+    let sat_base = fit["saturation_rps"]["base"].as_f64().unwrap();
+    eprintln!("saturation: truth {sat_true:.2}, fitted {sat:.2} ({:+.1} %), base {sat_base:.2} ({:+.1} %), ci {}",
+        (sat / sat_true - 1.0) * 100.0, (sat_base / sat_true - 1.0) * 100.0, fit["saturation_rps"]["ci95"]);
+    assert!(
+        (sat / sat_true - 1.0).abs() <= 0.10,
+        "saturation {sat} vs truth {sat_true}"
+    );
+    // The check has teeth: the unfitted profile misses the truth by more.
+    assert!(
+        (sat_base / sat_true - 1.0).abs() > 0.10,
+        "base {sat_base} vs truth {sat_true}"
+    );
+    for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
+        let (o, b) = (
+            ho["observed"][m].as_f64().unwrap(),
+            ho["base"][m].as_f64().unwrap(),
+        );
+        assert!(
+            (b / o - 1.0).abs() > 0.10,
+            "the base already predicts {m}: {b} vs {o}"
+        );
+    }
+    // The written profile is a server profile with the fitted values.
+    let text = std::fs::read_to_string(&fitted).unwrap();
+    assert!(
+        text.starts_with("# Fitted by `qsim calibrate server"),
+        "{text}"
+    );
+    let v: toml::Value = toml::from_str(&text).unwrap();
+    let be = fit["coefficients"][0]["fit"].as_f64().unwrap();
+    assert_eq!(
+        fit["coefficients"][0]["name"],
+        "iteration.bandwidth_efficiency"
+    );
+    let got = v["iteration"]["bandwidth_efficiency"].as_float().unwrap();
+    assert!((got - be).abs() < 1e-5, "{got} vs {be}");
+    let (code, _, err) = qsim(
+        &[
+            "calibrate",
+            "server",
+            "--profile",
+            &fitted,
+            "--fit",
+            "none",
+            &files[3],
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 0, "{err}");
+    // Deterministic: the same inputs give the same bytes.
+    let args = [
+        "calibrate",
+        "server",
+        "--profile",
+        BASE,
+        &files[0],
+        &files[1],
+        "--reps",
+        "2",
+        "--max-evals",
+        "40",
+        "--bootstrap",
+        "2",
+        "--format",
+        "json",
+    ];
+    let a = qsim(&args, Duration::from_secs(120));
+    let b = qsim(&args, Duration::from_secs(120));
+    assert_eq!(a.0, 0, "{}", a.2);
+    assert_eq!(a.1, b.1);
+}
+
+fn good_bench() -> Value {
+    serde_json::json!({
+        "request_rate": 4.0, "burstiness": 1.0, "max_concurrency": null, "completed": 3,
+        "mean_ttft_ms": 30.0, "mean_itl_ms": 12.0, "mean_e2el_ms": 800.0, "mean_tpot_ms": 12.0,
+        "total_input_tokens": 1500, "total_output_tokens": 180,
+        "input_lens": [400, 500, 600], "output_lens": [50, 60, 70],
+        "ttfts": [0.03, 0.03, 0.03], "itls": [[0.012, 0.012], [0.012], [0.012]],
+        "errors": ["", "", ""]
+    })
+}
+
+#[test]
+fn bad_benchmark_files_exit_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("fitted.toml");
+    let case = |name: &str, edit: &dyn Fn(&mut Value), text: Option<&str>, want: &str| {
+        let mut v = good_bench();
+        edit(&mut v);
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(
+            &f,
+            text.map(str::to_string).unwrap_or_else(|| v.to_string()),
+        )
+        .unwrap();
+        let fs = f.to_str().unwrap();
+        let (code, stdout, err) = qsim(
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                fs,
+                "--reps",
+                "1",
+                "--max-evals",
+                "5",
+                "--bootstrap",
+                "0",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, 2, "{name}: {err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("qsim: {fs}: {want}")),
+            "{name}: {err}"
+        );
+        assert!(stdout.is_empty() && !out.exists(), "{name}");
+    };
+    case(
+        "good-but-unparsable",
+        &|_| {},
+        Some("{\"request_rate\": "),
+        "not JSON",
+    );
+    case(
+        "missing-itl",
+        &|v| {
+            v.as_object_mut().unwrap().remove("mean_itl_ms");
+        },
+        None,
+        "mean_itl_ms: missing",
+    );
+    case(
+        "rate-text",
+        &|v| v["request_rate"] = "fast".into(),
+        None,
+        "request_rate: must be a rate",
+    );
+    case(
+        "rate-zero",
+        &|v| v["request_rate"] = 0.into(),
+        None,
+        "request_rate: must be a rate",
+    );
+    case(
+        "gamma",
+        &|v| v["burstiness"] = 0.5.into(),
+        None,
+        "burstiness: only 1.0",
+    );
+    case(
+        "capped",
+        &|v| v["max_concurrency"] = 8.into(),
+        None,
+        "max_concurrency:",
+    );
+    case(
+        "short-outputs",
+        &|v| v["output_lens"] = serde_json::json!([50, 60]),
+        None,
+        "output_lens: has 2 items",
+    );
+    case(
+        "bad-len",
+        &|v| v["input_lens"][1] = (-5).into(),
+        None,
+        "input_lens.1: must be a token count",
+    );
+    case(
+        "bad-itl",
+        &|v| v["itls"][0][1] = "x".into(),
+        None,
+        "itls.0.1: must be seconds",
+    );
+    case(
+        "no-ttft",
+        &|v| v["mean_ttft_ms"] = 0.into(),
+        None,
+        "mean_ttft_ms: must be > 0",
+    );
+    case(
+        "all-failed",
+        &|v| v["errors"] = serde_json::json!(["boom", "boom", "boom"]),
+        None,
+        "output_lens: no successful request",
+    );
+    // a bad --fit: exit 2 naming it
+    let f = dir.path().join("ok.json");
+    std::fs::write(&f, good_bench().to_string()).unwrap();
+    for (fit, want) in [
+        ("warp_factor", "iteration.warp_factor: absent"),
+        (
+            "scheduler.max_num_seqs",
+            "--fit: --fit: scheduler.max_num_seqs: not a fittable real coefficient",
+        ),
+    ] {
+        let (code, _, err) = qsim(
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                f.to_str().unwrap(),
+                "--fit",
+                fit,
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, 2, "{fit}: {err}");
+        assert!(err.contains(want), "{fit}: {err}");
+    }
+}
