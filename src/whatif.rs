@@ -107,7 +107,10 @@ pub fn columns(rs: &[Record]) -> Vec<NamedColumn> {
         NamedColumn::new("wait_ns", u(&|r| r.wait_ns)),
         NamedColumn::new("retry_after_ms", u(&|r| r.retry_after_ms)),
         NamedColumn::new("status", u32s(&|r| Some(r.status as u32))),
-        NamedColumn::new("upstream_status", u32s(&|r| r.upstream_status.map(u32::from))),
+        NamedColumn::new(
+            "upstream_status",
+            u32s(&|r| r.upstream_status.map(u32::from)),
+        ),
         NamedColumn::new("ttft_ns", u(&|r| r.ttft_ns)),
         NamedColumn::new("end_ns", u(&|r| r.end_ns)),
         NamedColumn::new("usage_input", u(&|r| opt_u(r.usage_input))),
@@ -211,7 +214,11 @@ fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
 pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
     let d = dir.display().to_string();
     if !dir.is_dir() {
-        return Err(ConfigError::new("--log", "", format!("{d}: not a directory")));
+        return Err(ConfigError::new(
+            "--log",
+            "",
+            format!("{d}: not a directory"),
+        ));
     }
     let files = qsim_live::record::files(dir)
         .map_err(|e| ConfigError::new("--log", "", format!("{d}: {e}")))?;
@@ -234,10 +241,7 @@ pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
                 if l.trim().is_empty() {
                     continue;
                 }
-                out.push(
-                    serde_json::from_str(l)
-                        .map_err(|e| bad(format!("line {}: {e}", i + 1)))?,
-                );
+                out.push(serde_json::from_str(l).map_err(|e| bad(format!("line {}: {e}", i + 1)))?);
             }
         }
     }
@@ -249,9 +253,11 @@ pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
 /// `FROM..TO` in ns (either side optional).
 fn parse_window(s: &str) -> Result<(Option<Nanos>, Option<Nanos>), ConfigError> {
     let bad = |r: String| ConfigError::new("--window", "", r);
-    let (a, b) = s
-        .split_once("..")
-        .ok_or_else(|| bad(format!("expected FROM..TO (seconds, e.g. 60..180), got {s:?}")))?;
+    let (a, b) = s.split_once("..").ok_or_else(|| {
+        bad(format!(
+            "expected FROM..TO (seconds, e.g. 60..180), got {s:?}"
+        ))
+    })?;
     let one = |x: &str| -> Result<Option<Nanos>, ConfigError> {
         let x = x.trim();
         if x.is_empty() {
@@ -508,7 +514,11 @@ pub fn replay(
     #[derive(Clone, Copy)]
     enum Ev {
         Complete(qsim_core::limiter::admission::Grant, u64),
-        Attempt { chain: usize, k: usize, since: Nanos },
+        Attempt {
+            chain: usize,
+            k: usize,
+            since: Nanos,
+        },
     }
     let mut evs: Vec<Ev> = Vec::new();
     let mut heap: BinaryHeap<Reverse<(Nanos, u8, usize)>> = BinaryHeap::new();
@@ -590,8 +600,7 @@ pub fn replay(
                                     continue;
                                 }
                                 // the hint the proxy gives: whole milliseconds
-                                t + retry_at.saturating_sub(t).div_ceil(1_000_000) * 1_000_000
-                                    + lag
+                                t + retry_at.saturating_sub(t).div_ceil(1_000_000) * 1_000_000 + lag
                             } else {
                                 t + lag
                             };
@@ -639,7 +648,12 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
             let _ = writeln!(
                 s,
                 "{:<10} {:>6}  {:>17}  {:>17}  {:>17}  {:>15}",
-                "consumer", "minute", "offered obs/what", "admitted obs/what", "rejected obs/what", "waited obs/what"
+                "consumer",
+                "minute",
+                "offered obs/what",
+                "admitted obs/what",
+                "rejected obs/what",
+                "waited obs/what"
             );
             let mut totals: BTreeMap<usize, (Counts, Counts)> = BTreeMap::new();
             for (&(c, m), (ob, wi)) in &o.table {
@@ -743,7 +757,11 @@ fn table_columns(o: &Outcome) -> Vec<NamedColumn> {
     vec![
         NamedColumn::new(
             "consumer",
-            Values::Str(rows.iter().map(|(k, _)| Some(o.consumers[k.0].clone())).collect()),
+            Values::Str(
+                rows.iter()
+                    .map(|(k, _)| Some(o.consumers[k.0].clone()))
+                    .collect(),
+            ),
         ),
         NamedColumn::new(
             "minute",
@@ -768,7 +786,8 @@ fn load_policy(path: &Path) -> Result<(Params, Vec<OnLimit>), ConfigError> {
     };
     let cfg = crate::proxy::load(&args).map_err(|e| crate::cli::name_fields(e, Some(path), &[]))?;
     let f = path.display().to_string();
-    let mut p = Params::new(cfg.limiter.clone()).map_err(|r| ConfigError::new(&f, "deployment", r))?;
+    let mut p =
+        Params::new(cfg.limiter.clone()).map_err(|r| ConfigError::new(&f, "deployment", r))?;
     if let Some(l) = cfg.lease {
         p = p
             .with_lease(l)
@@ -801,7 +820,10 @@ pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
             return Err(ConfigError::new(
                 "--out",
                 "",
-                format!("{}: exists (use --force)", stem.with_extension("csv").display()),
+                format!(
+                    "{}: exists (use --force)",
+                    stem.with_extension("csv").display()
+                ),
             )
             .into());
         }
@@ -826,7 +848,11 @@ fn plot(o: &Outcome, dir: &Path) -> Result<(), CliError> {
                 .iter()
                 .filter(|(k, _)| k.0 == c)
                 .map(|(k, v)| {
-                    let x = if which == 0 { v.0.admitted } else { v.1.admitted };
+                    let x = if which == 0 {
+                        v.0.admitted
+                    } else {
+                        v.1.admitted
+                    };
                     (k.1 as f64, x as f64)
                 })
                 .collect();
@@ -858,10 +884,16 @@ fn plot(o: &Outcome, dir: &Path) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qsim_core::limiter::admission::{ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit};
+    use qsim_core::limiter::admission::{
+        ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit,
+    };
 
     fn params(rpm_a: Option<u64>) -> Params {
-        let _ = (ConsumerPolicy::default(), Semantics::RateLimitOnly, Unit::Rpm);
+        let _ = (
+            ConsumerPolicy::default(),
+            Semantics::RateLimitOnly,
+            Unit::Rpm,
+        );
         let mut cfg: LimiterConfig = LimiterConfig {
             capacity: 60,
             unit: Unit::Rpm,
@@ -881,7 +913,10 @@ mod tests {
 
     #[test]
     fn window_parses_and_rejects() {
-        assert_eq!(parse_window("60..180").unwrap(), (Some(60_000_000_000), Some(180_000_000_000)));
+        assert_eq!(
+            parse_window("60..180").unwrap(),
+            (Some(60_000_000_000), Some(180_000_000_000))
+        );
         assert_eq!(parse_window("1m..").unwrap(), (Some(60_000_000_000), None));
         assert!(parse_window("5").is_err());
         assert!(parse_window("9..3").is_err());

@@ -143,8 +143,12 @@ pub fn unix_ms() -> u64 {
 impl DecisionLog {
     /// Create the directory, recover stale `.tmp` files and start the writer.
     pub fn start(cfg: LogConfig, enc: Option<Encoder>) -> Result<DecisionLog, String> {
-        std::fs::create_dir_all(&cfg.dir)
-            .map_err(|e| format!("{}: cannot create the log directory: {e}", cfg.dir.display()))?;
+        std::fs::create_dir_all(&cfg.dir).map_err(|e| {
+            format!(
+                "{}: cannot create the log directory: {e}",
+                cfg.dir.display()
+            )
+        })?;
         recover(&cfg.dir)?;
         let run_unix_ms = unix_ms();
         let (tx, rx) = std::sync::mpsc::sync_channel(cfg.queue.max(1));
@@ -485,7 +489,9 @@ mod tests {
         }
         assert_eq!(last, 499);
         // a killed run's half line is cut, the rest finished
-        let stale = d.path().join(format!("{PREFIX}0000000000001-000001.jsonl.tmp"));
+        let stale = d
+            .path()
+            .join(format!("{PREFIX}0000000000001-000001.jsonl.tmp"));
         let line = serde_json::to_string(&*rec(7)).unwrap();
         std::fs::write(&stale, format!("{line}\n{{\"id\": 8, \"cons")).unwrap();
         let log = DecisionLog::start(cfg, None).unwrap();

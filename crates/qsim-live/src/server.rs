@@ -548,9 +548,7 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
             // info cost ~6 % of the 429 path's instructions
             let span = tracing::debug_span!("request", id, route = name);
             let mut rec = crate::record::Pending::new(&app, id);
-            let r = proxy(app.clone(), req, id, &mut rec)
-                .instrument(span)
-                .await;
+            let r = proxy(app.clone(), req, id, &mut rec).instrument(span).await;
             rec.answered(r.status().as_u16());
             r
         }
@@ -773,7 +771,12 @@ async fn proxy(
                 r.decided_ns = Some(decided);
                 let w = decided.saturating_sub(r.arrival_ns);
                 // admitted after a wait: held at least a (virtual) millisecond
-                r.decision = if waits && w >= 1_000_000 { "waited" } else { "admitted" }.into();
+                r.decision = if waits && w >= 1_000_000 {
+                    "waited"
+                } else {
+                    "admitted"
+                }
+                .into();
                 r.wait_ns = (r.decision == "waited").then_some(w);
             });
             g.rec = rec.rec.take();
@@ -918,7 +921,7 @@ async fn proxy(
                 "upstream_timeout",
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("the upstream did not answer within {timeout:?}"),
-            )
+            );
         }
         Ok(Err(e)) => {
             let mut msg = format!("the upstream could not be reached: {e}");
