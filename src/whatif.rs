@@ -76,10 +76,6 @@ pub struct WhatifArgs {
 
 // ---------------------------------------------------------------- the files
 
-fn opt_u(v: Option<u64>) -> Option<u64> {
-    v
-}
-
 /// The records as named columns (the Parquet file's schema).
 pub fn columns(rs: &[Record]) -> Vec<NamedColumn> {
     let u = |f: &dyn Fn(&Record) -> Option<u64>| Values::U64(rs.iter().map(f).collect());
@@ -102,8 +98,8 @@ pub fn columns(rs: &[Record]) -> Vec<NamedColumn> {
             "stream",
             Values::Bool(rs.iter().map(|r| Some(r.stream)).collect()),
         ),
-        NamedColumn::new("decision", s(&|r| Some(r.decision.clone()))),
-        NamedColumn::new("limit", s(&|r| r.limit.clone())),
+        NamedColumn::new("decision", s(&|r| Some(r.decision.to_string()))),
+        NamedColumn::new("limit", s(&|r| r.limit.as_ref().map(|x| x.to_string()))),
         NamedColumn::new("wait_ns", u(&|r| r.wait_ns)),
         NamedColumn::new("retry_after_ms", u(&|r| r.retry_after_ms)),
         NamedColumn::new("status", u32s(&|r| Some(r.status as u32))),
@@ -113,11 +109,11 @@ pub fn columns(rs: &[Record]) -> Vec<NamedColumn> {
         ),
         NamedColumn::new("ttft_ns", u(&|r| r.ttft_ns)),
         NamedColumn::new("end_ns", u(&|r| r.end_ns)),
-        NamedColumn::new("usage_input", u(&|r| opt_u(r.usage_input))),
+        NamedColumn::new("usage_input", u(&|r| r.usage_input)),
         NamedColumn::new("usage_output", u(&|r| r.usage_output)),
         NamedColumn::new("settled_output", u(&|r| r.settled_output)),
         NamedColumn::new("retry_count", u32s(&|r| r.retry_count)),
-        NamedColumn::new("error", s(&|r| r.error.clone())),
+        NamedColumn::new("error", s(&|r| r.error.as_ref().map(|x| x.to_string()))),
         NamedColumn::new("generation", u(&|r| Some(r.generation))),
     ]
 }
@@ -190,8 +186,8 @@ fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
             input_tokens: u(7)?,
             max_tokens: u(8)?,
             stream: s(9).as_deref() == Some("true"),
-            decision: s(10).unwrap_or_default(),
-            limit: s(11),
+            decision: s(10).unwrap_or_default().into(),
+            limit: s(11).map(Into::into),
             wait_ns: u(12)?,
             retry_after_ms: u(13)?,
             status: req(14)? as u16,
@@ -202,7 +198,7 @@ fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
             usage_output: u(19)?,
             settled_output: u(20)?,
             retry_count: u(21)?.map(|x| x as u32),
-            error: s(22),
+            error: s(22).map(Into::into),
             generation: req(23)?,
         });
     }
@@ -368,7 +364,7 @@ pub fn replay(
     };
     let mut idx: Vec<usize> = (0..recs.len())
         .filter(|&i| {
-            let d = recs[i].decision.as_str();
+            let d = &*recs[i].decision;
             is_denied(d) || is_admitted(d)
         })
         .collect();
@@ -433,7 +429,6 @@ pub fn replay(
             max_rc[c] = max_rc[c].max(k);
             if k >= 1 {
                 if let Some(cands) = open.get_mut(&(c, k - 1)) {
-                    let scale = r.time_scale.max(1e-9);
                     let best = cands
                         .iter()
                         .enumerate()
@@ -444,7 +439,6 @@ pub fn replay(
                             let hint = recs[pi]
                                 .retry_after_ms
                                 .map_or(0, |ms| (ms as f64 * 1e6) as Nanos);
-                            let _ = scale;
                             (pt + hint).abs_diff(t)
                         })
                         .map(|(pos, &p)| (pos, p));
@@ -926,7 +920,7 @@ mod tests {
     #[test]
     fn retries_are_replayed_as_callers() {
         // one caller denied once (hint 1000 ms), retrying 1.5 s later
-        let r = |id, t: u64, d: &str, rc, hint| Record {
+        let r = |id, t: u64, d: &'static str, rc, hint| Record {
             id,
             consumer: "A".into(),
             arrival_ns: t,

@@ -273,7 +273,7 @@ impl Tracked {
         self.guard = None;
     }
 
-    fn fail(&mut self, reason: &str) {
+    fn fail(&mut self, reason: &'static str) {
         if let Some(g) = &self.guard {
             g.app
                 .metrics
@@ -285,7 +285,7 @@ impl Tracked {
             tracing::warn!(id = g.id, reason, "response ended early");
         }
         if let Some(r) = self.guard.as_mut().and_then(|g| g.rec.as_mut()) {
-            r.error = Some(reason.to_string());
+            r.error = Some(reason.into());
         }
         self.guard = None;
     }

@@ -11,7 +11,9 @@
 //! - Parquet when the proxy is given an encoder ([`Encoder`]: the root crate
 //!   passes qsim-results' polars writer), else JSON Lines;
 //! - a file is rotated when it reaches `max_file_bytes` (Parquet: estimated
-//!   from the bytes per row of the files written so far) or `max_file_age`;
+//!   from the bytes per row of the files written so far, and at most
+//!   65,536 records: they are held in memory until the file is written) or
+//!   `max_file_age`;
 //! - every file is written under a `.tmp` name and renamed once complete
 //!   (`decisions-<start unix ms>-<seq>.parquet|jsonl`, names sort in time
 //!   order), so a reader never sees half a file; after a kill -9, a restart
@@ -25,9 +27,10 @@
 //! one rotation's worth) are lost; a graceful shutdown finishes the file.
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -59,9 +62,9 @@ pub struct Record {
     /// refused_deadline | refused_max_wait | unavailable |
     /// forwarded_unlimited (shared state down, fail open) | invalid |
     /// client_gone (left before a decision)
-    pub decision: String,
+    pub decision: Cow<'static, str>,
     /// The limit that denied (limited / refused_*).
-    pub limit: Option<String>,
+    pub limit: Option<Cow<'static, str>>,
     /// decided − arrival for a waited request.
     pub wait_ns: Option<u64>,
     /// The retry hint given with a 429 (ms, the limiter's exact retry time).
@@ -84,7 +87,7 @@ pub struct Record {
     /// number: 0 first, 1 first retry, …).
     pub retry_count: Option<u32>,
     /// Why a forwarded request failed (upstream_timeout, client_disconnect, …).
-    pub error: Option<String>,
+    pub error: Option<Cow<'static, str>>,
     /// The policy generation (1 at start, +1 per reload).
     pub generation: u64,
 }
@@ -129,6 +132,13 @@ pub struct DecisionLog {
     pub written: Arc<prometheus_client::metrics::counter::Counter>,
     pub run_unix_ms: u64,
 }
+
+/// How often the writer takes the queued records.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The most records a Parquet file holds (the writer keeps a file's records
+/// in memory until it is finished: this bounds that memory, ~300 B each).
+const MAX_PARQUET_ROWS: usize = 65_536;
 
 /// The file name prefix of finished log files.
 pub const PREFIX: &str = "decisions-";
@@ -213,34 +223,24 @@ struct Writer {
 }
 
 impl Writer {
+    /// Polls the channel every [`POLL`] instead of blocking on it: a
+    /// receiver parked in `recv` makes every `try_send` on the request path
+    /// wake it (a futex syscall and a context switch per request).
     fn run(mut self, rx: Receiver<Msg>) {
         loop {
-            let timeout = match self.opened {
-                Some(t) => self.cfg.max_file_age.saturating_sub(t.elapsed()),
-                None => Duration::from_secs(3600),
-            };
-            match rx.recv_timeout(timeout) {
-                Ok(Msg::Rec(r)) => {
-                    self.add(*r);
-                    // drain what is queued without waking per record
-                    while let Ok(m) = rx.try_recv() {
-                        match m {
-                            Msg::Rec(r) => self.add(*r),
-                            Msg::Close => {
-                                self.finish();
-                                return;
-                            }
-                        }
+            std::thread::sleep(POLL);
+            loop {
+                match rx.try_recv() {
+                    Ok(Msg::Rec(r)) => self.add(*r),
+                    Ok(Msg::Close) | Err(TryRecvError::Disconnected) => {
+                        self.finish();
+                        return;
                     }
-                    if let Some((w, ..)) = self.jsonl.as_mut() {
-                        let _ = w.flush();
-                    }
+                    Err(TryRecvError::Empty) => break,
                 }
-                Ok(Msg::Close) | Err(RecvTimeoutError::Disconnected) => {
-                    self.finish();
-                    return;
-                }
-                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if let Some((w, ..)) = self.jsonl.as_mut() {
+                let _ = w.flush();
             }
             if self
                 .opened
@@ -263,7 +263,9 @@ impl Writer {
         self.opened.get_or_insert_with(Instant::now);
         if self.enc.is_some() {
             self.buf.push(r);
-            if self.buf.len() as f64 * self.bytes_per_row >= self.cfg.max_file_bytes as f64 {
+            if self.buf.len() as f64 * self.bytes_per_row >= self.cfg.max_file_bytes as f64
+                || self.buf.len() >= MAX_PARQUET_ROWS
+            {
                 self.finish();
             }
             return;

@@ -361,7 +361,7 @@ impl Proxy {
                 );
                 metrics.registry.register(
                     "log_records_written",
-                    "Decision-log records written to finished or open files",
+                    "Decision-log records written (Parquet: in finished files; JSON Lines: in the open file too)",
                     (*l.written).clone(),
                 );
                 tracing::info!(dir = %lc.dir.display(), parquet, "decision log on");
@@ -908,7 +908,7 @@ async fn proxy(
         error(status, "upstream_error", reason, &msg)
     };
     let timeout = gen.cfg.upstream_timeout;
-    let mut failed = |reason: &str, status: StatusCode| {
+    let mut failed = |reason: &'static str, status: StatusCode| {
         if let Some(r) = guard.rec.as_mut() {
             r.error = Some(reason.into());
             r.status = status.as_u16();
