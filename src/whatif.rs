@@ -169,6 +169,8 @@ fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
     ];
     let c: Vec<&Vec<Option<String>>> = names.iter().map(|n| col(n)).collect::<Result<_, _>>()?;
     let mut out = Vec::with_capacity(n);
+    // one row across every column
+    #[allow(clippy::needless_range_loop)]
     for i in 0..n {
         let u = |k: usize| num(names[k], i, &c[k][i]);
         let req = |k: usize| -> Result<u64, String> {
@@ -744,7 +746,8 @@ fn add(a: &mut Counts, b: &Counts) {
 }
 
 fn table_columns(o: &Outcome) -> Vec<NamedColumn> {
-    let rows: Vec<(&(usize, u64), &(Counts, Counts))> = o.table.iter().collect();
+    type Row<'a> = (&'a (usize, u64), &'a (Counts, Counts));
+    let rows: Vec<Row> = o.table.iter().collect();
     let u = |f: &dyn Fn(&(Counts, Counts)) -> u64| {
         Values::U64(rows.iter().map(|(_, v)| Some(f(v))).collect())
     };

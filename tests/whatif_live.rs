@@ -114,7 +114,9 @@ fn heavy(cfg: &Path, up: &str, log: &Path) -> Value {
 }
 
 /// `qsim whatif … --format json`: (consumer, minute) → (observed, what-if) admitted.
-fn whatif(log: &Path, policy: &Path) -> (Value, BTreeMap<(String, u64), (f64, f64)>) {
+type Admitted = BTreeMap<(String, u64), (f64, f64)>;
+
+fn whatif(log: &Path, policy: &Path) -> (Value, Admitted) {
     let out = qsim()
         .args(["whatif", "--log"])
         .arg(log)

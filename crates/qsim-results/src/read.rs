@@ -48,9 +48,12 @@ pub fn read_column(path: &Path, column: &str) -> Result<Vec<String>, ResultsErro
     }
 }
 
+/// Named columns of text values (`None`: null).
+pub type TextColumns = Vec<(String, Vec<Option<String>>)>;
+
 /// Every column of a Parquet file as text (a value cast to text, `None`
 /// for a null), in the file's column order.
-pub fn read_parquet_text(path: &Path) -> Result<Vec<(String, Vec<Option<String>>)>, ResultsError> {
+pub fn read_parquet_text(path: &Path) -> Result<TextColumns, ResultsError> {
     let name = path.display().to_string();
     let df = read_frame(path, Format::Parquet).map_err(|e| ResultsError::new(&name, e))?;
     df.columns()
