@@ -76,13 +76,22 @@ THREADS=1 start_proxy fwd1 1000000000 ""
 D=$(cat "$TMP/deny.addr"); F=$(cat "$TMP/fwd.addr"); F1=$(cat "$TMP/fwd1.addr")
 CPU_PIDS=$(cat "$TMP/deny.pid") run "429 path, closed loop, 64 conns" --target "$D" --conns 64 --secs "$SECS"
 CPU_PIDS=$(cat "$TMP/fwd.pid") run "forwarded path, closed loop, 64 conns" --target "$F" --conns 64 --secs "$SECS"
-run "direct to the upstream, 1000 req/s" --target "$UP" --conns 32 --rate 1000 --secs "$SECS"
-CPU_PIDS=$(cat "$TMP/fwd.pid") run "through the proxy, 1000 req/s" --target "$F" --conns 32 --rate 1000 --secs "$SECS"
-# the latency-sized set-up: one worker thread leaves the second core to the
-# load generator and the upstream (with 2 workers on 2 shared cores, the tail
-# is the OS scheduler's, not the proxy's)
-CPU_PIDS=$(cat "$TMP/fwd1.pid") run "through the proxy (1 worker thread), 1000 req/s" --target "$F1" --conns 32 --rate 1000 --secs "$SECS"
-run "direct to the upstream again, 1000 req/s" --target "$UP" --conns 32 --rate 1000 --secs "$SECS"
+# added latency, paired: one generator sends 1,000 req/s to the upstream
+# directly and 1,000 req/s through the proxy, interleaved (connection i to
+# target i mod 2), so both see the same machine at the same moments; the
+# added latency is the difference of the two lines' percentiles
+paired() {
+  local out; out=$("$LG" load --target "$UP,$2" --conns 64 --rate 2000 --secs "$SECS" --per-target)
+  echo "$out" | sed 's/^/    /'
+  python3 - "$1" "$out" <<'PY'
+import json, sys
+d, p = [json.loads(l) for l in sys.argv[2].splitlines()]
+print(f"  {sys.argv[1]}: added latency p50 {p['p50_ms'] - d['p50_ms']:+.3f} ms, p90 {p['p90_ms'] - d['p90_ms']:+.3f} ms, p99 {p['p99_ms'] - d['p99_ms']:+.3f} ms (1,000 req/s each way)")
+PY
+}
+paired "through the proxy (2 worker threads)" "$F"
+# one worker thread leaves the second core to the generator and the upstream
+paired "through the proxy (1 worker thread)" "$F1"
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")" "$(cat "$TMP/fwd1.pid")"
 
@@ -108,6 +117,13 @@ done
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")"
 sleep 1
 echo "  log files: $(ls "$TMP/log-deny" "$TMP/log-fwd" | grep -c parquet) Parquet files, $(du -sk "$TMP/log-deny" "$TMP/log-fwd" | awk '{s+=$1} END {print s}') kB"
+echo "== drift (--profile: the haiku profile's model fed every forwarded request, 4 replicas; proxy: 1 worker thread)"
+THREADS=1 start_proxy fwdp 1000000000 'profile = "'"$PWD"'/models/databricks-claude-haiku-4-5.toml"'
+FP=$(cat "$TMP/fwdp.addr")
+CPU_PIDS=$(cat "$TMP/fwdp.pid") run "forwarded path with --profile, closed loop, 64 conns" --target "$FP" --conns 64 --secs "$SECS"
+CPU_PIDS=$(cat "$TMP/fwdp.pid") run "through the proxy with --profile (1 worker thread), 1000 req/s" --target "$FP" --conns 32 --rate 1000 --secs "$SECS"
+echo "  RSS after the runs: $(rss_mb "$(cat "$TMP/fwdp.pid")") MB"
+kill "$(cat "$TMP/fwdp.pid")"
 
 echo "== on_limit = \"wait\", consumer saturated (60/min), clients' deadline 2 s (x-stainless-timeout)"
 echo "   (a request is held when its predicted admission is within its deadline, else 429 at once)"

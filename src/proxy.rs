@@ -56,6 +56,10 @@ pub struct ProxyArgs {
     /// keys) into this directory (`[proxy.log] dir`); Parquet files.
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
+    /// The upstream's profile (kind = "hosted" or "server"): predict TTFT,
+    /// ITL, E2E and 429s for the forwarded load and flag drift on /metrics.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -84,6 +88,9 @@ struct RawProxy {
     deadline_margin_s: Option<f64>,
     upstream_ca_file: Option<PathBuf>,
     drain_timeout_s: Option<f64>,
+    /// the upstream's profile (relative to this file): drift on
+    profile: Option<PathBuf>,
+    drift: Option<RawDrift>,
     /// consumer name → its keys
     #[serde(default)]
     keys: BTreeMap<String, Vec<String>>,
@@ -113,6 +120,18 @@ struct RawLog {
 struct RawConsumerProxy {
     on_limit: Option<String>,
     max_wait_s: Option<f64>,
+}
+
+/// `[proxy.drift]`: the band, the time a drift must last, the estimator.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawDrift {
+    band: Option<[f64; 2]>,
+    for_s: Option<f64>,
+    window_s: Option<f64>,
+    min_samples: Option<i64>,
+    replicas: Option<i64>,
+    seed: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -443,6 +462,28 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         }
     };
     let log = log_config(f, args, p.log)?;
+    let profile = match (&args.profile, &p.profile) {
+        (Some(path), _) => Some((path.clone(), "--profile".to_string())),
+        (None, Some(path)) => Some((
+            match args.config.parent() {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            },
+            "proxy.profile".to_string(),
+        )),
+        (None, None) => None,
+    };
+    let drift = match profile {
+        None if p.drift.is_some() => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.drift",
+                "needs the upstream's profile (proxy.profile or --profile)",
+            ))
+        }
+        None => None,
+        Some((path, at)) => Some(drift_config(f, &path, &at, p.drift.unwrap_or_default())?),
+    };
     let cfg = ProxyConfig {
         log,
         listen,
@@ -466,6 +507,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         deadline_margin,
         upstream_ca_file,
         drain_timeout,
+        drift,
     };
     Ok(cfg)
 }
@@ -535,6 +577,105 @@ fn log_config(
         max_file_age,
         queue,
     }))
+}
+
+/// `--profile` / `proxy.profile` and `[proxy.drift]` → the shadow model's
+/// factory and the alert's settings.
+fn drift_config(
+    f: &str,
+    path: &std::path::Path,
+    at: &str,
+    raw: RawDrift,
+) -> Result<qsim_live::DriftConfig, ConfigError> {
+    use crate::serve::{load_profile, HostedBackend, Profile, ServerBackend};
+    use qsim_live::serve::Backend;
+    let profile = load_profile(path).map_err(|e| {
+        if path.exists() {
+            e
+        } else {
+            let why = format!("cannot read {}", path.display());
+            if at.starts_with("--") {
+                ConfigError::new(at, "", why)
+            } else {
+                ConfigError::new(f, at, why)
+            }
+        }
+    })?;
+    // replica k is seeded seed + k (default 1000: not `qsim serve`'s
+    // default seed, whose draws would otherwise be copied exactly)
+    let seed = raw.seed.unwrap_or(1000);
+    let (name, backend): (String, qsim_live::ShadowFactory) = match profile {
+        Profile::Hosted(p) => (
+            p.name.clone(),
+            std::sync::Arc::new(move |k| {
+                Box::new(HostedBackend::new(
+                    p.clone(),
+                    p.serve.clone(),
+                    seed.wrapping_add(k),
+                )) as Box<dyn Backend>
+            }),
+        ),
+        Profile::Server(p) => (
+            p.name.clone(),
+            std::sync::Arc::new(move |k| {
+                Box::new(ServerBackend::new(
+                    p.clone(),
+                    p.serve.clone(),
+                    seed.wrapping_add(k),
+                )) as Box<dyn Backend>
+            }),
+        ),
+    };
+    let band = raw.band.unwrap_or([0.67, 1.5]);
+    if !(band[0].is_finite()
+        && band[1].is_finite()
+        && band[0] > 0.0
+        && band[0] <= 1.0
+        && band[1] >= 1.0)
+    {
+        return Err(ConfigError::new(
+            f,
+            "proxy.drift.band",
+            format!(
+                "expected [low, high] with 0 < low <= 1 <= high, got [{}, {}]",
+                band[0], band[1]
+            ),
+        ));
+    }
+    let ns = |d: Duration| d.as_nanos() as u64;
+    let sustain = ns(pos_secs(f, "proxy.drift.for_s", raw.for_s, 60.0)?);
+    let window = ns(pos_secs(f, "proxy.drift.window_s", raw.window_s, 30.0)?);
+    let min_samples = match raw.min_samples {
+        None => 20,
+        Some(n) if (1..=1_000_000).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.drift.min_samples",
+                format!("must be in 1..=1000000, got {n}"),
+            ))
+        }
+    };
+    let replicas = match raw.replicas {
+        None => 4,
+        Some(n) if (1..=64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.drift.replicas",
+                format!("must be in 1..=64, got {n}"),
+            ))
+        }
+    };
+    Ok(qsim_live::DriftConfig {
+        profile: name,
+        backend,
+        band: (band[0], band[1]),
+        sustain,
+        window,
+        min_samples,
+        replicas,
+    })
 }
 
 /// [`load`] again on SIGHUP: the same validation, its error as one line

@@ -128,9 +128,10 @@ impl ServeSpec {
     /// prompt), so it does not depend on other requests.
     pub fn answer(&self, seed: u64, req: &GenRequest) -> (u64, u64, Finish) {
         let max = req.max_tokens.unwrap_or(self.default_max_tokens);
-        let natural = match &self.output_tokens {
-            None => max,
-            Some(s) => {
+        let natural = match (&self.output_tokens, req.output_tokens) {
+            (_, Some(n)) => n,
+            (None, None) => max,
+            (Some(s), None) => {
                 let mut r = Rng::seed_from_u64(seed ^ 0x5345_5256_455f_4f55);
                 r.set_stream(req.prompt_hash);
                 (s.sample(&mut r).round().max(1.0)) as u64
@@ -521,6 +522,7 @@ mod tests {
             input_tokens: 100,
             max_tokens: max,
             prompt_hash: hash,
+            output_tokens: None,
         }
     }
 

@@ -14,41 +14,17 @@
 //! likelihood's noise model is too tight for a systematic offset of ~10
 //! tokens that remains unexplained.
 
-#[allow(dead_code)]
 mod common;
-#[allow(dead_code)]
 #[path = "common/serve.rs"]
 mod serve_helpers;
 
 use serde_json::Value;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const TIME_SCALE: &str = "2";
 
-fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("qsim");
-    let deadline = Instant::now() + timeout;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("qsim {args:?} did not end in {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
+use serve_helpers::qsim;
 
 fn truth_profile(dir: &std::path::Path) -> String {
     let base =

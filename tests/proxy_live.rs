@@ -78,21 +78,6 @@ fn openai_sdk_through_the_proxy_non_streaming_and_streaming_with_usage() {
     // the same way but not exercised here)
 }
 
-/// Capacity 60/min with no burst: one request per second, bucket depth 1.
-const LIMITER_TIGHT: &str = r#"
-[proxy.keys]
-A = ["key-a"]
-
-[deployment]
-capacity = 60
-threshold = 1.0
-burst = 0
-semantics = "rate-limit-only"
-
-[[consumer]]
-name = "A"
-"#;
-
 const SDK_OPENAI_LIMIT: &str = r#"
 import json, os, time, openai
 c = openai.OpenAI(base_url=os.environ["PROXY"] + "/v1", api_key="key-a")
@@ -121,7 +106,7 @@ fn over_limit_openai_shape_and_the_sdk_honours_retry_after() {
     let (_up, up) = llmock(&[]);
     // 20/min: one admission every 3 s (so the second request is limited
     // even when llmock's first answer is slow)
-    let cfg = LIMITER_TIGHT.replace("capacity = 60", "capacity = 20");
+    let cfg = common::TIGHT.replace("capacity = 60", "capacity = 20");
     let (_p, url) = proxy(&dir, "tight", &up, &cfg);
     let r = python(SDK_OPENAI_LIMIT, &url, Duration::from_secs(60));
     let first = &r["first"];
@@ -181,7 +166,7 @@ fn over_limit_fmapi_shape_without_hint_and_the_sdk_backs_off_on_its_own() {
     // back before the refill even if llmock's first answer is slow
     let cfg = format!(
         "limit_shape = \"fmapi\"\n{}",
-        LIMITER_TIGHT.replace("capacity = 60", "capacity = 20")
+        common::TIGHT.replace("capacity = 60", "capacity = 20")
     );
     let (_p, url) = proxy(&dir, "fmapi", &up, &cfg);
     let r = python(SDK_FMAPI_LIMIT, &url, Duration::from_secs(60));

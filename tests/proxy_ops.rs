@@ -10,24 +10,12 @@
 
 mod common;
 use common::{
-    http, llmock, metric, metrics, proxy, proxy_config, python_env, settled, venv_bin, Proc,
+    http, llmock, metric, metrics, proxy, proxy_config, python_env, settled, venv_bin, warm, Proc,
 };
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// 60 requests per minute, no burst: one admission per second, bucket depth 1.
-const TIGHT: &str = r#"
-[deployment]
-capacity = 60
-threshold = 1.0
-burst = 0
-semantics = "rate-limit-only"
-
-[[consumer]]
-name = "A"
-"#;
 
 const SDK_WAIT: &str = r#"
 import json, os, threading, time, openai
@@ -73,26 +61,14 @@ out["on_time"] = call(1.0)
 print(json.dumps(out))
 "#;
 
-/// One request straight to llmock: its first answer is slow (Python warming
-/// up), which would shift the limiter's timeline of a test.
-fn warm(up: &str) {
-    let (st, _, _) = http(
-        up,
-        "POST",
-        "/v1/chat/completions",
-        &[("content-type", "application/json")],
-        br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#,
-    );
-    assert_eq!(st, 200);
-}
-
 #[test]
 fn waiting_consumer_is_held_in_order_and_refused_at_once_past_its_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     warm(&up);
     let cfg = format!(
-        "on_limit = \"wait\"\nmax_wait_s = 20\ndeadline_margin_s = 0.05\n[proxy.keys]\nA = [\"key-a\"]\n{TIGHT}"
+        "on_limit = \"wait\"\nmax_wait_s = 20\ndeadline_margin_s = 0.05\n{}",
+        common::TIGHT
     );
     let (_p, url) = proxy(&dir, "wait", &up, &cfg);
     let r = python_env(SDK_WAIT, &url, &[], Duration::from_secs(60));
@@ -312,11 +288,7 @@ fn sighup_reloads_the_policy_without_dropping_requests() {
     let (p, url) = proxy(&dir, "reload", &up, open);
     // the file now says 60/min without burst; read on SIGHUP
     let path = dir.path().join("reload.toml");
-    std::fs::write(
-        &path,
-        proxy_config(&up, &format!("[proxy.keys]\nA = [\"key-a\"]\n{TIGHT}")),
-    )
-    .unwrap();
+    std::fs::write(&path, proxy_config(&up, common::TIGHT)).unwrap();
     let pid = p.0.id().to_string();
     let r = python_env(
         SDK_STREAMS_ACROSS_RELOAD,

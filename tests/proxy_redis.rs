@@ -6,7 +6,7 @@
 //! Redis restarted → enforcement resumes, logged.
 
 mod common;
-use common::{free_port, venv_bin, Proc};
+use common::{free_port, redis_server as redis, venv_bin, Proc};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -23,19 +23,6 @@ fn wait_port(p: &mut Proc, port: u16, what: &str) {
         assert!(Instant::now() < deadline, "{what} did not start in 60 s");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn redis(port: u16) -> Proc {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server is missing: run scripts/live-deps.sh (scripts/test.sh does)");
-    let mut p = Proc(child);
-    wait_port(&mut p, port, "redis-server");
-    p
 }
 
 fn llmock() -> (Proc, String) {

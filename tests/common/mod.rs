@@ -234,3 +234,57 @@ pub fn settled(url: &str) -> Vec<(String, f64)> {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Start `redis-server` (Debian package) on `port`, no persistence; wait
+/// until it accepts.
+pub fn redis_server(port: u16) -> Proc {
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server is missing: run scripts/live-deps.sh (scripts/test.sh does)");
+    let mut p = Proc(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(st)) = p.0.try_wait() {
+            panic!("redis-server exited: {st}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "redis-server did not start in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    p
+}
+
+/// One request straight to llmock: its first answer is slow (Python warming
+/// up), which would shift the limiter's timeline of a test.
+pub fn warm(up: &str) {
+    let (st, _, _) = http(
+        up,
+        "POST",
+        "/v1/chat/completions",
+        &[("content-type", "application/json")],
+        br#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}],"max_tokens":8}"#,
+    );
+    assert_eq!(st, 200);
+}
+
+/// One consumer `A` (key `key-a`), 60 requests per minute, no burst: one
+/// admission per second, bucket depth 1.
+pub const TIGHT: &str = r#"
+[proxy.keys]
+A = ["key-a"]
+
+[deployment]
+capacity = 60
+threshold = 1.0
+burst = 0
+semantics = "rate-limit-only"
+
+[[consumer]]
+name = "A"
+"#;

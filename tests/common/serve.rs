@@ -43,6 +43,31 @@ pub fn serve(profile: &Path, time_scale: f64, seed: u64) -> (Proc, String) {
     (p, url)
 }
 
+/// Run `qsim ARGS`, killing it past `timeout`: (exit code, stdout, stderr).
+pub fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qsim");
+    let deadline = Instant::now() + timeout;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("qsim {args:?} did not end in {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 pub fn model(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("models")

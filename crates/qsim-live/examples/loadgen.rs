@@ -4,13 +4,17 @@
 //!   tiny hyper server answering every request with a fixed chat completion
 //!   (with `usage`), on one thread;
 //! - `loadgen load --target URL[,URL…] --conns C --secs S [--rate R] [--key K]
-//!   [--threads T] [--header NAME:VALUE]`: keep-alive HTTP/1.1 connections spread over the targets
+//!   [--threads T] [--header NAME:VALUE] [--per-target]`: keep-alive HTTP/1.1
+//!   connections spread over the targets (connection i to target i mod n)
 //!   sending `POST /v1/chat/completions`, closed loop (as fast as answers
 //!   come) or open loop at `R` requests/s in total (each connection sends at
 //!   its share of the rate; latency measured from the scheduled send time, so
 //!   queueing is counted). Prints one JSON line: requests, req/s, statuses,
 //!   latency p50/p90/p99/max in ms, and the 429 answers' alone (from their
-//!   actual send time).
+//!   actual send time). With `--per-target`, one such line per target (with
+//!   its `target`): the paired measurement of the added latency sends to the
+//!   upstream and to the proxy in alternation from the same generator, so
+//!   both see the same machine at the same moments.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -196,6 +200,7 @@ async fn load(args: &[String]) {
         let (k, v) = h.split_once(':').expect("--header NAME:VALUE");
         (k.trim().to_string(), v.trim().to_string())
     });
+    let per_target = args.iter().any(|a| a == "--per-target");
     let start = Instant::now() + Duration::from_millis(50);
     let end = start + Duration::from_secs_f64(secs);
     let interval = rate.map(|r| Duration::from_secs_f64(conns as f64 / r));
@@ -213,20 +218,45 @@ async fn load(args: &[String]) {
             ))
         })
         .collect();
+    let took = |_: ()| (Instant::now().min(end + Duration::from_secs(5)) - start).as_secs_f64();
+    let mut outs = Vec::new();
+    for h in hs {
+        outs.push(h.await.unwrap());
+    }
+    let took = took(());
+    if per_target {
+        // one line per target, each over the connections it had (i % n)
+        for (t, name) in targets.iter().enumerate() {
+            let mine = outs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i % targets.len() == t)
+                .map(|(_, o)| o);
+            println!("{}", summary(mine, took, secs, Some(name)));
+        }
+    } else {
+        println!("{}", summary(outs.iter(), took, secs, None));
+    }
+}
+
+fn summary<'a>(
+    outs: impl Iterator<Item = &'a Out>,
+    took: f64,
+    secs: f64,
+    target: Option<&str>,
+) -> String {
     let mut lat = Vec::new();
     let mut lat429 = Vec::new();
     let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
     let mut errors = 0;
-    for h in hs {
-        let o = h.await.unwrap();
-        lat.extend(o.lat_us);
-        lat429.extend(o.lat_429_us);
-        for (k, v) in o.statuses {
-            *statuses.entry(k).or_default() += v;
+    for o in outs {
+        lat.extend_from_slice(&o.lat_us);
+        lat429.extend_from_slice(&o.lat_429_us);
+        for (k, v) in &o.statuses {
+            *statuses.entry(*k).or_default() += v;
         }
         errors += o.errors;
     }
-    let took = (Instant::now().min(end + Duration::from_secs(5)) - start).as_secs_f64();
     lat.sort_unstable();
     lat429.sort_unstable();
     let quantile = |lat: &[u64], p: f64| {
@@ -242,8 +272,9 @@ async fn load(args: &[String]) {
         .iter()
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect();
-    println!(
-        "{{\"requests\":{},\"rps\":{:.0},\"statuses\":{{{}}},\"errors\":{errors},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p50_429_ms\":{:.3},\"p99_429_ms\":{:.3},\"max_429_ms\":{:.3}}}",
+    let target = target.map_or(String::new(), |t| format!("\"target\":\"{t}\","));
+    format!(
+        "{{{target}\"requests\":{},\"rps\":{:.0},\"statuses\":{{{}}},\"errors\":{errors},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p50_429_ms\":{:.3},\"p99_429_ms\":{:.3},\"max_429_ms\":{:.3}}}",
         lat.len(),
         lat.len() as f64 / took.max(secs),
         st.join(","),
@@ -254,5 +285,5 @@ async fn load(args: &[String]) {
         q429(0.5),
         q429(0.99),
         q429(1.0)
-    );
+    )
 }

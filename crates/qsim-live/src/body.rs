@@ -47,6 +47,8 @@ pub struct Settle {
     pub rec: Option<Box<crate::record::Record>>,
     /// The core's time of the admission decision.
     pub decided: qsim_core::time::Nanos,
+    /// Set when the request is sent upstream if `--profile` is on (drift.rs).
+    pub drift: Option<crate::drift::Track>,
 }
 
 impl Settle {
@@ -70,6 +72,7 @@ impl Settle {
             usage: None,
             partial: 0,
             first_byte: false,
+            drift: None,
             rec: None,
             decided: 0,
         }
@@ -88,6 +91,9 @@ impl Settle {
     fn on_first_byte(&mut self) {
         if !self.first_byte {
             self.first_byte = true;
+            if let Some(t) = &mut self.drift {
+                t.first = Some(self.app.now());
+            }
             self.app
                 .metrics
                 .ttft
@@ -103,6 +109,9 @@ impl Drop for Settle {
     fn drop(&mut self) {
         let out = self.usage.unwrap_or(self.partial);
         let app = &self.app;
+        if let (Some(d), Some(t)) = (&app.drift, &self.drift) {
+            d.end_request(self.id, t, app.now(), out);
+        }
         let m = &app.metrics;
         m.in_flight.dec();
         m.latency.observe(self.arrived.elapsed().as_secs_f64());

@@ -7,6 +7,7 @@
 use qsim_core::time::{Nanos, NEVER};
 use std::time::{Duration, Instant};
 
+#[derive(Clone, Copy)]
 pub struct Clock {
     start: Instant,
     /// The core's time at `start` (0 in-process; the shared epoch's offset

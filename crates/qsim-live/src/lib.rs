@@ -21,6 +21,7 @@
 
 mod body;
 mod clock;
+pub mod drift;
 pub mod estimate;
 pub mod load;
 mod metrics;
@@ -33,6 +34,7 @@ mod store;
 pub mod tls;
 mod wait;
 
+pub use drift::{DriftConfig, ShadowFactory};
 pub use hyper::Uri;
 pub use server::Proxy;
 pub use store::{FailMode, StateBackend};
@@ -128,6 +130,8 @@ pub struct ProxyConfig {
     pub drain_timeout: Duration,
     /// The decision log (`None`: off).
     pub log: Option<record::LogConfig>,
+    /// `--profile`: predict the upstream from its profile and flag drift.
+    pub drift: Option<DriftConfig>,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -157,6 +161,7 @@ impl fmt::Debug for ProxyConfig {
             .field("upstream_ca_file", &self.upstream_ca_file)
             .field("drain_timeout", &self.drain_timeout)
             .field("log", &self.log)
+            .field("drift", &self.drift)
             .finish()
     }
 }

@@ -63,6 +63,9 @@ pub struct GenRequest {
     /// FNV-1a of the prompt's JSON text: the same prompt gets the same
     /// answer length (temperature 0), whatever else differs.
     pub prompt_hash: u64,
+    /// The answer's length when it is already known (the proxy's drift
+    /// shadow replays what the upstream produced); `None`: the model decides.
+    pub output_tokens: Option<u64>,
 }
 
 /// Why an answer ended.
@@ -477,6 +480,13 @@ pub fn input_tokens(body: &Value) -> u64 {
     }
 }
 
+/// FNV-1a of the prompt's JSON text (`messages`, else `prompt`), as
+/// [`GenRequest::prompt_hash`] (for the proxy's drift shadow).
+pub fn prompt_hash(body: &Value) -> u64 {
+    let prompt = body.get("messages").or_else(|| body.get("prompt"));
+    fnv1a(prompt.map(|p| p.to_string()).unwrap_or_default().as_bytes())
+}
+
 /// The parsed parts of a generation request.
 struct Parsed {
     api: Api,
@@ -628,6 +638,7 @@ fn parse(
             input_tokens: input_tokens(body),
             max_tokens,
             prompt_hash,
+            output_tokens: None,
         },
     })
 }

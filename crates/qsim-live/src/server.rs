@@ -119,6 +119,8 @@ pub struct App {
     /// The decision log (`[proxy] log`), written off the request path.
     pub log: Option<Arc<crate::record::DecisionLog>>,
     pub time_scale: f64,
+    /// `--profile`: the shadow model's channel (drift.rs).
+    pub drift: Option<crate::drift::Drift>,
 }
 
 impl App {
@@ -348,7 +350,16 @@ impl Proxy {
                 (Store::Redis(r), wall as Nanos)
             }
         };
+        let clock = Clock::new(base, gen.cfg.time_scale);
         let mut metrics = Metrics::new();
+        let drift = match &gen.cfg.drift {
+            Some(d) => Some(crate::drift::Drift::start(
+                d.clone(),
+                clock,
+                &mut metrics.registry,
+            )?),
+            None => None,
+        };
         let log = match &gen.cfg.log {
             None => None,
             Some(lc) => {
@@ -371,7 +382,7 @@ impl Proxy {
         let app = Arc::new(App {
             gen: RwLock::new(gen.clone()),
             store,
-            clock: Clock::new(base, gen.cfg.time_scale),
+            clock,
             metrics,
             log,
             time_scale: gen.cfg.time_scale,
@@ -380,6 +391,7 @@ impl Proxy {
             waits: Waits::default(),
             pending_writes: AtomicUsize::new(0),
             reload: self.reload,
+            drift,
         });
         app.metrics.generation.set(1);
         println!("qsim proxy: listening on http://{addr}");
@@ -908,6 +920,15 @@ async fn proxy(
         error(status, "upstream_error", reason, &msg)
     };
     let timeout = gen.cfg.upstream_timeout;
+    if let Some(d) = &app.drift {
+        let req = crate::serve::GenRequest {
+            input_tokens,
+            max_tokens: Some(max_tokens),
+            prompt_hash: crate::serve::prompt_hash(&body),
+            output_tokens: None,
+        };
+        guard.drift = Some(d.start_request(id, app.now(), req));
+    }
     let mut failed = |reason: &'static str, status: StatusCode| {
         if let Some(r) = guard.rec.as_mut() {
             r.error = Some(reason.into());
@@ -939,6 +960,9 @@ async fn proxy(
     if let Some(r) = guard.rec.as_mut() {
         r.status = status.as_u16();
         r.upstream_status = Some(status.as_u16());
+    }
+    if let Some(t) = &mut guard.drift {
+        t.status = status.as_u16();
     }
     app.metrics
         .upstream_status
