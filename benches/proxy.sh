@@ -6,7 +6,8 @@
 # generator (the same example): the 429 path and the forwarded path at full
 # speed (closed loop), the added latency at 1,000 req/s (open loop, latency
 # from the scheduled send time: direct vs through the proxy), the proxy's
-# RSS, its CPU time per request; then `on_limit = "wait"` with clients'
+# RSS, its CPU time per request; then the decision log's cost (the 429
+# and forwarded paths with the log on vs off); then `on_limit = "wait"` with clients'
 # deadlines shorter than the wait (how fast the refusals come back: the 429
 # latency from the actual send); then the same through 3 replicas sharing
 # one redis-server.
@@ -94,6 +95,28 @@ paired "through the proxy (1 worker thread)" "$F1"
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")" "$(cat "$TMP/fwd1.pid")"
 
+echo "== the decision log's cost ([proxy.log]: one Parquet record per request, written off the request path)"
+THREADS=2 start_proxy denylog 1 "[proxy.log]
+dir = \"$TMP/log-deny\""
+THREADS=2 start_proxy fwdlog 1000000000 "[proxy.log]
+dir = \"$TMP/log-fwd\""
+THREADS=2 start_proxy deny 1 ""
+THREADS=2 start_proxy fwd 1000000000 ""
+for kind in deny fwd; do
+  for log in "" log; do
+    name=$kind$log; A=$(cat "$TMP/$name.addr")
+    label=$([ "$kind" = deny ] && echo "429 path" || echo "forwarded path")
+    CPU_PIDS=$(cat "$TMP/$name.pid") run "$label, log $([ -n "$log" ] && echo on || echo off), closed loop, 64 conns" --target "$A" --conns 64 --secs "$SECS"
+  done
+done
+for name in denylog fwdlog; do
+  A=$(cat "$TMP/$name.addr")
+  echo "  $name: $(curl -s "http://$A/metrics" | grep -E '^qsim_proxy_log_records_(written|dropped)_total' | tr '\n' ' ')"
+  kill "$(cat "$TMP/$name.pid")"
+done
+kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")"
+sleep 1
+echo "  log files: $(ls "$TMP/log-deny" "$TMP/log-fwd" | grep -c parquet) Parquet files, $(du -sk "$TMP/log-deny" "$TMP/log-fwd" | awk '{s+=$1} END {print s}') kB"
 echo "== drift (--profile: the haiku profile's model fed every forwarded request, 4 replicas; proxy: 1 worker thread)"
 THREADS=1 start_proxy fwdp 1000000000 'profile = "'"$PWD"'/models/databricks-claude-haiku-4-5.toml"'
 FP=$(cat "$TMP/fwdp.addr")

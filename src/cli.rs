@@ -196,6 +196,13 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::load::LoadArgs,
     },
+    /// Replay a `qsim proxy` decision log through the limiter under a
+    /// proposed policy: per consumer and minute, admitted / rejected /
+    /// waited beside what was observed.
+    Whatif {
+        #[command(flatten)]
+        args: crate::whatif::WhatifArgs,
+    },
     /// Run a hosted experiment's client side for real against an endpoint
     /// (the same caller state machines as the simulation), log every HTTP
     /// attempt and write the summary records `qsim run` writes.
@@ -403,10 +410,12 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             let file = args.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?
-                .with_reload(Box::new(move || crate::proxy::reload(&args)));
+                .with_reload(Box::new(move || crate::proxy::reload(&args)))
+                .with_log_encoder(crate::whatif::encoder());
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::serve::run(&args),
+        Cmd::Whatif { args } => crate::whatif::run_cli(&args),
         Cmd::Load { args } => {
             check_out(args.out.as_deref(), args.force)?;
             let text = crate::load::run_cli(&args)?;

@@ -38,6 +38,7 @@ pub mod serve;
 pub mod server;
 pub mod sweep;
 pub mod work;
+pub mod whatif;
 pub mod workload;
 
 // The I/O-free core, re-exported under the paths the simulator has always used.

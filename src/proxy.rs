@@ -52,6 +52,10 @@ pub struct ProxyArgs {
     /// than real time (in (0, 100]; default 1). Pair with `qsim load --time-scale X`.
     #[arg(long, allow_negative_numbers = true)]
     pub time_scale: Option<f64>,
+    /// Write the decision log (one record per request, no prompt text or
+    /// keys) into this directory (`[proxy.log] dir`); Parquet files.
+    #[arg(long)]
+    pub log_dir: Option<PathBuf>,
     /// The upstream's profile (kind = "hosted" or "server"): predict TTFT,
     /// ITL, E2E and 429s for the forwarded load and flag drift on /metrics.
     #[arg(long)]
@@ -93,6 +97,22 @@ struct RawProxy {
     /// consumer name → its own on_limit / max_wait_s
     #[serde(default)]
     consumers: BTreeMap<String, RawConsumerProxy>,
+    /// the decision log
+    log: Option<RawLog>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    dir: Option<PathBuf>,
+    /// a file is finished at this size (default 64)
+    max_file_mb: Option<f64>,
+    /// the oldest files are deleted beyond this total (default 1024)
+    max_total_mb: Option<f64>,
+    /// a file is finished at the latest this long after its first record (default 60)
+    max_file_age_s: Option<f64>,
+    /// records waiting for the writer before new ones are dropped (default 65536)
+    queue: Option<i64>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -441,6 +461,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
             Some(path)
         }
     };
+    let log = log_config(f, args, p.log)?;
     let profile = match (&args.profile, &p.profile) {
         (Some(path), _) => Some((path.clone(), "--profile".to_string())),
         (None, Some(path)) => Some((
@@ -464,6 +485,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         Some((path, at)) => Some(drift_config(f, &path, &at, p.drift.unwrap_or_default())?),
     };
     let cfg = ProxyConfig {
+        log,
         listen,
         upstream: up,
         credential,
@@ -488,6 +510,73 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         drift,
     };
     Ok(cfg)
+}
+
+/// `[proxy.log]` and `--log-dir` (the flag wins for the directory; a
+/// relative `dir` is relative to the config file).
+fn log_config(
+    f: &str,
+    args: &ProxyArgs,
+    raw: Option<RawLog>,
+) -> Result<Option<qsim_live::record::LogConfig>, ConfigError> {
+    let raw = match (raw, &args.log_dir) {
+        (None, None) => return Ok(None),
+        (r, _) => r.unwrap_or_default(),
+    };
+    let dir = match (&args.log_dir, &raw.dir) {
+        (Some(d), _) => d.clone(),
+        (None, Some(d)) => match args.config.parent() {
+            Some(p) if d.is_relative() => p.join(d),
+            _ => d.clone(),
+        },
+        (None, None) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.log.dir",
+                "missing (or give --log-dir)",
+            ))
+        }
+    };
+    let mb = |field: &str, v: Option<f64>, default: f64| {
+        let x = v.unwrap_or(default);
+        if x.is_finite() && x > 0.0 && x <= 1e7 {
+            Ok((x * 1e6) as u64)
+        } else {
+            Err(ConfigError::new(
+                f,
+                field,
+                format!("must be in (0, 1e7] MB, got {x}"),
+            ))
+        }
+    };
+    let max_file_bytes = mb("proxy.log.max_file_mb", raw.max_file_mb, 64.0)?;
+    let max_total_bytes = mb("proxy.log.max_total_mb", raw.max_total_mb, 1024.0)?;
+    if max_total_bytes < max_file_bytes {
+        return Err(ConfigError::new(
+            f,
+            "proxy.log.max_total_mb",
+            "must be at least max_file_mb",
+        ));
+    }
+    let max_file_age = pos_secs(f, "proxy.log.max_file_age_s", raw.max_file_age_s, 60.0)?;
+    let queue = match raw.queue {
+        None => 65_536,
+        Some(q) if (1..=(1 << 24)).contains(&q) => q as usize,
+        Some(q) => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.log.queue",
+                format!("must be in 1..=16777216, got {q}"),
+            ))
+        }
+    };
+    Ok(Some(qsim_live::record::LogConfig {
+        dir,
+        max_file_bytes,
+        max_total_bytes,
+        max_file_age,
+        queue,
+    }))
 }
 
 /// `--profile` / `proxy.profile` and `[proxy.drift]` → the shadow model's

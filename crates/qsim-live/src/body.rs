@@ -42,6 +42,11 @@ pub struct Settle {
     /// Output seen so far without a usage (streamed content chunks).
     pub partial: u64,
     pub first_byte: bool,
+    /// The decision log's record (when the log is on), completed and
+    /// handed to the log writer when the request is settled.
+    pub rec: Option<Box<crate::record::Record>>,
+    /// The core's time of the admission decision.
+    pub decided: qsim_core::time::Nanos,
     /// Set when the request is sent upstream if `--profile` is on (drift.rs).
     pub drift: Option<crate::drift::Track>,
 }
@@ -68,6 +73,16 @@ impl Settle {
             partial: 0,
             first_byte: false,
             drift: None,
+            rec: None,
+            decided: 0,
+        }
+    }
+    fn note_prompt_tokens(&mut self, v: &serde_json::Value) {
+        if let Some(r) = self.rec.as_mut() {
+            r.usage_input = v
+                .get("usage")
+                .and_then(|u| u.get("prompt_tokens"))
+                .and_then(|n| n.as_u64());
         }
     }
     pub fn has_grant(&self) -> bool {
@@ -83,6 +98,9 @@ impl Settle {
                 .metrics
                 .ttft
                 .observe(self.arrived.elapsed().as_secs_f64());
+            if let Some(r) = self.rec.as_mut() {
+                r.ttft_ns = Some(self.app.now().saturating_sub(r.arrival_ns));
+            }
         }
     }
 }
@@ -97,6 +115,12 @@ impl Drop for Settle {
         let m = &app.metrics;
         m.in_flight.dec();
         m.latency.observe(self.arrived.elapsed().as_secs_f64());
+        if let (Some(mut r), Some(log)) = (self.rec.take(), app.log.as_ref()) {
+            r.end_ns = Some(app.now());
+            r.settled_output = self.grant.map(|_| out);
+            r.usage_output = self.usage;
+            log.push(r);
+        }
         let Some(grant) = self.grant else {
             return;
         };
@@ -235,6 +259,7 @@ impl Tracked {
                         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) {
                             if let Some(n) = completion_tokens(&v) {
                                 g.usage = Some(n);
+                                g.note_prompt_tokens(&v);
                                 continue;
                             }
                         }
@@ -251,12 +276,13 @@ impl Tracked {
         if let (Scan::Json(buf), Some(g)) = (&self.scan, self.guard.as_mut()) {
             if let Ok(v) = serde_json::from_slice::<serde_json::Value>(buf) {
                 g.usage = completion_tokens(&v);
+                g.note_prompt_tokens(&v);
             }
         }
         self.guard = None;
     }
 
-    fn fail(&mut self, reason: &str) {
+    fn fail(&mut self, reason: &'static str) {
         if let Some(g) = &self.guard {
             g.app
                 .metrics
@@ -266,6 +292,9 @@ impl Tracked {
                 })
                 .inc();
             tracing::warn!(id = g.id, reason, "response ended early");
+        }
+        if let Some(r) = self.guard.as_mut().and_then(|g| g.rec.as_mut()) {
+            r.error = Some(reason.into());
         }
         self.guard = None;
     }

@@ -26,6 +26,7 @@ pub mod drift;
 pub mod estimate;
 pub mod load;
 mod metrics;
+pub mod record;
 mod reload;
 pub mod replay;
 pub mod serve;
@@ -128,6 +129,8 @@ pub struct ProxyConfig {
     pub upstream_ca_file: Option<PathBuf>,
     /// On SIGTERM/SIGINT: how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
+    /// The decision log (`None`: off).
+    pub log: Option<record::LogConfig>,
     /// `--profile`: predict the upstream from its profile and flag drift.
     pub drift: Option<DriftConfig>,
 }
@@ -158,6 +161,7 @@ impl fmt::Debug for ProxyConfig {
             .field("deadline_margin", &self.deadline_margin)
             .field("upstream_ca_file", &self.upstream_ca_file)
             .field("drain_timeout", &self.drain_timeout)
+            .field("log", &self.log)
             .field("drift", &self.drift)
             .finish()
     }

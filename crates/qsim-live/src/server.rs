@@ -116,6 +116,9 @@ pub struct App {
     /// Completions being written to the shared state (awaited at shutdown).
     pub pending_writes: AtomicUsize,
     pub reload: Option<Reloader>,
+    /// The decision log (`[proxy] log`), written off the request path.
+    pub log: Option<Arc<crate::record::DecisionLog>>,
+    pub time_scale: f64,
     /// `--profile`: the shadow model's channel (drift.rs).
     pub drift: Option<crate::drift::Drift>,
 }
@@ -190,7 +193,9 @@ pub async fn decide_once(
                 Decision::Admit(g) => {
                     let cur = cur.clone();
                     drop(l);
-                    Outcome::Admit(Settle::new(app.clone(), cur, Some(g), arrived, id))
+                    let mut s = Settle::new(app.clone(), cur, Some(g), arrived, id);
+                    s.decided = now;
+                    Outcome::Admit(s)
                 }
                 Decision::Deny { limit, retry_at } => Outcome::Deny {
                     limit,
@@ -211,7 +216,9 @@ pub async fn decide_once(
                 let (d, now) = r.decide(&g.params, &|| a.now(), &req).await?;
                 Ok(match d {
                     Decision::Admit(gr) => {
-                        Outcome::Admit(Settle::new(a.clone(), g.clone(), Some(gr), arrived, id))
+                        let mut s = Settle::new(a.clone(), g.clone(), Some(gr), arrived, id);
+                        s.decided = now;
+                        Outcome::Admit(s)
                     }
                     Decision::Deny { limit, retry_at } => Outcome::Deny {
                         limit,
@@ -252,6 +259,7 @@ pub struct Proxy {
     params: Arc<Params>,
     connector: Connector,
     reload: Option<Reloader>,
+    encoder: Option<crate::record::Encoder>,
 }
 
 impl Proxy {
@@ -268,6 +276,7 @@ impl Proxy {
             params,
             connector,
             reload: None,
+            encoder: None,
         })
     }
 
@@ -275,6 +284,12 @@ impl Proxy {
     /// and put it in force (see `reload.rs`).
     pub fn with_reload(mut self, f: Reloader) -> Proxy {
         self.reload = Some(f);
+        self
+    }
+
+    /// Write the decision log as Parquet with this encoder (else JSON Lines).
+    pub fn with_log_encoder(mut self, e: crate::record::Encoder) -> Proxy {
+        self.encoder = Some(e);
         self
     }
 
@@ -345,11 +360,32 @@ impl Proxy {
             )?),
             None => None,
         };
+        let log = match &gen.cfg.log {
+            None => None,
+            Some(lc) => {
+                let parquet = self.encoder.is_some();
+                let l = crate::record::DecisionLog::start(lc.clone(), self.encoder)?;
+                metrics.registry.register(
+                    "log_records_dropped",
+                    "Decision-log records dropped because the writer was behind",
+                    l.dropped.clone(),
+                );
+                metrics.registry.register(
+                    "log_records_written",
+                    "Decision-log records written (Parquet: in finished files; JSON Lines: in the open file too)",
+                    (*l.written).clone(),
+                );
+                tracing::info!(dir = %lc.dir.display(), parquet, "decision log on");
+                Some(Arc::new(l))
+            }
+        };
         let app = Arc::new(App {
             gen: RwLock::new(gen.clone()),
             store,
             clock,
             metrics,
+            log,
+            time_scale: gen.cfg.time_scale,
             client,
             next_id: AtomicU64::new(1),
             waits: Waits::default(),
@@ -402,6 +438,9 @@ impl Proxy {
         while app.pending_writes.load(Ordering::Acquire) > 0 && t.elapsed() < Duration::from_secs(2)
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(l) = &app.log {
+            l.close();
         }
         if drained {
             tracing::info!("drained: every in-flight request finished; exiting");
@@ -520,7 +559,10 @@ async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody> {
             // route too) only at debug: formatting a span per request at
             // info cost ~6 % of the 429 path's instructions
             let span = tracing::debug_span!("request", id, route = name);
-            proxy(app.clone(), req, id).instrument(span).await
+            let mut rec = crate::record::Pending::new(&app, id);
+            let r = proxy(app.clone(), req, id, &mut rec).instrument(span).await;
+            rec.answered(r.status().as_u16());
+            r
         }
         (Some(_), _) => error(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -595,11 +637,25 @@ const HOP: [&str; 8] = [
     "upgrade",
 ];
 
-async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespBody> {
+async fn proxy(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    id: u64,
+    rec: &mut crate::record::Pending,
+) -> Response<RespBody> {
     let arrived = Instant::now();
     let gen = app.current();
     let (parts, body) = req.into_parts();
-    let Some(consumer) = identify(&gen, &parts.headers) else {
+    let consumer = identify(&gen, &parts.headers);
+    rec.set(|r| {
+        r.generation = gen.id;
+        r.consumer = consumer.map_or(String::new(), |c| gen.names[c].clone());
+        r.retry_count = parts
+            .headers
+            .get("x-stainless-retry-count")
+            .and_then(|v| v.to_str().ok()?.trim().parse().ok());
+    });
+    let Some(consumer) = consumer else {
         return invalid(
             &app,
             StatusCode::UNAUTHORIZED,
@@ -701,6 +757,11 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         input_tokens,
         max_tokens,
     };
+    rec.set(|r| {
+        r.input_tokens = Some(input_tokens);
+        r.max_tokens = Some(max_tokens);
+        r.stream = stream;
+    });
     let outcome = match gen.cfg.on_limit[consumer] {
         OnLimit::Reject => decide_once(&app, &gen, lreq, arrived, id).await,
         OnLimit::Wait { max_wait } => {
@@ -708,14 +769,29 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             crate::wait::admit(&app, &gen, lreq, arrived, id, max_wait, d).await
         }
     };
+    let waits = matches!(gen.cfg.on_limit[consumer], OnLimit::Wait { .. });
     let mut guard = match outcome {
-        Outcome::Admit(g) => {
+        Outcome::Admit(mut g) => {
             if g.has_grant() {
                 app.metrics
                     .admitted
                     .get_or_create(&app.consumer_label(&gen, consumer))
                     .inc();
             }
+            let decided = g.decided;
+            rec.set(|r| {
+                r.decided_ns = Some(decided);
+                let w = decided.saturating_sub(r.arrival_ns);
+                // admitted after a wait: held at least a (virtual) millisecond
+                r.decision = if waits && w >= 1_000_000 {
+                    "waited"
+                } else {
+                    "admitted"
+                }
+                .into();
+                r.wait_ns = (r.decision == "waited").then_some(w);
+            });
+            g.rec = rec.rec.take();
             g
         }
         Outcome::Unavailable(FailMode::Open, e) => {
@@ -726,7 +802,10 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
                 })
                 .inc();
             tracing::warn!(id, error = %e, "limiter state unavailable: forwarded unlimited (fail open)");
-            Settle::new(app.clone(), gen.clone(), None, arrived, id)
+            let mut g = Settle::new(app.clone(), gen.clone(), None, arrived, id);
+            rec.set(|r| r.decision = "forwarded_unlimited".into());
+            g.rec = rec.rec.take();
+            g
         }
         Outcome::Unavailable(FailMode::Closed, e) => {
             app.metrics
@@ -736,6 +815,7 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
                 })
                 .inc();
             tracing::warn!(id, error = %e, "limiter state unavailable: refused (fail closed)");
+            rec.set(|r| r.decision = "unavailable".into());
             let mut r = error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
@@ -762,6 +842,25 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
             // (the counts are in /metrics)
             tracing::debug!(id, consumer = %gen.names[consumer], limit = limit.name(),
                 retry_in_ms = wait_ms(retry_at, now), "limited");
+            rec.set(|r| {
+                r.decided_ns = Some(now);
+                r.limit = Some(limit.name().into());
+                r.retry_after_ms = (retry_at != NEVER).then(|| wait_ms(retry_at, now));
+                r.decision = match gen.cfg.on_limit[consumer] {
+                    OnLimit::Reject => "limited",
+                    OnLimit::Wait { max_wait } => {
+                        // the bound wait.rs held it to: the deadline's or max_wait
+                        let d = deadline(gen.cfg.deadline_header.as_deref(), &parts.headers);
+                        match d {
+                            Some(d) if d.saturating_sub(gen.cfg.deadline_margin) < max_wait => {
+                                "refused_deadline"
+                            }
+                            _ => "refused_max_wait",
+                        }
+                    }
+                }
+                .into();
+            });
             return limited(&gen, consumer, limit, retry_at, now, input_tokens);
         }
     };
@@ -830,13 +929,20 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
         };
         guard.drift = Some(d.start_request(id, app.now(), req));
     }
+    let mut failed = |reason: &'static str, status: StatusCode| {
+        if let Some(r) = guard.rec.as_mut() {
+            r.error = Some(reason.into());
+            r.status = status.as_u16();
+        }
+    };
     let resp = match tokio::time::timeout(timeout, app.client.request(up)).await {
         Err(_) => {
+            failed("upstream_timeout", StatusCode::GATEWAY_TIMEOUT);
             return upstream_error(
                 "upstream_timeout",
                 StatusCode::GATEWAY_TIMEOUT,
                 format!("the upstream did not answer within {timeout:?}"),
-            )
+            );
         }
         Ok(Err(e)) => {
             let mut msg = format!("the upstream could not be reached: {e}");
@@ -845,11 +951,16 @@ async fn proxy(app: Arc<App>, req: Request<Incoming>, id: u64) -> Response<RespB
                 msg.push_str(&format!(": {s}"));
                 src = s.source();
             }
+            failed("upstream_unreachable", StatusCode::BAD_GATEWAY);
             return upstream_error("upstream_unreachable", StatusCode::BAD_GATEWAY, msg);
         }
         Ok(Ok(r)) => r,
     };
     let status = resp.status();
+    if let Some(r) = guard.rec.as_mut() {
+        r.status = status.as_u16();
+        r.upstream_status = Some(status.as_u16());
+    }
     if let Some(t) = &mut guard.drift {
         t.status = status.as_u16();
     }

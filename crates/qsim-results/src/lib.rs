@@ -23,7 +23,7 @@ pub mod results;
 pub mod table;
 
 pub use manifest::{Input, Manifest};
-pub use read::read_column;
+pub use read::{read_column, read_parquet_text};
 pub use results::{Axis, Results, ResultsBuilder, FILE_NAMES, MANIFEST};
 pub use table::{encode_table, write_table, NamedColumn, Values};
 

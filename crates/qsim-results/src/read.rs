@@ -48,6 +48,31 @@ pub fn read_column(path: &Path, column: &str) -> Result<Vec<String>, ResultsErro
     }
 }
 
+/// Named columns of text values (`None`: null).
+pub type TextColumns = Vec<(String, Vec<Option<String>>)>;
+
+/// Every column of a Parquet file as text (a value cast to text, `None`
+/// for a null), in the file's column order.
+pub fn read_parquet_text(path: &Path) -> Result<TextColumns, ResultsError> {
+    let name = path.display().to_string();
+    let df = read_frame(path, Format::Parquet).map_err(|e| ResultsError::new(&name, e))?;
+    df.columns()
+        .iter()
+        .map(|c| {
+            let t = c
+                .cast(&DataType::String)
+                .map_err(|e| ResultsError::new(&name, format!("column {:?}: {e}", c.name())))?;
+            let ca = t
+                .str()
+                .map_err(|e| ResultsError::new(&name, format!("column {:?}: {e}", c.name())))?;
+            Ok((
+                c.name().to_string(),
+                ca.iter().map(|v| v.map(str::to_string)).collect(),
+            ))
+        })
+        .collect()
+}
+
 fn read_frame(path: &Path, format: Format) -> Result<DataFrame, String> {
     match format {
         // every column read as text, exactly as written

@@ -1,0 +1,954 @@
+//! `qsim whatif`: the proxy's decision log (`[proxy.log]`, see
+//! `crates/qsim-live/src/record.rs`) replayed through the same limiter
+//! (`qsim_core::limiter::admission`) under a proposed policy, in virtual
+//! time, reported per consumer and per minute beside what was observed.
+//!
+//! **Arrivals.** Each logged request the limiter decided (admitted, waited,
+//! limited, refused, or refused because the shared state was down) is
+//! replayed at the core time of its decision (`decided_ns`, else its
+//! arrival), with its estimated input tokens and `max_tokens`. Admitted
+//! requests complete after their observed duration (decision to settlement)
+//! with their observed settled output; a request the log never saw admitted
+//! takes its caller's other attempt's figures, else its consumer's median.
+//! Invalid requests (401/400/413) never reached the limiter and are not
+//! replayed. Several proxy runs in one directory (restarts) are laid on one
+//! time line by their start's wall clock (times of a shared-state clock,
+//! already common to all runs, are kept).
+//!
+//! **Callers.** A request carrying `x-stainless-retry-count: k` (the OpenAI
+//! SDKs' attempt number) is linked to an earlier denied attempt `k − 1` of
+//! the same consumer (the one whose retry hint points closest to it): the
+//! chain is replayed as one caller. Its first attempt arrives at its logged
+//! time; when the replayed limiter denies an attempt, the caller's next one
+//! comes at the replayed retry time plus the lag the caller showed after
+//! the logged hint (or, without a hint, after its logged gap); a caller
+//! admitted sooner sends no further attempt; one denied more often retries
+//! up to the most attempts its consumer's callers made in the log. Requests
+//! without the header are independent arrivals.
+//!
+//! **Waiting.** A consumer with `on_limit = "wait"` in the proposed policy
+//! decides again at the limiter's retry time while that is within its
+//! `max_wait` (a `concurrent` denial every 100 ms), else it is refused — as
+//! the proxy does, without its per-consumer FIFO (a waiter decides at its
+//! own retry time) and without the client's deadline (not logged).
+//!
+//! The limiter state starts empty at the window's start. Minutes are counted
+//! from the window's start (default: the first replayed request).
+
+use crate::cli::CliError;
+use crate::config::ConfigError;
+use qsim_core::limiter::admission::{complete, decide, Decision, Limit, Params, Request, State};
+use qsim_core::time::{Nanos, NEVER};
+use qsim_live::record::Record;
+use qsim_live::OnLimit;
+use qsim_results::{NamedColumn, Values};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WhatifArgs {
+    /// The proxy's decision-log directory (`[proxy.log] dir`).
+    #[arg(long)]
+    pub log: PathBuf,
+    /// The proposed policy: a proxy config (kind = "proxy", e.g. from
+    /// `qsim plan --emit-proxy-config`).
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Only the requests in FROM..TO (seconds of the log's time from its
+    /// first request, `90`, `90s`, `2m`; either side may be left out).
+    #[arg(long)]
+    pub window: Option<String>,
+    /// table, json or csv.
+    #[arg(long, default_value = "table")]
+    pub format: String,
+    /// Also write whatif.csv and whatif.parquet into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Draw per-consumer admitted per minute, observed vs what-if, into this directory.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Replace existing output files.
+    #[arg(long)]
+    pub force: bool,
+}
+
+// ---------------------------------------------------------------- the files
+
+/// The records as named columns (the Parquet file's schema).
+pub fn columns(rs: &[Record]) -> Vec<NamedColumn> {
+    let u = |f: &dyn Fn(&Record) -> Option<u64>| Values::U64(rs.iter().map(f).collect());
+    let s = |f: &dyn Fn(&Record) -> Option<String>| Values::Str(rs.iter().map(f).collect());
+    let u32s = |f: &dyn Fn(&Record) -> Option<u32>| Values::U32(rs.iter().map(f).collect());
+    vec![
+        NamedColumn::new("id", u(&|r| Some(r.id))),
+        NamedColumn::new("run_unix_ms", u(&|r| Some(r.run_unix_ms))),
+        NamedColumn::new(
+            "time_scale",
+            Values::F64(rs.iter().map(|r| Some(r.time_scale)).collect()),
+        ),
+        NamedColumn::new("consumer", s(&|r| Some(r.consumer.clone()))),
+        NamedColumn::new("arrival_ns", u(&|r| Some(r.arrival_ns))),
+        NamedColumn::new("arrival_unix_ms", u(&|r| Some(r.arrival_unix_ms))),
+        NamedColumn::new("decided_ns", u(&|r| r.decided_ns)),
+        NamedColumn::new("input_tokens", u(&|r| r.input_tokens)),
+        NamedColumn::new("max_tokens", u(&|r| r.max_tokens)),
+        NamedColumn::new(
+            "stream",
+            Values::Bool(rs.iter().map(|r| Some(r.stream)).collect()),
+        ),
+        NamedColumn::new("decision", s(&|r| Some(r.decision.to_string()))),
+        NamedColumn::new("limit", s(&|r| r.limit.as_ref().map(|x| x.to_string()))),
+        NamedColumn::new("wait_ns", u(&|r| r.wait_ns)),
+        NamedColumn::new("retry_after_ms", u(&|r| r.retry_after_ms)),
+        NamedColumn::new("status", u32s(&|r| Some(r.status as u32))),
+        NamedColumn::new(
+            "upstream_status",
+            u32s(&|r| r.upstream_status.map(u32::from)),
+        ),
+        NamedColumn::new("ttft_ns", u(&|r| r.ttft_ns)),
+        NamedColumn::new("end_ns", u(&|r| r.end_ns)),
+        NamedColumn::new("usage_input", u(&|r| r.usage_input)),
+        NamedColumn::new("usage_output", u(&|r| r.usage_output)),
+        NamedColumn::new("settled_output", u(&|r| r.settled_output)),
+        NamedColumn::new("retry_count", u32s(&|r| r.retry_count)),
+        NamedColumn::new("error", s(&|r| r.error.as_ref().map(|x| x.to_string()))),
+        NamedColumn::new("generation", u(&|r| Some(r.generation))),
+    ]
+}
+
+/// The proxy's Parquet encoder for its decision log (qsim-results' polars).
+pub fn encoder() -> qsim_live::record::Encoder {
+    std::sync::Arc::new(|rs: &[Record]| {
+        let mut df = qsim_results::table::frame(&columns(rs)).map_err(|e| e.to_string())?;
+        qsim_results::table::parquet_bytes(&mut df).map_err(|e| e.to_string())
+    })
+}
+
+fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
+    let cols = qsim_results::read_parquet_text(path).map_err(|e| e.reason)?;
+    let n = cols.first().map_or(0, |c| c.1.len());
+    let col = |name: &str| -> Result<&Vec<Option<String>>, String> {
+        cols.iter()
+            .find(|c| c.0 == name)
+            .map(|c| &c.1)
+            .ok_or_else(|| format!("no column {name:?}: not a qsim decision log"))
+    };
+    let num = |name: &str, i: usize, v: &Option<String>| -> Result<Option<u64>, String> {
+        v.as_deref()
+            .map(|s| s.parse::<u64>())
+            .transpose()
+            .map_err(|_| format!("column {name:?}: row {}: not a count", i + 1))
+    };
+    let names = [
+        "id",
+        "run_unix_ms",
+        "time_scale",
+        "consumer",
+        "arrival_ns",
+        "arrival_unix_ms",
+        "decided_ns",
+        "input_tokens",
+        "max_tokens",
+        "stream",
+        "decision",
+        "limit",
+        "wait_ns",
+        "retry_after_ms",
+        "status",
+        "upstream_status",
+        "ttft_ns",
+        "end_ns",
+        "usage_input",
+        "usage_output",
+        "settled_output",
+        "retry_count",
+        "error",
+        "generation",
+    ];
+    let c: Vec<&Vec<Option<String>>> = names.iter().map(|n| col(n)).collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(n);
+    // one row across every column
+    #[allow(clippy::needless_range_loop)]
+    for i in 0..n {
+        let u = |k: usize| num(names[k], i, &c[k][i]);
+        let req = |k: usize| -> Result<u64, String> {
+            u(k)?.ok_or_else(|| format!("column {:?}: row {}: no value", names[k], i + 1))
+        };
+        let s = |k: usize| c[k][i].clone();
+        out.push(Record {
+            id: req(0)?,
+            run_unix_ms: req(1)?,
+            time_scale: s(2).and_then(|x| x.parse().ok()).unwrap_or(1.0),
+            consumer: s(3).unwrap_or_default(),
+            arrival_ns: req(4)?,
+            arrival_unix_ms: req(5)?,
+            decided_ns: u(6)?,
+            input_tokens: u(7)?,
+            max_tokens: u(8)?,
+            stream: s(9).as_deref() == Some("true"),
+            decision: s(10).unwrap_or_default().into(),
+            limit: s(11).map(Into::into),
+            wait_ns: u(12)?,
+            retry_after_ms: u(13)?,
+            status: req(14)? as u16,
+            upstream_status: u(15)?.map(|x| x as u16),
+            ttft_ns: u(16)?,
+            end_ns: u(17)?,
+            usage_input: u(18)?,
+            usage_output: u(19)?,
+            settled_output: u(20)?,
+            retry_count: u(21)?.map(|x| x as u32),
+            error: s(22).map(Into::into),
+            generation: req(23)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Every record of a decision-log directory (its finished Parquet and JSON
+/// Lines files, `.tmp` files ignored).
+pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
+    let d = dir.display().to_string();
+    if !dir.is_dir() {
+        return Err(ConfigError::new(
+            "--log",
+            "",
+            format!("{d}: not a directory"),
+        ));
+    }
+    let files = qsim_live::record::files(dir)
+        .map_err(|e| ConfigError::new("--log", "", format!("{d}: {e}")))?;
+    if files.is_empty() {
+        return Err(ConfigError::new(
+            "--log",
+            "",
+            format!("{d}: no decision-log files (decisions-*.parquet / .jsonl)"),
+        ));
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let name = f.display().to_string();
+        let bad = |r: String| ConfigError::new(&name, "", r);
+        if name.ends_with(".parquet") {
+            out.extend(parquet_records(&f).map_err(bad)?);
+        } else {
+            let text = std::fs::read_to_string(&f).map_err(|e| bad(e.to_string()))?;
+            for (i, l) in text.lines().enumerate() {
+                if l.trim().is_empty() {
+                    continue;
+                }
+                out.push(serde_json::from_str(l).map_err(|e| bad(format!("line {}: {e}", i + 1)))?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------- window
+
+/// `FROM..TO` in ns (either side optional).
+fn parse_window(s: &str) -> Result<(Option<Nanos>, Option<Nanos>), ConfigError> {
+    let bad = |r: String| ConfigError::new("--window", "", r);
+    let (a, b) = s.split_once("..").ok_or_else(|| {
+        bad(format!(
+            "expected FROM..TO (seconds, e.g. 60..180), got {s:?}"
+        ))
+    })?;
+    let one = |x: &str| -> Result<Option<Nanos>, ConfigError> {
+        let x = x.trim();
+        if x.is_empty() {
+            return Ok(None);
+        }
+        let (num, mul) = if let Some(v) = x.strip_suffix('h') {
+            (v, 3600.0)
+        } else if let Some(v) = x.strip_suffix('m') {
+            (v, 60.0)
+        } else if let Some(v) = x.strip_suffix('s') {
+            (v, 1.0)
+        } else {
+            (x, 1.0)
+        };
+        let v: f64 = num
+            .trim()
+            .parse()
+            .map_err(|_| bad(format!("not a time: {x:?}")))?;
+        if !(v.is_finite() && v >= 0.0 && v * mul < 1e9) {
+            return Err(bad(format!("must be in [0, 1e9) seconds, got {x:?}")));
+        }
+        Ok(Some((v * mul * 1e9) as Nanos))
+    };
+    let (f, t) = (one(a)?, one(b)?);
+    if let (Some(f), Some(t)) = (f, t) {
+        if t <= f {
+            return Err(bad(format!("TO must be after FROM, got {s:?}")));
+        }
+    }
+    Ok((f, t))
+}
+
+// ---------------------------------------------------------------- replay
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    pub offered: u64,
+    pub admitted: u64,
+    pub rejected: u64,
+    pub waited: u64,
+}
+
+/// Per (consumer, minute): observed, what-if.
+pub type Table = BTreeMap<(usize, u64), (Counts, Counts)>;
+
+pub struct Outcome {
+    pub consumers: Vec<String>,
+    pub table: Table,
+    pub records: usize,
+    pub replayed: usize,
+    pub unmatched: usize,
+    pub callers_with_retries: usize,
+}
+
+/// One caller: its logged attempts (record indices), oldest first.
+struct Chain {
+    consumer: usize,
+    attempts: Vec<usize>,
+    max_attempts: usize,
+    /// Per attempt after the first: the lag after the hint (or the gap).
+    lags: Vec<(bool, Nanos)>,
+    duration: Nanos,
+    output: u64,
+}
+
+fn is_denied(d: &str) -> bool {
+    matches!(
+        d,
+        "limited" | "refused_deadline" | "refused_max_wait" | "unavailable"
+    )
+}
+fn is_admitted(d: &str) -> bool {
+    matches!(d, "admitted" | "waited" | "forwarded_unlimited")
+}
+
+fn median(v: &mut [u64]) -> u64 {
+    if v.is_empty() {
+        return 0;
+    }
+    v.sort_unstable();
+    v[(v.len() - 1) / 2]
+}
+
+/// The replay (see the module doc). `times[i]`: record i on the common
+/// time line.
+pub fn replay(
+    recs: &[Record],
+    params: &Params,
+    on_limit: &[OnLimit],
+    window: (Option<Nanos>, Option<Nanos>),
+) -> Outcome {
+    let names: Vec<String> = params
+        .config()
+        .consumers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    // the common time line: runs laid out by their start
+    let first_run = recs.iter().map(|r| r.run_unix_ms).min().unwrap_or(0);
+    let time = |r: &Record| -> Nanos {
+        let t = r.decided_ns.unwrap_or(r.arrival_ns);
+        // a shared-state clock (ns since 2025) is common to every run already
+        if r.arrival_ns > 1_000_000_000_000_000 {
+            return t;
+        }
+        let off = (r.run_unix_ms - first_run) as f64 * 1e6 * r.time_scale.max(1e-9);
+        t.saturating_add(off as Nanos)
+    };
+    let mut idx: Vec<usize> = (0..recs.len())
+        .filter(|&i| {
+            let d = &*recs[i].decision;
+            is_denied(d) || is_admitted(d)
+        })
+        .collect();
+    idx.sort_by_key(|&i| (time(&recs[i]), recs[i].run_unix_ms, recs[i].id));
+    let t_first = idx.first().map_or(0, |&i| time(&recs[i]));
+    let start = window.0.map_or(t_first, |f| t_first + f);
+    let end = window.1.map(|t| t_first + t);
+    let mut unmatched = 0;
+    let mut sel: Vec<(usize, usize, Nanos)> = Vec::new(); // (record, consumer, t)
+    for &i in &idx {
+        let t = time(&recs[i]);
+        if t < start || end.is_some_and(|e| t >= e) {
+            continue;
+        }
+        match names.iter().position(|n| *n == recs[i].consumer) {
+            Some(c) => sel.push((i, c, t)),
+            None => unmatched += 1,
+        }
+    }
+    let minute = |t: Nanos| t.saturating_sub(start) / 60_000_000_000;
+    let mut table: Table = BTreeMap::new();
+
+    // observed
+    for &(i, c, t) in &sel {
+        let r = &recs[i];
+        let o = &mut table.entry((c, minute(t))).or_default().0;
+        o.offered += 1;
+        if is_admitted(&r.decision) {
+            o.admitted += 1;
+        } else {
+            o.rejected += 1;
+        }
+        if r.decision == "waited" {
+            o.waited += 1;
+        }
+    }
+
+    // per consumer: medians of duration and output of admitted requests
+    let mut durs: Vec<Vec<u64>> = vec![Vec::new(); names.len()];
+    let mut outs: Vec<Vec<u64>> = vec![Vec::new(); names.len()];
+    let dur_of = |r: &Record| -> Option<(Nanos, u64)> {
+        let (d, e) = (r.decided_ns?, r.end_ns?);
+        is_admitted(&r.decision).then(|| (e.saturating_sub(d), r.settled_output.unwrap_or(0)))
+    };
+    for &(i, c, _) in &sel {
+        if let Some((d, o)) = dur_of(&recs[i]) {
+            durs[c].push(d);
+            outs[c].push(o);
+        }
+    }
+    let med_dur: Vec<u64> = durs.iter_mut().map(|v| median(v)).collect();
+    let med_out: Vec<u64> = outs.iter_mut().map(|v| median(v)).collect();
+
+    // chains: link retries (x-stainless-retry-count k) to a denied attempt k−1
+    let mut parent: Vec<Option<usize>> = vec![None; sel.len()];
+    let mut child: Vec<bool> = vec![false; sel.len()];
+    let mut open: BTreeMap<(usize, u32), Vec<usize>> = BTreeMap::new();
+    let mut max_rc: Vec<u32> = vec![0; names.len()];
+    for (j, &(i, c, t)) in sel.iter().enumerate() {
+        let r = &recs[i];
+        if let Some(k) = r.retry_count {
+            max_rc[c] = max_rc[c].max(k);
+            if k >= 1 {
+                if let Some(cands) = open.get_mut(&(c, k - 1)) {
+                    let best = cands
+                        .iter()
+                        .enumerate()
+                        .rev()
+                        .take(1000)
+                        .min_by_key(|&(_, &p)| {
+                            let (pi, _, pt) = sel[p];
+                            let hint = recs[pi]
+                                .retry_after_ms
+                                .map_or(0, |ms| (ms as f64 * 1e6) as Nanos);
+                            (pt + hint).abs_diff(t)
+                        })
+                        .map(|(pos, &p)| (pos, p));
+                    if let Some((pos, p)) = best {
+                        cands.remove(pos);
+                        parent[j] = Some(p);
+                        child[p] = true;
+                    }
+                }
+            }
+            if is_denied(&r.decision) {
+                open.entry((c, k)).or_default().push(j);
+            }
+        }
+    }
+    let mut chains: Vec<Chain> = Vec::new();
+    let mut chain_of: Vec<usize> = vec![usize::MAX; sel.len()];
+    for j in 0..sel.len() {
+        let ch = match parent[j] {
+            Some(p) => chain_of[p],
+            None => {
+                chains.push(Chain {
+                    consumer: sel[j].1,
+                    attempts: Vec::new(),
+                    max_attempts: 1,
+                    lags: Vec::new(),
+                    duration: 0,
+                    output: 0,
+                });
+                chains.len() - 1
+            }
+        };
+        chain_of[j] = ch;
+        chains[ch].attempts.push(j);
+    }
+    let mut callers_with_retries = 0;
+    for ch in &mut chains {
+        let c = ch.consumer;
+        let n = ch.attempts.len();
+        if n > 1 {
+            callers_with_retries += 1;
+        }
+        for w in ch.attempts.windows(2) {
+            let (pi, _, pt) = sel[w[0]];
+            let t = sel[w[1]].2;
+            ch.lags.push(match recs[pi].retry_after_ms {
+                Some(ms) => (true, t.saturating_sub(pt + ms * 1_000_000)),
+                None => (false, t.saturating_sub(pt)),
+            });
+        }
+        let last = &recs[sel[ch.attempts[n - 1]].0];
+        let has_header = recs[sel[ch.attempts[0]].0].retry_count.is_some();
+        // admitted in the log: it would have retried as its consumer's callers did
+        ch.max_attempts = if has_header && is_admitted(&last.decision) {
+            n.max(max_rc[c] as usize + 1)
+        } else {
+            n
+        };
+        let logged = ch.attempts.iter().find_map(|&j| dur_of(&recs[sel[j].0]));
+        let (d, o) = logged.unwrap_or((med_dur[c], med_out[c]));
+        let cap = recs[sel[ch.attempts[0]].0].max_tokens.unwrap_or(u64::MAX);
+        ch.duration = d;
+        ch.output = o.min(cap);
+    }
+
+    // the what-if: events in time order (completions first at equal times)
+    #[derive(Clone, Copy)]
+    enum Ev {
+        Complete(qsim_core::limiter::admission::Grant, u64),
+        Attempt {
+            chain: usize,
+            k: usize,
+            since: Nanos,
+        },
+    }
+    let mut evs: Vec<Ev> = Vec::new();
+    let mut heap: BinaryHeap<Reverse<(Nanos, u8, usize)>> = BinaryHeap::new();
+    let push = |heap: &mut BinaryHeap<_>, evs: &mut Vec<Ev>, t: Nanos, e: Ev| {
+        let order = matches!(e, Ev::Attempt { .. }) as u8;
+        evs.push(e);
+        heap.push(Reverse((t, order, evs.len() - 1)));
+    };
+    for (ci, ch) in chains.iter().enumerate() {
+        let t = sel[ch.attempts[0]].2;
+        push(
+            &mut heap,
+            &mut evs,
+            t,
+            Ev::Attempt {
+                chain: ci,
+                k: 0,
+                since: t,
+            },
+        );
+    }
+    let mut state = State::new(params, start);
+    while let Some(Reverse((t, _, e))) = heap.pop() {
+        match evs[e] {
+            Ev::Complete(g, out) => complete(params, &mut state, t, &g, out),
+            Ev::Attempt { chain, k, since } => {
+                let ch = &chains[chain];
+                let c = ch.consumer;
+                let rec = &recs[sel[ch.attempts[k.min(ch.attempts.len() - 1)]].0];
+                let req = Request {
+                    consumer: c,
+                    input_tokens: rec.input_tokens.unwrap_or(0),
+                    max_tokens: rec.max_tokens.unwrap_or(0),
+                };
+                let first_decision = t == since;
+                match decide(params, &mut state, t, &req) {
+                    Decision::Admit(g) => {
+                        let w = &mut table.entry((c, minute(t))).or_default().1;
+                        w.admitted += 1;
+                        if !first_decision {
+                            w.waited += 1;
+                        }
+                        if first_decision {
+                            table.entry((c, minute(t))).or_default().1.offered += 1;
+                        }
+                        push(
+                            &mut heap,
+                            &mut evs,
+                            t.saturating_add(ch.duration),
+                            Ev::Complete(g, ch.output),
+                        );
+                    }
+                    Decision::Deny { limit, retry_at } => {
+                        if first_decision {
+                            table.entry((c, minute(t))).or_default().1.offered += 1;
+                        }
+                        if let OnLimit::Wait { max_wait } = on_limit[c] {
+                            let bound = since.saturating_add(max_wait.as_nanos() as Nanos);
+                            let again = if limit == Limit::Concurrent {
+                                Some(bound.min(t + 100_000_000))
+                            } else {
+                                (retry_at != NEVER && retry_at <= bound).then_some(retry_at)
+                            };
+                            if let Some(a) = again.filter(|&a| a > t && t < bound) {
+                                push(&mut heap, &mut evs, a, Ev::Attempt { chain, k, since });
+                                continue;
+                            }
+                        }
+                        table.entry((c, minute(t))).or_default().1.rejected += 1;
+                        if k + 1 < ch.max_attempts {
+                            let (hinted, lag) = ch
+                                .lags
+                                .get(k)
+                                .or(ch.lags.last())
+                                .copied()
+                                .unwrap_or((true, 0));
+                            let next = if hinted {
+                                if retry_at == NEVER {
+                                    continue;
+                                }
+                                // the hint the proxy gives: whole milliseconds
+                                t + retry_at.saturating_sub(t).div_ceil(1_000_000) * 1_000_000 + lag
+                            } else {
+                                t + lag
+                            };
+                            push(
+                                &mut heap,
+                                &mut evs,
+                                next,
+                                Ev::Attempt {
+                                    chain,
+                                    k: k + 1,
+                                    since: next,
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Outcome {
+        consumers: names,
+        table,
+        records: recs.len(),
+        replayed: sel.len(),
+        unmatched,
+        callers_with_retries,
+    }
+}
+
+// ---------------------------------------------------------------- output
+
+fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
+    let mut s = String::new();
+    match args.format.as_str() {
+        "table" => {
+            let _ = writeln!(
+                s,
+                "qsim whatif: {} records, {} replayed under {} ({} of consumers not in the policy, {} callers with retries)",
+                o.records,
+                o.replayed,
+                args.policy.display(),
+                o.unmatched,
+                o.callers_with_retries
+            );
+            let _ = writeln!(
+                s,
+                "{:<10} {:>6}  {:>17}  {:>17}  {:>17}  {:>15}",
+                "consumer",
+                "minute",
+                "offered obs/what",
+                "admitted obs/what",
+                "rejected obs/what",
+                "waited obs/what"
+            );
+            let mut totals: BTreeMap<usize, (Counts, Counts)> = BTreeMap::new();
+            for (&(c, m), (ob, wi)) in &o.table {
+                let _ = writeln!(
+                    s,
+                    "{:<10} {:>6}  {:>8}/{:<8}  {:>8}/{:<8}  {:>8}/{:<8}  {:>7}/{:<7}",
+                    o.consumers[c],
+                    m,
+                    ob.offered,
+                    wi.offered,
+                    ob.admitted,
+                    wi.admitted,
+                    ob.rejected,
+                    wi.rejected,
+                    ob.waited,
+                    wi.waited
+                );
+                let t = totals.entry(c).or_default();
+                add(&mut t.0, ob);
+                add(&mut t.1, wi);
+            }
+            for (c, (ob, wi)) in totals {
+                let _ = writeln!(
+                    s,
+                    "{:<10} {:>6}  {:>8}/{:<8}  {:>8}/{:<8}  {:>8}/{:<8}  {:>7}/{:<7}",
+                    o.consumers[c],
+                    "all",
+                    ob.offered,
+                    wi.offered,
+                    ob.admitted,
+                    wi.admitted,
+                    ob.rejected,
+                    wi.rejected,
+                    ob.waited,
+                    wi.waited
+                );
+            }
+        }
+        "csv" => {
+            s.push_str("consumer,minute,observed_offered,whatif_offered,observed_admitted,whatif_admitted,observed_rejected,whatif_rejected,observed_waited,whatif_waited\n");
+            for (&(c, m), (ob, wi)) in &o.table {
+                let _ = writeln!(
+                    s,
+                    "{},{m},{},{},{},{},{},{},{},{}",
+                    o.consumers[c],
+                    ob.offered,
+                    wi.offered,
+                    ob.admitted,
+                    wi.admitted,
+                    ob.rejected,
+                    wi.rejected,
+                    ob.waited,
+                    wi.waited
+                );
+            }
+        }
+        "json" => {
+            let rows: Vec<serde_json::Value> = o
+                .table
+                .iter()
+                .map(|(&(c, m), (ob, wi))| {
+                    serde_json::json!({"consumer": o.consumers[c], "minute": m,
+                        "observed": ob, "whatif": wi})
+                })
+                .collect();
+            let v = serde_json::json!({
+                "log": args.log.display().to_string(),
+                "policy": args.policy.display().to_string(),
+                "records": o.records,
+                "replayed": o.replayed,
+                "unmatched": o.unmatched,
+                "callers_with_retries": o.callers_with_retries,
+                "rows": rows,
+            });
+            s = serde_json::to_string_pretty(&v).unwrap_or_default();
+            s.push('\n');
+        }
+        f => {
+            return Err(ConfigError::new(
+                "--format",
+                "",
+                format!("expected table, json or csv, got {f:?}"),
+            ))
+        }
+    }
+    Ok(s)
+}
+
+fn add(a: &mut Counts, b: &Counts) {
+    a.offered += b.offered;
+    a.admitted += b.admitted;
+    a.rejected += b.rejected;
+    a.waited += b.waited;
+}
+
+fn table_columns(o: &Outcome) -> Vec<NamedColumn> {
+    type Row<'a> = (&'a (usize, u64), &'a (Counts, Counts));
+    let rows: Vec<Row> = o.table.iter().collect();
+    let u = |f: &dyn Fn(&(Counts, Counts)) -> u64| {
+        Values::U64(rows.iter().map(|(_, v)| Some(f(v))).collect())
+    };
+    vec![
+        NamedColumn::new(
+            "consumer",
+            Values::Str(
+                rows.iter()
+                    .map(|(k, _)| Some(o.consumers[k.0].clone()))
+                    .collect(),
+            ),
+        ),
+        NamedColumn::new(
+            "minute",
+            Values::U64(rows.iter().map(|(k, _)| Some(k.1)).collect()),
+        ),
+        NamedColumn::new("observed_offered", u(&|v| v.0.offered)),
+        NamedColumn::new("whatif_offered", u(&|v| v.1.offered)),
+        NamedColumn::new("observed_admitted", u(&|v| v.0.admitted)),
+        NamedColumn::new("whatif_admitted", u(&|v| v.1.admitted)),
+        NamedColumn::new("observed_rejected", u(&|v| v.0.rejected)),
+        NamedColumn::new("whatif_rejected", u(&|v| v.1.rejected)),
+        NamedColumn::new("observed_waited", u(&|v| v.0.waited)),
+        NamedColumn::new("whatif_waited", u(&|v| v.1.waited)),
+    ]
+}
+
+/// The policy file: a proxy config (its limiter and each consumer's on_limit).
+fn load_policy(path: &Path) -> Result<(Params, Vec<OnLimit>), ConfigError> {
+    let args = crate::proxy::ProxyArgs {
+        config: path.to_path_buf(),
+        ..Default::default()
+    };
+    let cfg = crate::proxy::load(&args).map_err(|e| crate::cli::name_fields(e, Some(path), &[]))?;
+    let f = path.display().to_string();
+    let mut p =
+        Params::new(cfg.limiter.clone()).map_err(|r| ConfigError::new(&f, "deployment", r))?;
+    if let Some(l) = cfg.lease {
+        p = p
+            .with_lease(l)
+            .map_err(|r| ConfigError::new(&f, "proxy.lease_s", r))?;
+    }
+    Ok((p, cfg.on_limit))
+}
+
+pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
+    if !["table", "json", "csv"].contains(&args.format.as_str()) {
+        return Err(ConfigError::new(
+            "--format",
+            "",
+            format!("expected table, json or csv, got {:?}", args.format),
+        )
+        .into());
+    }
+    let window = match &args.window {
+        Some(w) => parse_window(w)?,
+        None => (None, None),
+    };
+    let (params, on_limit) = load_policy(&args.policy)?;
+    let recs = read_log(&args.log)?;
+    let o = replay(&recs, &params, &on_limit, window);
+    let text = render(&o, args)?;
+    if let Some(d) = &args.out {
+        std::fs::create_dir_all(d).map_err(|e| CliError::Io(format!("{}: {e}", d.display())))?;
+        let stem = d.join("whatif");
+        if !args.force && stem.with_extension("csv").exists() {
+            return Err(ConfigError::new(
+                "--out",
+                "",
+                format!(
+                    "{}: exists (use --force)",
+                    stem.with_extension("csv").display()
+                ),
+            )
+            .into());
+        }
+        qsim_results::write_table(&stem, &table_columns(&o))
+            .map_err(|e| CliError::Io(e.to_string()))?;
+    }
+    if let Some(d) = &args.plot {
+        plot(&o, d)?;
+    }
+    crate::cli::emit(&text, None, args.force)
+}
+
+/// Per consumer, admitted per minute: observed vs what-if (one PNG).
+fn plot(o: &Outcome, dir: &Path) -> Result<(), CliError> {
+    use qsim_plot::{metric_lines, LineChart, Series};
+    std::fs::create_dir_all(dir).map_err(|e| CliError::Io(format!("{}: {e}", dir.display())))?;
+    let mut series = Vec::new();
+    for (c, name) in o.consumers.iter().enumerate() {
+        for (which, label) in [(0, "observed"), (1, "what-if")] {
+            let points: Vec<(f64, f64)> = o
+                .table
+                .iter()
+                .filter(|(k, _)| k.0 == c)
+                .map(|(k, v)| {
+                    let x = if which == 0 {
+                        v.0.admitted
+                    } else {
+                        v.1.admitted
+                    };
+                    (k.1 as f64, x as f64)
+                })
+                .collect();
+            if !points.is_empty() {
+                series.push(Series {
+                    name: format!("{name} {label}"),
+                    points,
+                    band: vec![],
+                });
+            }
+        }
+    }
+    let fig = metric_lines(LineChart {
+        title: "admitted per minute: observed vs what-if".into(),
+        x_label: "minute".into(),
+        y_label: "admitted requests".into(),
+        x_axis: Default::default(),
+        series,
+        hlines: vec![],
+        markers: true,
+        y_range: None,
+        legend: Default::default(),
+    });
+    let p = dir.join("whatif_admitted.png");
+    fig.save(&p)
+        .map_err(|e| CliError::Io(format!("{}: {e}", p.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qsim_core::limiter::admission::{
+        ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit,
+    };
+
+    fn params(rpm_a: Option<u64>) -> Params {
+        let _ = (
+            ConsumerPolicy::default(),
+            Semantics::RateLimitOnly,
+            Unit::Rpm,
+        );
+        let mut cfg: LimiterConfig = LimiterConfig {
+            capacity: 60,
+            unit: Unit::Rpm,
+            threshold: 1.0,
+            burst: Some(0),
+            semantics: Semantics::RateLimitOnly,
+            accounting: Default::default(),
+            consumers: vec![ConsumerSpec {
+                name: "A".into(),
+                reserved_bp: 0,
+                policy: ConsumerPolicy::default(),
+            }],
+        };
+        cfg.consumers[0].policy.rpm = rpm_a;
+        Params::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn window_parses_and_rejects() {
+        assert_eq!(
+            parse_window("60..180").unwrap(),
+            (Some(60_000_000_000), Some(180_000_000_000))
+        );
+        assert_eq!(parse_window("1m..").unwrap(), (Some(60_000_000_000), None));
+        assert!(parse_window("5").is_err());
+        assert!(parse_window("9..3").is_err());
+        assert!(parse_window("x..3").is_err());
+    }
+
+    #[test]
+    fn retries_are_replayed_as_callers() {
+        // one caller denied once (hint 1000 ms), retrying 1.5 s later
+        let r = |id, t: u64, d: &'static str, rc, hint| Record {
+            id,
+            consumer: "A".into(),
+            arrival_ns: t,
+            decided_ns: Some(t),
+            input_tokens: Some(1),
+            max_tokens: Some(1),
+            decision: d.into(),
+            retry_after_ms: hint,
+            retry_count: Some(rc),
+            status: if d == "admitted" { 200 } else { 429 },
+            end_ns: (d == "admitted").then_some(t + 1),
+            settled_output: Some(1),
+            ..Default::default()
+        };
+        let recs = vec![
+            r(1, 0, "admitted", 0, None),
+            r(2, 1, "limited", 0, Some(1000)),
+            r(3, 1_500_000_001, "admitted", 1, None),
+        ];
+        // the same policy: the same outcome
+        let p = params(None);
+        let o = replay(&recs, &p, &[OnLimit::Reject], (None, None));
+        assert_eq!(o.callers_with_retries, 1);
+        let (ob, wi) = o.table[&(0, 0)];
+        assert_eq!(ob, wi, "{ob:?} {wi:?}");
+        assert_eq!((wi.offered, wi.admitted, wi.rejected), (3, 2, 1));
+    }
+}
