@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of `qsim proxy` on loopback (not a test; run by hand):
-#   benches/proxy.sh [SECONDS]
+#   benches/proxy.sh [SECONDS]        (PIN=1: the proxies on CPU 1, the load
+#                                      generator and the upstream on CPU 0)
 # A fast local upstream (a tiny hyper server answering a fixed chat
 # completion: crates/qsim-live/examples/loadgen.rs) and a tokio load
 # generator (the same example): the 429 path and the forwarded path at full
@@ -30,7 +31,11 @@ port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); 
 wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 not open" >&2; exit 1; }
 rss_mb() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$1/status"; }
 
-UP_PORT=$(port); "$LG" upstream "$UP_PORT" >/dev/null & PIDS+=($!); wait_port "$UP_PORT"
+# PIN=1 keeps the system under test off the load generator's core: on a
+# 2-core VM a proxy sharing both cores with the generator and the upstream
+# waits for the scheduler, and that wait is in its tail latency
+if [ "${PIN:-0}" = 1 ]; then ON_SUT=(taskset -c 1); ON_GEN=(taskset -c 0); else ON_SUT=(); ON_GEN=(); fi
+UP_PORT=$(port); "${ON_GEN[@]}" "$LG" upstream "$UP_PORT" >/dev/null & PIDS+=($!); wait_port "$UP_PORT"
 UP="http://127.0.0.1:$UP_PORT"
 
 # $1 name, $2 capacity (rpm), $3 extra [proxy] lines; prints the pid, address in $TMP/$1.addr
@@ -52,7 +57,7 @@ semantics = "rate-limit-only"
 [[consumer]]
 name = "bench"
 TOML
-  "$QSIM" proxy --config "$TMP/$1.toml" ${THREADS:+--threads $THREADS} >/dev/null 2>"$TMP/$1.log" &
+  "${ON_SUT[@]}" "$QSIM" proxy --config "$TMP/$1.toml" ${THREADS:+--threads $THREADS} >/dev/null 2>"$TMP/$1.log" &
   PIDS+=($!); echo $! > "$TMP/$1.pid"; echo "127.0.0.1:$p" > "$TMP/$1.addr"; wait_port "$p"
 }
 
@@ -61,7 +66,7 @@ TOML
 TCK=$(getconf CLK_TCK)
 ticks() { local t=0; for p in ${CPU_PIDS:-}; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 run() {
-  local t0 out t1; t0=$(ticks); out=$("$LG" load "${@:2}"); t1=$(ticks)
+  local t0 out t1; t0=$(ticks); out=$("${ON_GEN[@]}" "$LG" load "${@:2}"); t1=$(ticks)
   local n; n=$(sed -E 's/.*"requests":([0-9]+).*/\1/' <<<"$out")
   echo "  $1: $out"
   [ -n "${CPU_PIDS:-}" ] && [ "$n" -gt 0 ] && awk -v d=$((t1 - t0)) -v n="$n" -v k="$TCK" \
@@ -81,7 +86,7 @@ CPU_PIDS=$(cat "$TMP/fwd.pid") run "forwarded path, closed loop, 64 conns" --tar
 # target i mod 2), so both see the same machine at the same moments; the
 # added latency is the difference of the two lines' percentiles
 paired() {
-  local out; out=$("$LG" load --target "$UP,$2" --conns 64 --rate 2000 --secs "$SECS" --per-target)
+  local out; out=$("${ON_GEN[@]}" "$LG" load --target "$UP,$2" --conns 64 --rate 2000 --secs "$SECS" --per-target)
   echo "$out" | sed 's/^/    /'
   python3 - "$1" "$out" <<'PY'
 import json, sys
