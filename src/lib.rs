@@ -37,8 +37,8 @@ pub mod results;
 pub mod serve;
 pub mod server;
 pub mod sweep;
-pub mod work;
 pub mod whatif;
+pub mod work;
 pub mod workload;
 
 // The I/O-free core, re-exported under the paths the simulator has always used.
