@@ -22,35 +22,12 @@ mod serve_helpers;
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BASE: &str = "models/llama-3.1-8b-h100-vllm.toml";
 
-fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
-        .args(args)
-        .current_dir(ROOT)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("qsim");
-    let deadline = Instant::now() + timeout;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("qsim {args:?} did not end in {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
+use serve_helpers::qsim;
 
 fn truth_profile(dir: &Path) -> String {
     let base = std::fs::read_to_string(format!("{ROOT}/{BASE}")).unwrap();

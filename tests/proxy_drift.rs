@@ -20,41 +20,19 @@ mod common;
 mod serve_helpers;
 
 use common::{free_port, http, metric, metrics, proxy, Proc};
-use serve_helpers::model;
-use std::io::{BufRead, BufReader};
+use serve_helpers::{model, serve_at};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SCALE: f64 = 10.0;
 
-/// `qsim serve PROFILE --listen 127.0.0.1:PORT` (a fixed port, so that a
-/// restarted upstream is found at the same address).
+/// `qsim serve PROFILE` on a fixed port (a restarted upstream is found at
+/// the same address).
 fn serve_on(profile: &Path, port: u16) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
-        .arg("serve")
-        .arg(profile)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--time-scale"])
-        .arg(SCALE.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start qsim serve");
-    let out = child.stdout.take().unwrap();
-    let p = Proc(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("qsim serve did not start in 20 s");
-    assert!(line.starts_with("listening on "), "{line:?}");
-    p
+    serve_at(profile, &format!("127.0.0.1:{port}"), SCALE, 1).0
 }
 
 /// Client threads streaming chat completions through the proxy until

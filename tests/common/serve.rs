@@ -13,10 +13,16 @@ use std::time::{Duration, Instant};
 /// Start `qsim serve PROFILE --listen 127.0.0.1:0 --time-scale X --seed N`;
 /// returns the process and the base URL read from stdout's first line.
 pub fn serve(profile: &Path, time_scale: f64, seed: u64) -> (Proc, String) {
+    serve_at(profile, "127.0.0.1:0", time_scale, seed)
+}
+
+/// [`serve`] on a given address (a fixed port: a restarted upstream is
+/// found at the same address).
+pub fn serve_at(profile: &Path, listen: &str, time_scale: f64, seed: u64) -> (Proc, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
         .arg("serve")
         .arg(profile)
-        .args(["--listen", "127.0.0.1:0", "--time-scale"])
+        .args(["--listen", listen, "--time-scale"])
         .arg(time_scale.to_string())
         .arg("--seed")
         .arg(seed.to_string())
@@ -44,9 +50,11 @@ pub fn serve(profile: &Path, time_scale: f64, seed: u64) -> (Proc, String) {
 }
 
 /// Run `qsim ARGS`, killing it past `timeout`: (exit code, stdout, stderr).
+/// Runs in the crate's root, so relative paths name the repository's files.
 pub fn qsim(args: &[&str], timeout: Duration) -> (i32, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
         .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
