@@ -651,13 +651,17 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                 "rejected obs/what",
                 "waited obs/what"
             );
-            let mut totals: BTreeMap<usize, (Counts, Counts)> = BTreeMap::new();
-            for (&(c, m), (ob, wi)) in &o.table {
+            // one line: consumer, minute (or "all"), observed/what-if per count
+            let line = |s: &mut String,
+                        name: &str,
+                        minute: &dyn std::fmt::Display,
+                        ob: &Counts,
+                        wi: &Counts| {
                 let _ = writeln!(
                     s,
                     "{:<10} {:>6}  {:>8}/{:<8}  {:>8}/{:<8}  {:>8}/{:<8}  {:>7}/{:<7}",
-                    o.consumers[c],
-                    m,
+                    name,
+                    minute,
                     ob.offered,
                     wi.offered,
                     ob.admitted,
@@ -667,25 +671,16 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                     ob.waited,
                     wi.waited
                 );
+            };
+            let mut totals: BTreeMap<usize, (Counts, Counts)> = BTreeMap::new();
+            for (&(c, m), (ob, wi)) in &o.table {
+                line(&mut s, &o.consumers[c], &m, ob, wi);
                 let t = totals.entry(c).or_default();
                 add(&mut t.0, ob);
                 add(&mut t.1, wi);
             }
             for (c, (ob, wi)) in totals {
-                let _ = writeln!(
-                    s,
-                    "{:<10} {:>6}  {:>8}/{:<8}  {:>8}/{:<8}  {:>8}/{:<8}  {:>7}/{:<7}",
-                    o.consumers[c],
-                    "all",
-                    ob.offered,
-                    wi.offered,
-                    ob.admitted,
-                    wi.admitted,
-                    ob.rejected,
-                    wi.rejected,
-                    ob.waited,
-                    wi.waited
-                );
+                line(&mut s, &o.consumers[c], &"all", &ob, &wi);
             }
         }
         "csv" => {
