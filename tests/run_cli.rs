@@ -78,7 +78,7 @@ fn json_has_the_article_fields() {
     }
 }
 
-/// The article's table (seed 000), 20 seeds, default modelling choices.
+/// The FMAPI pacing article's table, 20 seeds, default modelling choices.
 #[test]
 fn reproduces_the_article_within_tolerance() {
     let v = run_json(&["run", EXP, "--seeds", "20", "--format", "json"]);

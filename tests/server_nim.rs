@@ -1,4 +1,4 @@
-//! The gpt-oss-20b NIM profile against seed 003's measurements, using the
+//! The gpt-oss-20b NIM profile against the shared-deployment article's measurements, using the
 //! experiment file `experiments/nim-load.toml` unchanged.
 
 use qsim::experiment::server::{run_scenario, ServerSuite};
@@ -70,9 +70,9 @@ fn gpt_oss_20b_at_1000_rpm_matches_the_seed() {
             0.05,
             seed,
         );
-        // Mean concurrency is NOT the seed's 20: with 83 output tokens at an
+        // Mean concurrency is NOT the article's 20: with 83 output tokens at an
         // 18 ms ITL, Little's law forces λ·E[E2E] ≈ 16.7/s × 1.55 s ≈ 26
-        // (the seed's own 83,411 output tokens/min × 18 ms also gives 25).
+        // (the article's own 83,411 output tokens/min × 18 ms also gives 25).
         // We check the model obeys Little's law instead.
         let little = metric(&v, "throughput_rps") * metric(&v, "e2e_mean_s");
         within(

@@ -1,6 +1,6 @@
 //! Shared-deployment experiment files (`kind = "shared"`): one deployment
 //! behind the admission limiter, several consumers, and a list of load
-//! scenarios. `experiments/shared-deployment.toml` (seed 003) is embedded in
+//! scenarios. `experiments/shared-deployment.toml` (the shared-deployment article) is embedded in
 //! the binary as the default for `qsim plan`.
 
 use crate::client::policy::RetryPolicy;

@@ -1,4 +1,4 @@
-//! The seed's sizing rules of thumb, checked against a configuration (and
+//! The shared-deployment article's sizing rules of thumb, checked against a configuration (and
 //! the simulation), one line of reason each; and the decision flow.
 
 use super::config::SharedFile;
@@ -335,7 +335,7 @@ pub fn sim_findings(file: &SharedFile, runs: &[ScenarioPair]) -> Vec<Finding> {
     v
 }
 
-/// The seed's decision flow, answered for this configuration.
+/// The article's decision flow, answered for this configuration.
 pub fn decision_flow(file: &SharedFile) -> Vec<String> {
     let l = &file.limiter;
     let n = l.consumers.len();

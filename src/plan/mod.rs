@@ -122,7 +122,7 @@ pub const EMBEDDED_PROFILE_NAME: &str = "models/gpt-oss-20b-h100-nim.toml (embed
 /// The server model a plan runs against.
 #[derive(Clone)]
 pub enum Model {
-    /// No queueing: TTFT 35 ms, ITL 18 ms (the seed's unloaded figures).
+    /// No queueing: TTFT 35 ms, ITL 18 ms (the shared-deployment article's unloaded figures).
     Ideal,
     /// The GPU server model (issue 3) with this profile.
     Server {

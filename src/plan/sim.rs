@@ -58,7 +58,7 @@ pub struct IdealBackend {
 }
 
 impl IdealBackend {
-    /// The seed's unloaded NIM figures: TTFT 35 ms, ITL 18 ms.
+    /// The shared-deployment article's unloaded NIM figures: TTFT 35 ms, ITL 18 ms.
     pub fn seed_nim() -> Self {
         IdealBackend {
             ttft: 35 * NS_PER_MS,
