@@ -97,6 +97,50 @@ PY
 paired "through the proxy (2 worker threads)" "$F"
 # one worker thread leaves the second core to the generator and the upstream
 paired "through the proxy (1 worker thread)" "$F1"
+# added latency, separate runs alternated: direct, then through the proxy,
+# ALT times (default 5), 1,000 req/s each; per pair the added p50 and p99
+# from the scheduled send time and from the actual send (the generator's
+# timer wakes a scheduled send up to 1 ms late, in both paths alike), then
+# the medians over the pairs; and the proxy's own time per request from its
+# qsim_proxy_overhead_seconds histogram (bucket bounds)
+alternated() {
+  local rows=()
+  for _ in $(seq "${ALT:-5}"); do
+    local d p
+    d=$("${ON_GEN[@]}" "$LG" load --target "$UP" --conns 32 --rate 1000 --secs "$SECS")
+    p=$("${ON_GEN[@]}" "$LG" load --target "$2" --conns 32 --rate 1000 --secs "$SECS")
+    rows+=("$d" "$p")
+  done
+  python3 - "$1" "${rows[@]}" <<'PY'
+import json, statistics, sys
+name, rows = sys.argv[1], [json.loads(r) for r in sys.argv[2:]]
+keys = ["p50_ms", "p99_ms", "p50_sent_ms", "p99_sent_ms"]
+added = {k: [] for k in keys}
+for d, p in zip(rows[0::2], rows[1::2]):
+    for k in keys:
+        added[k].append(p[k] - d[k])
+    print("    direct p50/p99 %.3f/%.3f ms (from the send %.3f/%.3f), proxied %.3f/%.3f (%.3f/%.3f)" % (
+        d["p50_ms"], d["p99_ms"], d["p50_sent_ms"], d["p99_sent_ms"],
+        p["p50_ms"], p["p99_ms"], p["p50_sent_ms"], p["p99_sent_ms"]))
+med = {k: statistics.median(v) for k, v in added.items()}
+print(f"  {name}: added latency over {len(added['p99_ms'])} alternated pairs, median [min, max]:")
+for k in keys:
+    print(f"    {k[:-3]}: {med[k]:+.3f} ms [{min(added[k]):+.3f}, {max(added[k]):+.3f}]")
+PY
+  curl -s "http://$2/metrics" > "$TMP/overhead.txt"
+  python3 - "$TMP/overhead.txt" <<'PY'
+import re, sys
+b = [(float(m.group(1)), float(m.group(2))) for m in
+     re.finditer(r'^qsim_proxy_overhead_seconds_bucket\{le="([0-9.e-]+)"\} (\S+)$', open(sys.argv[1]).read(), re.M)]
+n = b[-1][1]
+q = lambda p: next(le for le, c in b if c >= p * n)
+print("  the proxy's own time per request (qsim_proxy_overhead_seconds, %d requests): p50 <= %.0f us, p99 <= %.0f us" % (n, q(0.5) * 1e6, q(0.99) * 1e6))
+PY
+}
+# a fresh proxy, so that its overhead histogram holds these runs only
+THREADS=2 start_proxy alt 1000000000 ""
+alternated "separate runs, 2 worker threads" "$(cat "$TMP/alt.addr")"
+kill "$(cat "$TMP/alt.pid")"
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")" "$(cat "$TMP/fwd1.pid")"
 

@@ -136,6 +136,12 @@ fn over_limit_openai_shape_and_the_sdk_honours_retry_after() {
         1.0 + r["retries_taken"].as_f64().unwrap(),
         "{m:?}"
     );
+    // the proxy's own time: one observation per forwarded or limited
+    // request, each under the largest bucket's bound
+    let own = metric(&m, "qsim_proxy_overhead_seconds_count");
+    assert_eq!(own, 2.0 + rejected, "{m:?}");
+    let sum = metric(&m, "qsim_proxy_overhead_seconds_sum");
+    assert!(sum > 0.0 && sum < own * 1.3, "{m:?}");
 }
 
 const SDK_FMAPI_LIMIT: &str = r#"

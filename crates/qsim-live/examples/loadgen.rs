@@ -94,6 +94,9 @@ async fn upstream(port: u16) {
 
 struct Out {
     lat_us: Vec<u64>,
+    /// From the actual send (without the generator's own lateness: tokio's
+    /// timer wakes a scheduled send up to a millisecond late)
+    sent_us: Vec<u64>,
     lat_429_us: Vec<u64>,
     statuses: BTreeMap<u16, u64>,
     errors: u64,
@@ -110,6 +113,7 @@ async fn conn_loop(
 ) -> Out {
     let mut out = Out {
         lat_us: Vec::new(),
+        sent_us: Vec::new(),
         lat_429_us: Vec::new(),
         statuses: BTreeMap::new(),
         errors: 0,
@@ -165,6 +169,7 @@ async fn conn_loop(
                     }
                     let us = sent.elapsed().as_micros() as u64;
                     out.lat_us.push(us);
+                    out.sent_us.push(actual.elapsed().as_micros() as u64);
                     if st == 429 {
                         // from the actual send: a connection held by a
                         // waiting request sends its next ones late
@@ -246,11 +251,13 @@ fn summary<'a>(
     target: Option<&str>,
 ) -> String {
     let mut lat = Vec::new();
+    let mut sent = Vec::new();
     let mut lat429 = Vec::new();
     let mut statuses: BTreeMap<u16, u64> = BTreeMap::new();
     let mut errors = 0;
     for o in outs {
         lat.extend_from_slice(&o.lat_us);
+        sent.extend_from_slice(&o.sent_us);
         lat429.extend_from_slice(&o.lat_429_us);
         for (k, v) in &o.statuses {
             *statuses.entry(*k).or_default() += v;
@@ -258,6 +265,7 @@ fn summary<'a>(
         errors += o.errors;
     }
     lat.sort_unstable();
+    sent.sort_unstable();
     lat429.sort_unstable();
     let quantile = |lat: &[u64], p: f64| {
         if lat.is_empty() {
@@ -268,13 +276,14 @@ fn summary<'a>(
     };
     let q = |p: f64| quantile(&lat, p);
     let q429 = |p: f64| quantile(&lat429, p);
+    let qs = |p: f64| quantile(&sent, p);
     let st: Vec<String> = statuses
         .iter()
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect();
     let target = target.map_or(String::new(), |t| format!("\"target\":\"{t}\","));
     format!(
-        "{{{target}\"requests\":{},\"rps\":{:.0},\"statuses\":{{{}}},\"errors\":{errors},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p50_429_ms\":{:.3},\"p99_429_ms\":{:.3},\"max_429_ms\":{:.3}}}",
+        "{{{target}\"requests\":{},\"rps\":{:.0},\"statuses\":{{{}}},\"errors\":{errors},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3},\"p50_sent_ms\":{:.3},\"p99_sent_ms\":{:.3},\"p50_429_ms\":{:.3},\"p99_429_ms\":{:.3},\"max_429_ms\":{:.3}}}",
         lat.len(),
         lat.len() as f64 / took.max(secs),
         st.join(","),
@@ -282,6 +291,8 @@ fn summary<'a>(
         q(0.9),
         q(0.99),
         q(1.0),
+        qs(0.5),
+        qs(0.99),
         q429(0.5),
         q429(0.99),
         q429(1.0)

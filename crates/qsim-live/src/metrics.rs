@@ -63,6 +63,7 @@ pub struct Metrics {
     pub waiting: Gauge,
     pub waits: Family<WaitLabel, Counter>,
     pub wait_seconds: Histogram,
+    pub overhead: Histogram,
     pub reloads: Family<ResultLabel, Counter>,
     pub generation: Gauge,
 }
@@ -86,10 +87,17 @@ impl Metrics {
             waiting: Gauge::default(),
             waits: Family::default(),
             wait_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 18)),
+            // 10 µs to ~1.3 s
+            overhead: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             reloads: Family::default(),
             generation: Gauge::default(),
             registry: Registry::default(),
         };
+        registry.register(
+            "overhead_seconds",
+            "Time a request spends in the proxy's own code, from the handler's start to the moment it is forwarded (body read, JSON, token count, limiter decision; waits under on_limit = wait excluded) or answered with a 429",
+            m.overhead.clone(),
+        );
         registry.register(
             "requests",
             "Requests received, by route",

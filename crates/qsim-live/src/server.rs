@@ -762,6 +762,7 @@ async fn proxy(
         r.max_tokens = Some(max_tokens);
         r.stream = stream;
     });
+    let deciding = Instant::now();
     let outcome = match gen.cfg.on_limit[consumer] {
         OnLimit::Reject => decide_once(&app, &gen, lreq, arrived, id).await,
         OnLimit::Wait { max_wait } => {
@@ -770,6 +771,13 @@ async fn proxy(
         }
     };
     let waits = matches!(gen.cfg.on_limit[consumer], OnLimit::Wait { .. });
+    // a consumer that waits: its time in the limiter is a wait, not the
+    // proxy's own time (see the overhead histogram)
+    let held = if waits {
+        deciding.elapsed()
+    } else {
+        Duration::ZERO
+    };
     let mut guard = match outcome {
         Outcome::Admit(mut g) => {
             if g.has_grant() {
@@ -861,7 +869,10 @@ async fn proxy(
                 }
                 .into();
             });
-            return limited(&gen, consumer, limit, retry_at, now, input_tokens);
+            let r = limited(&gen, consumer, limit, retry_at, now, input_tokens);
+            let own = arrived.elapsed().saturating_sub(held);
+            app.metrics.overhead.observe(own.as_secs_f64());
+            return r;
         }
     };
 
@@ -935,6 +946,10 @@ async fn proxy(
             r.status = status.as_u16();
         }
     };
+    // the proxy's own time before forwarding (a request held by on_limit =
+    // wait counts from its admission)
+    let own = arrived.elapsed().saturating_sub(held);
+    app.metrics.overhead.observe(own.as_secs_f64());
     let resp = match tokio::time::timeout(timeout, app.client.request(up)).await {
         Err(_) => {
             failed("upstream_timeout", StatusCode::GATEWAY_TIMEOUT);
