@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the tables of docs/fidelity.md (between the GENERATED markers)
-# from experiments/llama-8b-fidelity.toml, the measured points in
-# experiments/data/llama-8b-fidelity-measured.toml and experiments/nim-load.toml,
+# from experiments/llama-8b-fidelity.toml and experiments/llama-8b-vllm-blis.toml,
+# the measured points in experiments/data/llama-8b-fidelity-measured.toml and
+# experiments/data/llama-8b-vllm-blis-measured.toml, and experiments/nim-load.toml,
 # and check the held-out errors against the thresholds (tests/server_fidelity.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,7 +1,9 @@
-//! Server-model fidelity across load: the Llama-3.1-8B profile against
-//! published measurements (experiments/data/llama-8b-fidelity-measured.toml),
-//! and gpt-oss-20b against the shared-deployment article at 1000 RPM. Points marked `held_out`
-//! were never used to choose a coefficient; their errors are checked here.
+//! Server-model fidelity across load: the Llama-3.1-8B profiles against
+//! published measurements (experiments/data/llama-8b-fidelity-measured.toml:
+//! NVIDIA's NIM sweep; experiments/data/llama-8b-vllm-blis-measured.toml: the
+//! BLIS / inference-sim vLLM ground truth), and gpt-oss-20b against the
+//! shared-deployment article at 1000 RPM. Points marked `held_out` were never
+//! used to choose a coefficient; their errors are checked here.
 //!
 //! `scripts/fidelity.sh` runs this test with `QSIM_FIDELITY_OUT=docs/fidelity.md`
 //! to regenerate the tables between the GENERATED markers of that file.
@@ -27,15 +29,35 @@ const SAT_TOL: f64 = 0.10;
 /// together, so each client's next prompt lands in the same prefill iteration
 /// as its clump's (verified with a per-iteration trace); the measured TTFT
 /// shows the real system only partly clumped. E2E at concurrency 100 carries
-/// that TTFT gap. They are reported, not checked against the threshold; every
-/// other held-out figure is. A listed pair that comes within its threshold
-/// fails the test until it is removed from this list, so the list cannot go
-/// stale.
+/// that TTFT gap.
+///
+/// The BLIS vLLM points (bf16, vLLM v0.15.1, open-loop Poisson): qsim's step is
+/// too slow for this engine at every load (mean ITL and E2E +25 % at 5 req/s,
+/// +48 % at 20 req/s) and roleplay's TTFT (750-token prompts) is +19 %; the
+/// evidence (a slower weight read than vLLM bf16 achieves, CPU time that
+/// vLLM's async scheduling hides, prefill cost with vLLM's prefix cache on a
+/// repeating prompt set, none of which one coefficient fixes) is in
+/// docs/fidelity.md ("Known gaps"). TTFT at the other four points is checked.
+///
+/// They are reported, not checked against the threshold; every other
+/// held-out figure is. A listed pair that comes within its threshold fails
+/// the test until it is removed from this list, so the list cannot go stale.
 const KNOWN_GAPS: &[(&str, &str)] = &[
     ("c5", "TTFT"),
     ("c25", "TTFT"),
     ("c100", "TTFT"),
     ("c100", "E2E"),
+    ("general-8", "ITL"),
+    ("general-8", "E2E"),
+    ("general-20", "ITL"),
+    ("general-20", "E2E"),
+    ("codegen-5", "ITL"),
+    ("codegen-5", "E2E"),
+    ("codegen-10", "ITL"),
+    ("codegen-10", "E2E"),
+    ("roleplay-6", "TTFT"),
+    ("roleplay-6", "ITL"),
+    ("roleplay-6", "E2E"),
 ];
 
 fn root() -> PathBuf {
@@ -59,7 +81,10 @@ fn metric(v: &[f64], key: &str) -> f64 {
 struct Point {
     scenario: String,
     held_out: bool,
-    /// measured, qsim: TTFT (s), ITL (s), E2E (s), throughput (req/s)
+    /// Offered load as a percentage of the saturation throughput.
+    load_pct: f64,
+    /// measured, qsim: TTFT (s), ITL (s), E2E (s), throughput (req/s); a
+    /// figure that was not published is NaN and is neither shown nor checked.
     meas: [f64; 4],
     sim: [f64; 4],
 }
@@ -68,21 +93,50 @@ fn err(sim: f64, meas: f64) -> f64 {
     sim / meas - 1.0
 }
 
-fn run_points() -> (String, Vec<Point>) {
-    let mpath = root().join("experiments/data/llama-8b-fidelity-measured.toml");
+/// One measured file and qsim's runs of its experiment.
+struct Sweep {
+    title: String,
+    pts: Vec<Point>,
+    /// (measured, qsim) saturation throughput, req/s, when one was measured.
+    saturation: Option<(f64, f64)>,
+    /// How the load column was computed.
+    load_note: String,
+}
+
+fn run(s: &ServerSuite, name: &str, exp: &Path) -> Vec<f64> {
+    let sc = s
+        .scenarios
+        .iter()
+        .find(|x| x.name == name)
+        .unwrap_or_else(|| panic!("scenario {name} in {}", exp.display()));
+    let r = run_scenario(s.profile.clone(), sc, 1, sc.index);
+    values(&r.metrics.total(r.until), r.until, 1)
+}
+
+fn measured(file: &str) -> (toml::Value, ServerSuite, PathBuf) {
+    let mpath = root().join("experiments/data").join(file);
     let text = std::fs::read_to_string(&mpath).expect("measured file");
     let m: toml::Value = toml::from_str(&text).expect("measured TOML");
-    let title = m["title"].as_str().expect("title").to_string();
-    let out = m["output_tokens"].as_integer().expect("output_tokens") as f64;
     let exp = root()
         .join("experiments")
         .join(m["experiment"].as_str().expect("experiment"));
     let s = suite(&exp);
+    (m, s, exp)
+}
+
+fn use_of(p: &toml::Value) -> bool {
+    let used = p["use"].as_str().expect("use");
+    assert!(used == "fit" || used == "held_out", "use = {used:?}");
+    used == "held_out"
+}
+
+/// NVIDIA's NIM sweep: closed loop; TTFT, ITL and output tokens/s published.
+fn nim_sweep() -> Sweep {
+    let (m, s, exp) = measured("llama-8b-fidelity-measured.toml");
+    let out = m["output_tokens"].as_integer().expect("output_tokens") as f64;
     let mut pts = vec![];
     for p in m["point"].as_array().expect("points") {
         let name = p["scenario"].as_str().expect("scenario");
-        let used = p["use"].as_str().expect("use");
-        assert!(used == "fit" || used == "held_out", "use = {used:?}");
         let f = |k: &str| p[k].as_float().unwrap_or_else(|| panic!("{name}.{k}"));
         let (ttft, itl) = (f("ttft_ms") / 1e3, f("itl_ms") / 1e3);
         let meas = [
@@ -91,13 +145,7 @@ fn run_points() -> (String, Vec<Point>) {
             ttft + (out - 1.0) * itl,
             f("output_tokens_per_s") / out,
         ];
-        let sc = s
-            .scenarios
-            .iter()
-            .find(|x| x.name == name)
-            .unwrap_or_else(|| panic!("scenario {name} in {}", exp.display()));
-        let r = run_scenario(s.profile.clone(), sc, 1, sc.index);
-        let v = values(&r.metrics.total(r.until), r.until, 1);
+        let v = run(&s, name, &exp);
         let sim = [
             metric(&v, "ttft_mean_s"),
             metric(&v, "itl_mean_s"),
@@ -106,30 +154,75 @@ fn run_points() -> (String, Vec<Point>) {
         ];
         pts.push(Point {
             scenario: name.to_string(),
-            held_out: used == "held_out",
+            held_out: use_of(p),
+            load_pct: 0.0,
             meas,
             sim,
         });
     }
-    (title, pts)
-}
-
-/// Saturation throughput: the highest throughput over the sweep.
-fn saturation(pts: &[Point], i: usize) -> f64 {
-    pts.iter().map(|p| p.meas_or_sim(i)).fold(0.0, f64::max)
-}
-
-impl Point {
-    fn meas_or_sim(&self, i: usize) -> f64 {
-        if i == 0 {
-            self.meas[3]
-        } else {
-            self.sim[3]
-        }
+    // Saturation throughput: the highest throughput over the sweep.
+    let sat_m = pts.iter().map(|p| p.meas[3]).fold(0.0, f64::max);
+    let sat_s = pts.iter().map(|p| p.sim[3]).fold(0.0, f64::max);
+    for p in &mut pts {
+        p.load_pct = p.meas[3] / sat_m * 100.0;
+    }
+    Sweep {
+        title: m["title"].as_str().expect("title").to_string(),
+        pts,
+        saturation: Some((sat_m, sat_s)),
+        load_note: "Load column: measured throughput / measured saturation".into(),
     }
 }
 
-fn table(pts: &[Point], held_out: bool, sat: f64) -> String {
+/// The BLIS vLLM ground truth: open loop; mean TTFT and mean E2E published,
+/// ITL derived as (E2E - TTFT) / (output - 1) on both sides. No saturation
+/// was measured: the load column is the offered rate over qsim's saturation
+/// throughput for the same workload (the `<workload>-sat` scenario).
+fn blis_sweep() -> Sweep {
+    let (m, s, exp) = measured("llama-8b-vllm-blis-measured.toml");
+    let mut pts = vec![];
+    let mut sats: Vec<(String, f64)> = vec![];
+    for p in m["point"].as_array().expect("points") {
+        let name = p["scenario"].as_str().expect("scenario");
+        let f = |k: &str| p[k].as_float().unwrap_or_else(|| panic!("{name}.{k}"));
+        let out = p["output_tokens"].as_integer().expect("output_tokens") as f64;
+        let (ttft, e2e) = (f("ttft_ms") / 1e3, f("e2e_ms") / 1e3);
+        let rate = f("rate_per_s");
+        let v = run(&s, name, &exp);
+        let (sttft, se2e) = (metric(&v, "ttft_mean_s"), metric(&v, "e2e_mean_s"));
+        let workload = name.split('-').next().expect("workload-rate name");
+        let sat = match sats.iter().find(|x| x.0 == workload) {
+            Some(x) => x.1,
+            None => {
+                let v = run(&s, &format!("{workload}-sat"), &exp);
+                sats.push((workload.to_string(), metric(&v, "throughput_rps")));
+                sats[sats.len() - 1].1
+            }
+        };
+        pts.push(Point {
+            scenario: name.to_string(),
+            held_out: use_of(p),
+            load_pct: rate / sat * 100.0,
+            meas: [ttft, (e2e - ttft) / (out - 1.0), e2e, f64::NAN],
+            sim: [sttft, (se2e - sttft) / (out - 1.0), se2e, f64::NAN],
+        });
+    }
+    Sweep {
+        title: m["title"].as_str().expect("title").to_string(),
+        pts,
+        saturation: None,
+        load_note: format!(
+            "Load column: offered rate / qsim's saturation throughput for the workload \
+             (the `<workload>-sat` scenario: {}); no saturation was measured for these settings",
+            sats.iter()
+                .map(|(w, v)| format!("{w} {v:.2} req/s"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn table(pts: &[Point], held_out: bool) -> String {
     let mut t = String::new();
     t.push_str("| point | load (% of sat.) | metric | measured | qsim | error |\n");
     t.push_str("|---|---:|---|---:|---:|---:|\n");
@@ -141,11 +234,14 @@ fn table(pts: &[Point], held_out: bool, sat: f64) -> String {
             ("throughput", 1.0, "req/s"),
         ];
         for (i, (n, k, u)) in names.iter().enumerate() {
+            if p.meas[i].is_nan() {
+                continue;
+            }
             let _ = writeln!(
                 t,
                 "| {} | {:.0} | {n} ({u}) | {:.3} | {:.3} | {:+.1} % |",
                 p.scenario,
-                p.meas[3] / sat * 100.0,
+                p.load_pct,
                 p.meas[i] * k,
                 p.sim[i] * k,
                 err(p.sim[i], p.meas[i]) * 100.0
@@ -153,6 +249,80 @@ fn table(pts: &[Point], held_out: bool, sat: f64) -> String {
         }
     }
     t
+}
+
+fn report(sw: &Sweep) -> String {
+    let mut doc = String::new();
+    let _ = writeln!(doc, "### {}\n", sw.title);
+    if let Some((sat_m, sat_s)) = sw.saturation {
+        let _ = writeln!(
+            doc,
+            "Saturation throughput (highest over the sweep): measured {sat_m:.2} req/s, \
+             qsim {sat_s:.2} req/s ({:+.1} %).\n",
+            err(sat_s, sat_m) * 100.0
+        );
+    }
+    let _ = writeln!(doc, "{}.\n", sw.load_note);
+    if sw.pts.iter().any(|p| !p.held_out) {
+        let _ = writeln!(doc, "Points used for fitting:\n\n{}", table(&sw.pts, false));
+    } else {
+        let _ = writeln!(doc, "No point of this file was used for fitting.\n");
+    }
+    let _ = writeln!(doc, "Held-out points:\n\n{}", table(&sw.pts, true));
+    doc
+}
+
+/// Check the held-out points of a sweep; returns how many were checked.
+fn check(sw: &Sweep, failures: &mut Vec<String>) -> usize {
+    let mut checked = 0;
+    for p in sw.pts.iter().filter(|p| p.held_out) {
+        // points past the measured saturation are reported, not checked
+        let past = match sw.saturation {
+            Some((sat_m, _)) => p.meas[3] >= 0.99 * sat_m || p.scenario == "c250",
+            None => p.load_pct >= 100.0,
+        };
+        if past {
+            continue;
+        }
+        checked += 1;
+        for (i, (n, tol)) in [("TTFT", TTFT_TOL), ("ITL", ITL_TOL), ("E2E", E2E_TOL)]
+            .iter()
+            .enumerate()
+        {
+            let e = err(p.sim[i], p.meas[i]);
+            if KNOWN_GAPS.contains(&(p.scenario.as_str(), *n)) {
+                println!("known gap: {} {n} {:+.1} %", p.scenario, e * 100.0);
+                if e.abs() <= *tol {
+                    failures.push(format!(
+                        "{} {n} is listed in KNOWN_GAPS but within its threshold ({:+.1} %): remove it",
+                        p.scenario,
+                        e * 100.0
+                    ));
+                }
+                continue;
+            }
+            if e.abs() > *tol {
+                failures.push(format!(
+                    "{} {n}: qsim {:.4} vs {:.4} ({:+.1} %, limit {:.0} %)",
+                    p.scenario,
+                    p.sim[i],
+                    p.meas[i],
+                    e * 100.0,
+                    tol * 100.0
+                ));
+            }
+        }
+    }
+    if let Some((sat_m, sat_s)) = sw.saturation {
+        let e = err(sat_s, sat_m);
+        if e.abs() > SAT_TOL {
+            failures.push(format!(
+                "saturation {sat_s:.2} vs {sat_m:.2} ({:+.1} %)",
+                e * 100.0
+            ));
+        }
+    }
+    checked
 }
 
 fn gpt_oss() -> (Vec<f64>, String) {
@@ -184,22 +354,9 @@ fn gpt_oss() -> (Vec<f64>, String) {
 
 #[test]
 fn llama_8b_held_out_points_within_thresholds() {
-    let (title, pts) = run_points();
-    let (sat_m, sat_s) = (saturation(&pts, 0), saturation(&pts, 1));
-    let mut doc = String::new();
-    let _ = writeln!(doc, "### {title}\n");
-    let _ = writeln!(
-        doc,
-        "Saturation throughput (highest over the sweep): measured {sat_m:.2} req/s, \
-         qsim {sat_s:.2} req/s ({:+.1} %).\n",
-        err(sat_s, sat_m) * 100.0
-    );
-    let _ = writeln!(
-        doc,
-        "Points used for fitting:\n\n{}",
-        table(&pts, false, sat_m)
-    );
-    let _ = writeln!(doc, "Held-out points:\n\n{}", table(&pts, true, sat_m));
+    let (nim, blis) = (nim_sweep(), blis_sweep());
+    let mut doc = report(&nim);
+    doc.push_str(&report(&blis));
     let (_, g) = gpt_oss();
     let _ = writeln!(
         doc,
@@ -217,50 +374,38 @@ fn llama_8b_held_out_points_within_thresholds() {
     }
 
     let mut failures = vec![];
-    let mut checked = 0;
-    for p in pts.iter().filter(|p| p.held_out) {
-        // points past the measured saturation are reported, not checked
-        if p.meas[3] < 0.99 * sat_m && p.scenario != "c250" {
-            checked += 1;
-            for (i, (n, tol)) in [("TTFT", TTFT_TOL), ("ITL", ITL_TOL), ("E2E", E2E_TOL)]
-                .iter()
-                .enumerate()
-            {
-                let e = err(p.sim[i], p.meas[i]);
-                if KNOWN_GAPS.contains(&(p.scenario.as_str(), *n)) {
-                    println!("known gap: {} {n} {:+.1} %", p.scenario, e * 100.0);
-                    if e.abs() <= *tol {
-                        failures.push(format!(
-                            "{} {n} is listed in KNOWN_GAPS but within its threshold ({:+.1} %): remove it",
-                            p.scenario,
-                            e * 100.0
-                        ));
-                    }
-                    continue;
-                }
-                if e.abs() > *tol {
-                    failures.push(format!(
-                        "{} {n}: qsim {:.4} vs {:.4} ({:+.1} %, limit {:.0} %)",
-                        p.scenario,
-                        p.sim[i],
-                        p.meas[i],
-                        e * 100.0,
-                        tol * 100.0
-                    ));
-                }
-            }
-        }
-    }
+    let checked = check(&nim, &mut failures);
     assert!(
         checked >= 3,
-        "only {checked} held-out points below saturation"
+        "only {checked} NIM held-out points below saturation"
     );
-    let e = err(sat_s, sat_m);
-    if e.abs() > SAT_TOL {
-        failures.push(format!(
-            "saturation {sat_s:.2} vs {sat_m:.2} ({:+.1} %)",
-            e * 100.0
-        ));
-    }
+    let checked = check(&blis, &mut failures);
+    let in_band = blis
+        .pts
+        .iter()
+        .filter(|p| p.held_out && (20.0..=90.0).contains(&p.load_pct))
+        .count();
+    assert!(
+        checked >= 4 && in_band >= 4,
+        "BLIS: {checked} held-out points checked, {in_band} in 20-90 % of saturation"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The BLIS runs' profile differs from llama-3.1-8b-h100-vllm.toml only in the
+/// scheduler flags of those runs: the KV cache and every iteration coefficient
+/// are the same, so no coefficient was chosen on the BLIS points.
+#[test]
+fn blis_profile_shares_the_vllm_coefficients() {
+    let read = |f: &str| -> toml::Value {
+        let p = root().join("models").join(f);
+        toml::from_str(&std::fs::read_to_string(&p).expect("profile")).expect("profile TOML")
+    };
+    let (base, blis) = (
+        read("llama-3.1-8b-h100-vllm.toml"),
+        read("llama-3.1-8b-h100-vllm-blis.toml"),
+    );
+    for table in ["iteration", "kv_cache"] {
+        assert_eq!(base[table], blis[table], "[{table}] differs");
+    }
 }
