@@ -6,7 +6,7 @@
 //! scaled time.
 
 mod common;
-use common::{free_port, venv_bin, Proc};
+use common::{free_port, stop, venv_bin, Proc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
@@ -161,13 +161,14 @@ fn closed_loop_with_retries_through_the_proxy() {
         .arg(&cfg)
         .args(["--listen", "127.0.0.1:0", "--threads", "1"])
         .args(["--upstream", &format!("http://127.0.0.1:{port}")])
-        .args(["--time-scale", "10"])
+        .args(["--time-scale", "10", "--log-dir"])
+        .arg(dir.path().join("log"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let out = child.stdout.take().unwrap();
-    let _proxy = Proc(child);
+    let proxy = Proc(child);
     let mut line = String::new();
     BufReader::new(out).read_line(&mut line).unwrap();
     let url = line
@@ -210,4 +211,24 @@ fn closed_loop_with_retries_through_the_proxy() {
     assert!(a["admitted"].as_u64().unwrap() >= 59, "{a}");
     // the plan beside it: the same consumers and minute
     assert_eq!(r["compare"].as_array().unwrap().len(), 2);
+
+    // qsim load numbers its attempts (x-stainless-retry-count, as the
+    // OpenAI SDKs do): the decision log links the retries into callers
+    stop(proxy); // the log's last file is written when the proxy ends
+    let o = qsim()
+        .args(["whatif", "--log"])
+        .arg(dir.path().join("log"))
+        .arg("--policy")
+        .arg(&cfg)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let w: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(w["records"].as_u64(), Some(offered), "{w}");
+    let linked = w["callers_with_retries"].as_u64().unwrap();
+    assert!(
+        linked > 0 && linked <= rows,
+        "{linked} callers with retries: {w}"
+    );
 }

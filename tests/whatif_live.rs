@@ -24,7 +24,7 @@
 //! linked into callers, and bad `--log`/`--policy`/`--window` exit 2.
 
 mod common;
-use common::{free_port, llmock, venv_bin, Proc};
+use common::{free_port, llmock, stop, venv_bin, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -71,20 +71,6 @@ fn proxy(cfg: &Path, up: &str, log: &Path) -> (Proc, String) {
 }
 
 /// SIGTERM, then wait for the graceful exit (it finishes the log's file).
-fn stop(mut p: Proc) {
-    let pid = p.0.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let t = Instant::now();
-    while p.0.try_wait().unwrap().is_none() {
-        assert!(t.elapsed() < Duration::from_secs(30), "proxy did not exit");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn load_cmd(url: &str, max: &str) -> Command {
     let mut c = qsim();
     c.args(["load", "builtin:experiments/shared-deployment.toml"])

@@ -40,6 +40,22 @@ impl Drop for Proc {
     }
 }
 
+/// Stop a process with SIGTERM (a proxy drains and writes its log) and wait
+/// for it (bounded).
+pub fn stop(mut p: Proc) {
+    let pid = p.0.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t = Instant::now();
+    while p.0.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(30), "proxy did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -308,12 +308,16 @@ pub fn request_body(model: &str, input_tokens: u32, max_tokens: u64) -> Value {
     })
 }
 
-async fn attempt(sh: &Shared, consumer: usize, body: &Bytes) -> Answer {
+/// One HTTP attempt; `retries`: the row's attempts before this one, sent as
+/// `x-stainless-retry-count` as the OpenAI SDKs do (so that a proxy's
+/// decision log links a retry to the attempt it repeats: `qsim whatif`).
+async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> Answer {
     let id = &sh.cfg.consumers[consumer];
     let mut req = Request::builder()
         .method(Method::POST)
         .uri(format!("{}{}", sh.cfg.target, sh.cfg.path))
-        .header(hyper::header::CONTENT_TYPE, "application/json");
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header("x-stainless-retry-count", retries);
     req = match &id.header {
         None => req.header(hyper::header::AUTHORIZATION, format!("Bearer {}", id.key)),
         Some(h) => req.header(h.as_str(), id.key.as_str()),
@@ -373,6 +377,7 @@ async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input:
     sh.obs(|o, _| o[consumer].rows += 1);
     let mut call = Call::start(first);
     let mut at = first;
+    let mut sent: u32 = 0;
     loop {
         if at >= sh.cfg.duration || sh.stopped.load(Ordering::Relaxed) {
             return;
@@ -412,7 +417,8 @@ async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input:
                 c.offered_units_per_min[m] += charge;
                 c.in_flight += 1;
             });
-            let answer = attempt(&sh, consumer, &body).await;
+            let answer = attempt(&sh, consumer, &body, sent).await;
+            sent += 1;
             sh.obs(|o, _| o[consumer].in_flight -= 1);
             match answer {
                 Answer::None(_) => {
