@@ -608,11 +608,10 @@ fn drift_config(
         Profile::Hosted(p) => (
             p.name.clone(),
             std::sync::Arc::new(move |k| {
-                Box::new(HostedBackend::new(
-                    p.clone(),
-                    p.serve.clone(),
-                    seed.wrapping_add(k),
-                )) as Box<dyn Backend>
+                // drift reads first-token and end times only
+                Box::new(
+                    HostedBackend::new(p.clone(), p.serve.clone(), seed.wrapping_add(k)).coarse(),
+                ) as Box<dyn Backend>
             }),
         ),
         Profile::Server(p) => (

@@ -154,6 +154,10 @@ pub struct HostedBackend {
     due: BinaryHeap<Reverse<(Nanos, u64, u64)>>,
     seq: u64,
     pending: BTreeMap<u64, Pending>,
+    /// Only the first token and the end are events (the rest of the tokens
+    /// come in one event at the end): for a shadow that reads TTFT and E2E
+    /// only (drift), not for streaming.
+    coarse: bool,
 }
 
 enum Pending {
@@ -178,7 +182,16 @@ impl HostedBackend {
             due: BinaryHeap::new(),
             seq: 0,
             pending: BTreeMap::new(),
+            coarse: false,
         }
+    }
+
+    /// Emit the first token and then the rest at the end, not each token
+    /// at its own time: the same answers (first-token and end times, token
+    /// counts, limits), one deadline per answer instead of one per token.
+    pub fn coarse(mut self) -> Self {
+        self.coarse = true;
+        self
     }
 
     fn schedule(&mut self, t: Nanos, id: u64) {
@@ -295,7 +308,7 @@ impl Backend for HostedBackend {
                         };
                         out.push(Event::Tokens { id, n: due - *sent });
                         *sent = due;
-                        let next = if due < *n {
+                        let next = if due < *n && !self.coarse {
                             *first + ((*span as u128 * due as u128).div_ceil(*n as u128)) as Nanos
                         } else {
                             *done_at
@@ -611,6 +624,81 @@ mod tests {
                 None => assert_eq!(toks, 0),
             }
         }
+    }
+
+    /// The coarse backend (drift's shadow) gives each answer the same
+    /// first-token and end times, token count and outcome as the streaming
+    /// one, with two token events per answer instead of one per token.
+    #[test]
+    fn coarse_hosted_backend_has_the_same_first_token_and_end_times() {
+        let path = std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/databricks-claude-haiku-4-5.toml"
+        ));
+        let Profile::Hosted(p) = load_profile(path).unwrap() else {
+            panic!("hosted")
+        };
+        // per id: (first token time, end time, tokens, done or failed), and
+        // the number of token events
+        type Timed = BTreeMap<u64, (Option<Nanos>, Nanos, u64, bool)>;
+        let run = |mut b: HostedBackend| -> (Timed, usize) {
+            let mut m: Timed = BTreeMap::new();
+            let mut out = Vec::new();
+            let mut token_events = 0;
+            let mut next_id = 0u64;
+            // arrivals every 50 ms for 30 s: over OTPM part of the time
+            let mut t: Nanos = 0;
+            loop {
+                let arrival = (next_id < 600).then_some(next_id * 50_000_000);
+                let t1 = match (arrival, b.poll_timeout()) {
+                    (Some(a), Some(d)) => a.min(d),
+                    (Some(a), None) => a,
+                    (None, Some(d)) => d,
+                    (None, None) => break,
+                };
+                assert!(t1 >= t);
+                t = t1;
+                b.handle_timeout(t, &mut out);
+                if arrival == Some(t) {
+                    b.submit(t, next_id, &req(Some(256), next_id), &mut out)
+                        .unwrap();
+                    next_id += 1;
+                }
+                for e in out.drain(..) {
+                    match e {
+                        Event::Tokens { id, n } => {
+                            token_events += 1;
+                            let r = m.entry(id).or_insert((None, 0, 0, false));
+                            r.0.get_or_insert(t);
+                            r.2 += n;
+                        }
+                        Event::Done { id, .. } => {
+                            let r = m.entry(id).or_insert((None, 0, 0, false));
+                            (r.1, r.3) = (t, true);
+                        }
+                        Event::Failed { id, .. } => {
+                            m.entry(id).or_insert((None, 0, 0, false)).1 = t;
+                        }
+                    }
+                }
+            }
+            (m, token_events)
+        };
+        let (fine, fine_events) = run(HostedBackend::new(p.clone(), p.serve.clone(), 5));
+        let (coarse, coarse_events) =
+            run(HostedBackend::new(p.clone(), p.serve.clone(), 5).coarse());
+        assert_eq!(fine.len(), 600);
+        assert_eq!(fine, coarse);
+        let done = fine.values().filter(|r| r.3).count();
+        assert!(done > 100 && done < 600, "{done} answered of 600");
+        assert!(
+            coarse_events <= 2 * done,
+            "{coarse_events} events for {done}"
+        );
+        assert!(
+            fine_events > 20 * coarse_events,
+            "{fine_events} vs {coarse_events}"
+        );
     }
 
     /// Per id: (tokens streamed, Done's completion tokens or Failed).
