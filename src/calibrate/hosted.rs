@@ -179,10 +179,12 @@ impl Timeline {
         }
     }
 
-    /// The attempts (indices) the bucket (c, r, mode) classifies wrongly.
-    pub fn misses(&self, c: f64, r: f64, mode: Mode, out: &mut Vec<u32>) {
-        out.clear();
-        let (charge, need) = mode.admit(self.max_tokens);
+    /// Replay the bucket (c, r, mode) over every experiment's timeline:
+    /// `arrive(i, level, admitted?)` at each attempt, before the
+    /// attempt's charge (an admitted attempt is charged, a completion
+    /// refunded as the mode settles).
+    fn replay(&self, c: f64, r: f64, mode: Mode, mut arrive: impl FnMut(u32, f64, bool)) {
+        let (charge, _) = mode.admit(self.max_tokens);
         for evs in &self.exps {
             let Some(first) = evs.first() else { continue };
             let mut level = c;
@@ -192,22 +194,29 @@ impl Timeline {
                 last = t;
                 match ev {
                     Ev::Arrive(i) => {
-                        let o = &self.obs[i as usize];
-                        let pred = level + 1e-9 >= need;
-                        if pred != o.admitted {
-                            out.push(i);
-                        }
-                        if o.admitted {
+                        let admitted = self.obs[i as usize].admitted;
+                        arrive(i, level, admitted);
+                        if admitted {
                             level -= charge;
                         }
                     }
                     Ev::Complete(i) => {
-                        let o = &self.obs[i as usize];
-                        level += mode.settle(self.max_tokens, o.output as f64);
+                        level += mode.settle(self.max_tokens, self.obs[i as usize].output as f64);
                     }
                 }
             }
         }
+    }
+
+    /// The attempts (indices) the bucket (c, r, mode) classifies wrongly.
+    pub fn misses(&self, c: f64, r: f64, mode: Mode, out: &mut Vec<u32>) {
+        out.clear();
+        let (_, need) = mode.admit(self.max_tokens);
+        self.replay(c, r, mode, |i, level, admitted| {
+            if (level + 1e-9 >= need) != admitted {
+                out.push(i);
+            }
+        });
     }
 
     /// The mean start time of the attempts (their experiment's clock).
@@ -220,28 +229,10 @@ impl Timeline {
     /// [`misses`](Self::misses).
     pub fn margins(&self, c: f64, r: f64, mode: Mode, out: &mut Vec<(f64, bool)>) {
         out.clear();
-        let (charge, need) = mode.admit(self.max_tokens);
-        for evs in &self.exps {
-            let Some(first) = evs.first() else { continue };
-            let mut level = c;
-            let mut last = first.0;
-            for &(t, ev) in evs {
-                level = (level + r * (t - last)).min(c);
-                last = t;
-                match ev {
-                    Ev::Arrive(i) => {
-                        let o = &self.obs[i as usize];
-                        out.push((level - need, o.admitted));
-                        if o.admitted {
-                            level -= charge;
-                        }
-                    }
-                    Ev::Complete(i) => {
-                        level += mode.settle(self.max_tokens, self.obs[i as usize].output as f64);
-                    }
-                }
-            }
-        }
+        let (_, need) = mode.admit(self.max_tokens);
+        self.replay(c, r, mode, |_, level, admitted| {
+            out.push((level - need, admitted))
+        });
     }
 
     /// Units one experiment consumed, net, and its span (for the search box).
