@@ -404,24 +404,36 @@ pub struct Predicted {
     pub saturated: Vec<bool>,
 }
 
+/// Under the default work budget: refused up front on the estimate, or
+/// stopped by the run-time meter (exit 2 before any request is sent).
 pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, ConfigError> {
+    let budget = crate::experiment::budget::Budget::default();
     crate::plan::budget::simulate(&p.file, &p.model)?
         .times(seeds as f64, "seeds")
-        .check(
-            &p.file.source,
-            &crate::experiment::budget::Budget::default(),
-        )?;
-    let runs = crate::plan::simulate(&p.file, &p.model, seed, false);
-    let mut records = Records::default();
-    crate::plan::seeds::records(&mut records, seed, &runs);
-    let mut all = records.clone();
-    for k in 1..seeds {
-        let s = seed.wrapping_add(k);
-        crate::plan::seeds::records(
-            &mut all,
-            s,
-            &crate::plan::simulate(&p.file, &p.model, s, false),
+        .check(&p.file.source, &budget)?;
+    let ((runs, records, all), meter) = crate::work::scope(budget.max_requests, || {
+        let runs = crate::plan::simulate(&p.file, &p.model, seed, false);
+        let mut records = Records::default();
+        crate::plan::seeds::records(&mut records, seed, &runs);
+        let mut all = records.clone();
+        for k in 1..seeds {
+            let s = seed.wrapping_add(k);
+            crate::plan::seeds::records(
+                &mut all,
+                s,
+                &crate::plan::simulate(&p.file, &p.model, s, false),
+            );
+        }
+        (runs, records, all)
+    });
+    if meter.over() {
+        // qsim load's own --max-requests bounds HTTP attempts, not this
+        let mut e = crate::work::exceeded(&p.file.source, &meter);
+        e.reason = e.reason.replace(
+            "raise it with --max-requests N, or shorten the run",
+            "--compare-with-sim simulates under the default budget: drop it, or shorten the scenario",
         );
+        return Err(e);
     }
     Ok(Predicted {
         saturated: runs[0].limited.saturated.clone(),

@@ -309,4 +309,31 @@ fn limiter_retries_are_stopped_at_run_time() {
     plan.extend(budget);
     stopped(d.path(), &plan);
     assert!(!out.exists(), "partial output written");
+    // qsim load --compare-with-sim simulates under the default budget
+    // before it sends anything: 4x the rate goes past it
+    std::fs::write(
+        &file,
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("rpm = 1800, retry", "rpm = 7200, retry"),
+    )
+    .unwrap();
+    let (code, out, err) = qsim_in(
+        d.path(),
+        &[
+            "load",
+            "storm.toml",
+            "--scenario",
+            "heavy",
+            "--target",
+            "http://127.0.0.1:9",
+            "--compare-with-sim",
+        ],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    for n in ["work budget: exceeded after", "--compare-with-sim"] {
+        assert!(err.contains(n), "{err:?} lacks {n:?}");
+    }
 }
