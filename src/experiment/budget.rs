@@ -233,7 +233,7 @@ pub fn open_requests(rate: f64, secs: f64, cv: f64) -> f64 {
 
 /// The fastest engine step of a profile (a batch of one decode), seconds.
 pub fn min_step_s(p: &ServerProfile) -> f64 {
-    to_secs(p.iteration.duration(0, 1, 1, 1, 1).0).max(1e-9)
+    to_secs(p.iteration.duration(0, 1, 1, 1, 1, true).0).max(1e-9)
 }
 
 /// Engine iterations of `replicas` replicas serving `requests` requests

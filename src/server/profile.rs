@@ -8,7 +8,10 @@
 //! mem  = (weights_read + K · kv_bytes_per_token) / (hbm_bandwidth · bandwidth_efficiency)
 //! comp = (2 · active_params · (P + D) + attn_flops_per_pair · A) / (peak_flops · compute_efficiency)
 //! gpu  = gpu_fixed + max(mem, comp)
-//! t    = cpu_overhead + cpu_per_seq · (number of scheduled sequences) + gpu
+//! cpu  = cpu_overhead + cpu_per_seq · (number of scheduled sequences)
+//! t    = cpu + gpu                       (synchronous scheduling, the default)
+//! t    = max(cpu, gpu)                   (`async_scheduling`, a step that
+//!                                         follows a step in flight)
 //! ```
 //!
 //! P = prefill tokens in the iteration, D = decode sequences, K = KV tokens
@@ -16,8 +19,13 @@
 //! (query token, context token) pairs attention computes (a chunk of m tokens
 //! after c computed ones adds m·c + m(m+1)/2). The GPU overlaps streaming
 //! bytes with arithmetic, so the two terms are not added. The CPU part of an
-//! iteration (scheduling, sampling, detokenisation) keeps the GPU idle; GPU
-//! utilisation is `gpu / t` while the engine is busy.
+//! iteration (scheduling, input preparation, output processing) keeps the GPU
+//! idle in a synchronous engine; GPU utilisation is `gpu / t` while the engine
+//! is busy. An engine that schedules asynchronously (vLLM ≥ 0.14 by default)
+//! prepares step N+1 on the CPU while step N runs on the GPU, so a step that
+//! follows another step takes the larger of the two; the first step of a busy
+//! period (the engine was idle: nothing was scheduled ahead) still takes
+//! `cpu + gpu`.
 
 use crate::config::{from_value, read_toml, ConfigError};
 use crate::time::Nanos;
@@ -79,6 +87,9 @@ struct RawIteration {
     /// API-server latency before the engine sees a request (HTTP, tokeniser).
     #[serde(default)]
     ingress_ms: f64,
+    /// The engine schedules step N+1 on the CPU while step N runs on the GPU.
+    #[serde(default)]
+    async_scheduling: bool,
 }
 
 fn one() -> f64 {
@@ -119,11 +130,16 @@ pub struct IterationModel {
     pub cpu_base_ns: f64,
     /// CPU ns per scheduled sequence.
     pub cpu_per_seq_ns: f64,
+    /// The CPU part of a step overlaps the previous step's GPU work.
+    pub async_scheduling: bool,
 }
 
 impl IterationModel {
     /// (total duration, GPU-busy part) of one iteration, in ns: `prefill_tokens`
-    /// P, `decode_seqs` D, `kv_tokens` K, `attn_pairs` A, `seqs` scheduled.
+    /// P, `decode_seqs` D, `kv_tokens` K, `attn_pairs` A, `seqs` scheduled;
+    /// `follows_step`: the step starts the moment the previous one ends (with
+    /// `async_scheduling` its CPU part was done during that step), not from
+    /// an idle engine.
     #[inline]
     pub fn duration(
         &self,
@@ -132,6 +148,7 @@ impl IterationModel {
         kv_tokens: u64,
         attn_pairs: u64,
         seqs: u64,
+        follows_step: bool,
     ) -> (Nanos, Nanos) {
         let mem = self.mem_base_ns + self.mem_per_kv_token_ns * kv_tokens as f64;
         let comp = self.comp_per_token_ns * (prefill_tokens + decode_seqs) as f64
@@ -139,8 +156,13 @@ impl IterationModel {
         let gpu = self.gpu_fixed_ns + mem.max(comp);
         let cpu = self.cpu_base_ns + self.cpu_per_seq_ns * seqs as f64;
         let gpu = gpu.round() as Nanos;
-        let total = (gpu + cpu.round() as Nanos).max(1);
-        (total, gpu)
+        let cpu = cpu.round() as Nanos;
+        let total = if self.async_scheduling && follows_step {
+            gpu.max(cpu)
+        } else {
+            gpu + cpu
+        };
+        (total.max(1), gpu)
     }
 
     /// Attention pairs of a chunk of `chunk` tokens after `computed` ones.
@@ -371,8 +393,9 @@ impl ServerProfile {
             comp_per_attn_pair_ns: attn / eff_flops * 1e9,
             cpu_base_ns: cpu,
             cpu_per_seq_ns: cpu_seq,
+            async_scheduling: it.async_scheduling,
         };
-        if iteration.duration(0, 1, 1, 1, 1).0 == 0 {
+        if iteration.duration(0, 1, 1, 1, 1, false).0 == 0 {
             return Err(ConfigError::new(
                 file,
                 "iteration",
@@ -436,12 +459,12 @@ mod tests {
         // one attention pair: 524,288 FLOPs / 593.4 TFLOPs = 0.884 ns
         assert!((it.comp_per_attn_pair_ns - 0.8835).abs() < 0.001);
         // batch-1 decode is memory-bound: 0.2 fixed + 7.157 ms weights (+ KV)
-        let (_, gpu) = it.duration(0, 1, 0, 1, 1);
+        let (_, gpu) = it.duration(0, 1, 0, 1, 1, false);
         assert!((gpu as f64 / 1e6 - 7.357).abs() < 0.001, "{gpu}");
         // a 8192-token prefill is compute-bound: 8192 × 27.06 µs + attention
         let a = IterationModel::attn_pairs(0, 8192);
         assert_eq!(a, 8192 * 8193 / 2);
-        let (_, gpu) = it.duration(8192, 0, 8192, a, 1);
+        let (_, gpu) = it.duration(8192, 0, 8192, a, 1, false);
         let want = 0.2e6 + 8192.0 * it.comp_per_token_ns + a as f64 * it.comp_per_attn_pair_ns;
         assert!((gpu as f64 - want).abs() < 1.0, "{gpu} vs {want}");
     }
@@ -456,14 +479,46 @@ mod tests {
             comp_per_attn_pair_ns: 0.5,
             cpu_base_ns: 7.0,
             cpu_per_seq_ns: 3.0,
+            async_scheduling: false,
         };
         // memory-bound: mem 1000 + 200 = 1200 > comp 10 × 20 + 0.5 × 40 = 220
-        assert_eq!(m.duration(0, 20, 200, 40, 20), (100 + 1200 + 7 + 60, 1300));
+        assert_eq!(
+            m.duration(0, 20, 200, 40, 20, false),
+            (100 + 1200 + 7 + 60, 1300)
+        );
         // compute-bound: comp 10 × 300 + 0.5 × 1000 = 3500 > mem 1000 + 300
-        assert_eq!(m.duration(300, 0, 300, 1000, 1), (100 + 3500 + 10, 3600));
+        assert_eq!(
+            m.duration(300, 0, 300, 1000, 1, false),
+            (100 + 3500 + 10, 3600)
+        );
+        // synchronous scheduling: a step that follows another still adds its CPU
+        assert_eq!(
+            m.duration(300, 0, 300, 1000, 1, true),
+            (100 + 3500 + 10, 3600)
+        );
         // a chunk of 3 tokens after 2 computed attends over 3 + 4 + 5 tokens
         assert_eq!(IterationModel::attn_pairs(2, 3), 12);
         assert_eq!(IterationModel::attn_pairs(10, 1), 11);
+    }
+
+    #[test]
+    fn async_scheduling_hides_the_cpu_behind_the_previous_step() {
+        let m = IterationModel {
+            gpu_fixed_ns: 100.0,
+            mem_base_ns: 1_000.0,
+            mem_per_kv_token_ns: 1.0,
+            comp_per_token_ns: 10.0,
+            comp_per_attn_pair_ns: 0.5,
+            cpu_base_ns: 600.0,
+            cpu_per_seq_ns: 30.0,
+            async_scheduling: true,
+        };
+        // gpu 100 + 1000 + 200 = 1300 > cpu 600 + 30 × 20 = 1200: GPU-bound
+        assert_eq!(m.duration(0, 20, 200, 40, 20, true), (1300, 1300));
+        // cpu 600 + 30 × 40 = 1800 > gpu 100 + 1000 + 400 = 1500: CPU-bound
+        assert_eq!(m.duration(0, 40, 400, 80, 40, true), (1800, 1500));
+        // the first step of a busy period: nothing was scheduled ahead
+        assert_eq!(m.duration(0, 40, 400, 80, 40, false), (1800 + 1500, 1500));
     }
 
     #[test]
@@ -503,5 +558,7 @@ mod tests {
         assert_eq!(e.field, "iteration.attn_flops_per_pair");
         let e = err("max_num_seqs = 256", "max_num_seqs = -1");
         assert_eq!(e.field, "scheduler.max_num_seqs");
+        let e = err("ingress_ms = 2.0", "ingress_ms = 2.0\nasync_scheduling = 1");
+        assert!(e.field.starts_with("iteration"), "{e}");
     }
 }

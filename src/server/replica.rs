@@ -278,7 +278,7 @@ impl Replica {
         if self.profile.ingress == 0 {
             self.waiting.push_back(s);
             if self.iter_end == NEVER {
-                self.start_iteration(now, m);
+                self.start_iteration(now, m, false);
             }
         } else {
             self.ingress.push_back((now + self.profile.ingress, s));
@@ -294,11 +294,11 @@ impl Replica {
             if end <= now && end <= ing {
                 self.finish_iteration(end, out, m);
                 self.drain_ingress(end);
-                self.start_iteration(end, m);
+                self.start_iteration(end, m, true);
             } else if ing <= now {
                 self.drain_ingress(ing);
                 if self.iter_end == NEVER {
-                    self.start_iteration(ing, m);
+                    self.start_iteration(ing, m, false);
                 }
             } else {
                 break;
@@ -329,8 +329,15 @@ impl Replica {
         self.waiting.push_front(v);
     }
 
-    /// Schedule one iteration starting at `t` (or go idle).
-    fn start_iteration(&mut self, t: Nanos, m: &mut ReplicaMetrics) {
+    /// Schedule one iteration starting at `t` (or go idle); `follows_step`:
+    /// `t` is the end of the previous iteration. With `async_scheduling` such
+    /// a step was scheduled when the previous one started (vLLM schedules
+    /// step N+1 while step N runs), so it admits only requests the engine
+    /// had by then; its CPU part overlapped that step (`IterationModel::duration`).
+    fn start_iteration(&mut self, t: Nanos, m: &mut ReplicaMetrics, follows_step: bool) {
+        let mut follows_step = follows_step && self.profile.iteration.async_scheduling;
+        // requests that reached the engine after this moment wait a step
+        let mut cutoff = if follows_step { self.iter_start } else { NEVER };
         let bs = self.profile.block_size;
         let mut budget = self.profile.max_batched_tokens;
         let (mut p, mut d, mut k, mut a, mut n) = (0u64, 0u64, 0u64, 0u64, 0u64);
@@ -424,46 +431,59 @@ impl Replica {
         }
         // 2. admit from the waiting queue (not in a step that preempted)
         if !preempted {
-            let max = self.profile.max_num_seqs as usize;
-            while self.running.len() < max {
-                let Some(s) = self.waiting.front() else { break };
-                let pending = s.pending();
-                let chunk = if self.profile.chunked_prefill {
-                    if budget == 0 {
+            // a second pass only when nothing could run ahead (below)
+            loop {
+                let max = self.profile.max_num_seqs as usize;
+                while self.running.len() < max {
+                    let Some(s) = self.waiting.front() else { break };
+                    if s.arrival.saturating_add(self.profile.ingress) > cutoff {
                         break;
                     }
-                    pending.min(budget)
-                } else if pending <= budget || n == 0 {
-                    // a prefill is never split; alone it may exceed the budget
-                    pending
-                } else {
-                    break;
-                };
-                let need = chunk.div_ceil(bs);
-                if need > self.free_blocks {
-                    break;
+                    let pending = s.pending();
+                    let chunk = if self.profile.chunked_prefill {
+                        if budget == 0 {
+                            break;
+                        }
+                        pending.min(budget)
+                    } else if pending <= budget || n == 0 {
+                        // a prefill is never split; alone it may exceed the budget
+                        pending
+                    } else {
+                        break;
+                    };
+                    let need = chunk.div_ceil(bs);
+                    if need > self.free_blocks {
+                        break;
+                    }
+                    let mut s = self.waiting.pop_front().expect("front exists");
+                    s.key = self.next_key;
+                    self.next_key += 1;
+                    self.eager.push(s.key);
+                    self.free_blocks -= need;
+                    s.blocks = need;
+                    s.chunk = chunk;
+                    if !s.scheduled_once {
+                        s.scheduled_once = true;
+                        m.queue_delay.record(t - s.arrival);
+                    }
+                    budget = budget.saturating_sub(chunk);
+                    if pending > 1 {
+                        p += chunk as u64;
+                    } else {
+                        d += 1;
+                    }
+                    k += chunk as u64;
+                    a += IterationModel::attn_pairs(0, chunk);
+                    n += 1;
+                    self.running.insert(s.key, s);
                 }
-                let mut s = self.waiting.pop_front().expect("front exists");
-                s.key = self.next_key;
-                self.next_key += 1;
-                self.eager.push(s.key);
-                self.free_blocks -= need;
-                s.blocks = need;
-                s.chunk = chunk;
-                if !s.scheduled_once {
-                    s.scheduled_once = true;
-                    m.queue_delay.record(t - s.arrival);
+                if n == 0 && cutoff != NEVER && !self.waiting.is_empty() {
+                    // nothing was scheduled ahead: the engine schedules now, from idle
+                    cutoff = NEVER;
+                    follows_step = false;
+                    continue;
                 }
-                budget = budget.saturating_sub(chunk);
-                if pending > 1 {
-                    p += chunk as u64;
-                } else {
-                    d += 1;
-                }
-                k += chunk as u64;
-                a += IterationModel::attn_pairs(0, chunk);
-                n += 1;
-                self.running.insert(s.key, s);
+                break;
             }
         }
         m.running.set(t, self.running.len() as u64);
@@ -477,7 +497,7 @@ impl Replica {
         }
         self.cur_iter = j;
         self.next_iter = j + 1;
-        let (dur, gpu) = self.profile.iteration.duration(p, d, k, a, n);
+        let (dur, gpu) = self.profile.iteration.duration(p, d, k, a, n, follows_step);
         m.prefill_tokens += p;
         self.iter_start = t;
         self.iter_end = t + dur;
@@ -731,11 +751,15 @@ mod tests {
             (200, 7, 300, true, 0),
             (150, 16, 1000, false, 2_000_000),
             (100_000, 5, 256, true, 0),
+            (100_000, 16, 8192, true, 8_500_000),
+            (120, 16, 300, true, 0),
         ]
         .into_iter()
         .enumerate()
         {
             let mut p = base.clone();
+            // the last two: the same with asynchronous scheduling
+            p.iteration.async_scheduling = k >= 6;
             p.total_blocks = blocks;
             p.block_size = bs;
             p.max_batched_tokens = budget;
@@ -756,5 +780,74 @@ mod tests {
             }
         }
         assert!(preempting >= 3, "the cases exercise preemption");
+    }
+
+    /// Asynchronous scheduling: a step that follows another takes max(cpu,
+    /// gpu) and admits only what had arrived when the previous step started
+    /// (vLLM schedules step N+1 while step N runs); from idle it takes cpu +
+    /// gpu and admits everything waiting.
+    #[test]
+    fn async_scheduling_overlaps_the_cpu_and_admits_a_step_later() {
+        let base = crate::server::load_profile(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/models/gpt-oss-20b-h100-nim.toml"
+        )))
+        .unwrap();
+        const MS: Nanos = 1_000_000;
+        // every step: GPU 1 ms, CPU 0.4 ms
+        let run = |asynchronous: bool, reqs: &[(Nanos, u32)]| -> Vec<(Nanos, Nanos)> {
+            let mut p = base.clone();
+            p.ingress = 0;
+            p.iteration = IterationModel {
+                gpu_fixed_ns: 0.0,
+                mem_base_ns: 1e6,
+                mem_per_kv_token_ns: 0.0,
+                comp_per_token_ns: 0.0,
+                comp_per_attn_pair_ns: 0.0,
+                cpu_base_ns: 0.4e6,
+                cpu_per_seq_ns: 0.0,
+                async_scheduling: asynchronous,
+            };
+            let mut r = Replica::new(0, Arc::new(p));
+            let mut m = ReplicaMetrics::new(r.profile.total_blocks);
+            let mut out = VecDeque::new();
+            for (id, &(at, output)) in reqs.iter().enumerate() {
+                r.advance(at, &mut out, &mut m);
+                let req = Request {
+                    id: id as u64,
+                    input_tokens: 1,
+                    output_tokens: output,
+                };
+                r.submit(at, req, &mut out, &mut m);
+            }
+            while r.deadline() != NEVER {
+                let d = r.deadline();
+                r.advance(d, &mut out, &mut m);
+            }
+            let mut c: Vec<_> = out.into_iter().collect();
+            c.sort_by_key(|c| c.id);
+            c.iter().map(|c| (c.first_token, c.finished)).collect()
+        };
+        let us = |ms: f64| (ms * MS as f64).round() as Nanos;
+        // A at 0 (5 tokens), B at 1.9 ms (2 tokens)
+        let reqs = [(0, 5), (us(1.9), 2)];
+        // synchronous: every step 1.4 ms; B joins the step starting at 2.8
+        assert_eq!(
+            run(false, &reqs),
+            vec![(us(1.4), us(7.0)), (us(4.2), us(5.6))]
+        );
+        // asynchronous: 1.4 ms from idle, then 1 ms; the step starting at 2.4
+        // was scheduled at 1.4, before B: B joins the one starting at 3.4
+        assert_eq!(
+            run(true, &reqs),
+            vec![(us(1.4), us(5.4)), (us(4.4), us(5.4))]
+        );
+        // A (2 tokens) ends at 2.4; C arrived at 2.0, after the last step was
+        // scheduled: nothing runs ahead, so C's step starts from idle at 2.4
+        let reqs = [(0, 2), (us(2.0), 1)];
+        assert_eq!(
+            run(true, &reqs),
+            vec![(us(1.4), us(2.4)), (us(3.8), us(3.8))]
+        );
     }
 }
