@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SCALE: &str = "5";
 const PROMPT: &str = "lorem ipsum"; // what `qsim load` sends
