@@ -16,7 +16,9 @@
 //! then experiment 2 on the same backend, runs differing only by timing
 //! noise (each message delayed U[0, 1 ms), about the measured real-time
 //! overhead): exp 2's latency p50 then sits above the simulated median
-//! (see `tests/replay_serve.rs`'s known gap). Printed, not asserted.
+//! (see `tests/replay_serve.rs`'s known gap) and exp 1's elapsed and
+//! latency p95 go beyond their bounds now and then. Printed (with how many
+//! runs the live test's ±10 % would fail), not asserted.
 
 use qsim::engine::rng::{component, draws, stream};
 use qsim::engine::DurationHist;
@@ -44,6 +46,7 @@ enum Ev {
 
 struct Out {
     p50: f64,
+    p95: f64,
     n429: u64,
     retried: u64,
     last: u64,
@@ -168,6 +171,7 @@ fn run_pool(
     }
     Out {
         p50: lat.quantile_s(0.5),
+        p95: lat.quantile_s(0.95),
         n429,
         retried,
         last,
@@ -260,7 +264,21 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
         "medians over {SEEDS} seeds differ by more than 3 %: {bad:?}"
     );
 
-    // what the live test meets: both seeds 1, exp 1 first, timing noise only
+    // what the live test meets: both seeds 1, exp 1 first, timing noise
+    // only; against the live test's reference (`qsim run`, 20 seeds)
+    let reference: Vec<Vec<_>> = (1..=20)
+        .map(|seed| qsim::experiment::hosted::run_suite(&suite, seed))
+        .collect();
+    let ref_of = |f: &dyn Fn(&[qsim::experiment::hosted::HostedResult]) -> f64| {
+        median(reference.iter().map(|r| f(r)).collect())
+    };
+    let refs = [
+        ref_of(&|r| r[1].latency.quantile_s(0.5)),
+        ref_of(&|r| r[1].http_429 as f64),
+        ref_of(&|r| r[1].retried as f64),
+        ref_of(&|r| r[0].elapsed as f64 / 1e9),
+        ref_of(&|r| r[0].latency.quantile_s(0.95)),
+    ];
     let mut fixed = Vec::new();
     for run in 1..=SEEDS {
         let mut b = HostedBackend::new(p.clone(), p.serve.clone(), 1);
@@ -269,20 +287,35 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
         let o1 = run_pool(&mut b, e1, &reqs, 0, 1, &mut delay);
         let t0 = o1.last + suite.cooldown;
         let o = run_pool(&mut b, e2, &reqs, t0, 1, &mut delay);
-        fixed.push([o.p50, o.n429 as f64, o.retried as f64, o1.last as f64 / 1e9]);
+        fixed.push([
+            o.p50,
+            o.n429 as f64,
+            o.retried as f64,
+            o1.last as f64 / 1e9,
+            o1.p95,
+        ]);
     }
     let names = [
         "exp2 latency_p50_s",
         "exp2 http_429",
         "exp2 retried",
         "exp1 elapsed_s",
+        "exp1 latency_p95_s",
     ];
+    eprintln!(
+        "live test's case (serve seed 1, replay seed 1, {SEEDS} runs differing by timing noise):"
+    );
     for (k, name) in names.iter().enumerate() {
         let col: Vec<f64> = fixed.iter().map(|x| x[k]).collect();
         let (lo, hi) = interval(col.clone());
+        let beyond = col
+            .iter()
+            .filter(|v| (*v / refs[k] - 1.0).abs() > 0.10)
+            .count();
         eprintln!(
-            "live test's case (serve seed 1, replay seed 1, {SEEDS} runs of timing noise): {name} median {:.3} [{lo:.3}–{hi:.3}]",
-            median(col)
+            "  {name}: median {:.3} [{lo:.3}–{hi:.3}]; simulated median {:.3}; {beyond} of {SEEDS} runs beyond ±10 % of it",
+            median(col),
+            refs[k]
         );
     }
 }
