@@ -20,7 +20,8 @@
 //! **Known gap (printed, not asserted): exp 2's latency p50.** Over five
 //! runs it came out above the simulated median every time (+5.4 %, +5.9 %,
 //! +12.4 % at 2×, +17.7 % at 1× in CI; simulated 2.273 s, interval
-//! 2.195–2.490 s), with more 429s and rows retried than simulated. Cause,
+//! 2.195–2.490 s), with more 429s and rows retried than simulated; on an
+//! idle machine (load 0.3) twice +10.3 %, so not the real-time overhead. Cause,
 //! measured (`tests/serve_virtual.rs` replays against `qsim serve`'s model
 //! in virtual time): this test always meets one realisation — `qsim serve
 //! --seed 1` draws each prompt's answer length from a stream per (seed,
