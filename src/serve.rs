@@ -134,7 +134,7 @@ impl ServeSpec {
             (Some(s), None) => {
                 let mut r = Rng::seed_from_u64(seed ^ 0x5345_5256_455f_4f55);
                 r.set_stream(req.prompt_hash);
-                (s.sample(&mut r).round().max(1.0)) as u64
+                crate::hosted::natural_output(s, &mut r)
             }
         };
         if natural >= max {

@@ -10,27 +10,38 @@
 //! deadline.
 //!
 //! Why real time (`TIME_SCALE` 1): each attempt's real-time overhead (both
-//! processes' scheduling, a few ms per attempt on the 2-core box) is
-//! multiplied by the time scale, and it pushes the metric closest to its
-//! bound, exp 2's latency p50, upwards: at 2× a CI run gave +12.4 % (outside
-//! the interval 2.195–2.490 s, 429s 792 against 716–777 simulated), at 1×
-//! +5.4 % on the same machine. That metric is the most sensitive one because
-//! exp 2's median row sits where rows answered at once meet rows answered
-//! after the SDK's hidden retries: a 2 % higher mean output length moves it
-//! by +3.5 % in simulation (`--set output_tokens.mean=171`: 2.27 → 2.35 s,
-//! 429s 749 → 774). `qsim serve` draws each answer's length from a stream
-//! per (seed, prompt), so the replay sees one fixed realisation of the
-//! lengths (seed 1: mean 170.6 over exp 2's answers) where the simulation's
-//! interval spans 20 of them.
+//! processes' scheduling; measured ≈ 0.5 ms per attempt at load 3 on the
+//! 2-core box, with a constant-latency copy of the profile) is multiplied
+//! by the time scale, and it pushes the metric closest to its bound, exp 2's
+//! latency p50, upwards: at 2× a CI run gave +12.4 %. That metric is the
+//! most sensitive one because exp 2's median row sits where rows answered at
+//! once meet rows answered after the SDK's hidden retries.
 //!
-//! **Known gap (printed, not asserted).** Over five runs exp 2's latency
-//! p50 came out above the simulated median every time (+5.4 %, +5.9 %,
+//! **Known gap (printed, not asserted): exp 2's latency p50.** Over five
+//! runs it came out above the simulated median every time (+5.4 %, +5.9 %,
 //! +12.4 % at 2×, +17.7 % at 1× in CI; simulated 2.273 s, interval
-//! 2.195–2.490 s), with rows retried 68–71 against 66 (64–69) and more 429s
-//! than simulated: a systematic difference between the replay against
-//! `qsim serve` and the simulation that is not explained yet (the fixed
-//! answer-length realisation accounts for about half of it). The pair is
-//! in [`KNOWN_GAPS`]; every other metric must agree.
+//! 2.195–2.490 s), with more 429s and rows retried than simulated; on an
+//! idle machine (load 0.3) twice +10.3 %, so not the real-time overhead. Cause,
+//! measured (`tests/serve_virtual.rs` replays against `qsim serve`'s model
+//! in virtual time): this test always meets one realisation — `qsim serve
+//! --seed 1` draws each prompt's answer length from a stream per (seed,
+//! prompt), mean 170.6 tokens over these 200 prompts against 168, and with
+//! replay seed 1 the same first draws — where the simulation's interval
+//! spans 20 seeds. That realisation alone, with only timing noise between
+//! runs, gives exp 2's p50 median 2.446 s [2.355–2.529] over 40 runs, 429s
+//! 777 [765–791], rows retried 68 [65–71]: the gap, with no real time in
+//! it. With a realisation per seed instead, the same model in virtual time
+//! matches `qsim run` within 1.6 % (p50, 429s, rows retried, elapsed; 40
+//! seeds), so `qsim serve` does not deviate from the model (reserve at
+//! admission, refund at `done_at`, one token bucket clock). Drawing each
+//! new prompt's length from the model's stream instead (tried) removes the
+//! p50 bias but leaves the first 64 rows' draws fixed by the seed, and then
+//! exp 1's elapsed goes out of bounds in about a third of runs (2 of 4 real
+//! runs, +13 % and +21 %), so the rule was kept. The pair is in
+//! [`KNOWN_GAPS`]; every other metric must agree. The same realisation also
+//! puts exp 1's elapsed (4 of 40 virtual runs) and latency p95 (2 of 40)
+//! beyond their bounds now and then: a real run at load 2 had exp 1's p95
+//! at +10.4 % and failed.
 
 mod common;
 #[path = "common/serve.rs"]

@@ -124,7 +124,7 @@ impl Rows {
         }
         self.next += 1;
         let input = self.input.sample(&mut self.rng).round().max(1.0) as u64;
-        let natural = self.output.sample(&mut self.rng).round().max(1.0) as u64;
+        let natural = crate::hosted::natural_output(&self.output, &mut self.rng);
         Some(Row { input, natural })
     }
 }

@@ -10,10 +10,18 @@ pub mod profile;
 
 pub use profile::{HintShape, HostedProfile};
 
-use crate::engine::Rng;
+use crate::engine::{Rng, Sampler};
 use crate::limiter::rates::{Cost, RateLimits};
 use crate::time::{secs, Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
 use std::sync::Arc;
+
+/// The natural (uncapped) length of one answer drawn from `dist`: rounded,
+/// at least one token. The one rule for both drivers: the simulation draws
+/// each row's from its workload stream, `qsim serve` each prompt's from a
+/// stream keyed by its seed and the prompt.
+pub fn natural_output(dist: &Sampler, rng: &mut Rng) -> u64 {
+    dist.sample(rng).round().max(1.0) as u64
+}
 
 /// What the endpoint answers to one HTTP request.
 #[derive(Debug, Clone, Copy, PartialEq)]
