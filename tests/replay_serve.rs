@@ -38,10 +38,12 @@
 //! p50 bias but leaves the first 64 rows' draws fixed by the seed, and then
 //! exp 1's elapsed goes out of bounds in about a third of runs (2 of 4 real
 //! runs, +13 % and +21 %), so the rule was kept. The pair is in
-//! [`KNOWN_GAPS`]; every other metric must agree. The same realisation also
-//! puts exp 1's elapsed (4 of 40 virtual runs) and latency p95 (2 of 40)
-//! beyond their bounds now and then: a real run at load 2 had exp 1's p95
-//! at +10.4 % and failed.
+//! [`KNOWN_GAPS`]; every other metric must agree. Against a 20-seed
+//! reference the same realisation also put exp 1's elapsed (4 of 40 virtual
+//! runs) and latency p95 (2 of 40) out of bounds now and then (a real run at
+//! load 2 had exp 1's p95 at +10.4 % and failed); the reference is now 100
+//! seeds (2 and 1 of 40; exp 2's p50 2 of 40 in virtual time, but the real
+//! runs sit higher: 2.41–2.68 s, so it stays a known gap).
 
 mod common;
 #[path = "common/serve.rs"]
@@ -54,7 +56,9 @@ use std::time::Duration;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const TIME_SCALE: f64 = 1.0;
-const SEEDS: &str = "20";
+/// The simulated reference: 100 seeds, so that its 90 % interval is one
+/// (20 seeds' interval held only 81–86 % of new draws: tests/serve_virtual.rs).
+const SEEDS: &str = "100";
 const METRICS: &str = "ok,elapsed_s,latency_p50_s,latency_p95_s,retried,max_attempts";
 const TOLERANCE: &str = "0.10";
 const EXPERIMENTS: &[&str] = &["exp1-direct", "exp2-backoff", "exp3-ai-query"];
