@@ -137,10 +137,14 @@ q = lambda p: next(le for le, c in b if c >= p * n)
 print("  the proxy's own time per request (qsim_proxy_overhead_seconds, %d requests): p50 <= %.0f us, p99 <= %.0f us" % (n, q(0.5) * 1e6, q(0.99) * 1e6))
 PY
 }
-# a fresh proxy, so that its overhead histogram holds these runs only
-THREADS=2 start_proxy alt 1000000000 ""
-alternated "separate runs, 2 worker threads" "$(cat "$TMP/alt.addr")"
-kill "$(cat "$TMP/alt.pid")"
+# a fresh proxy each, so that its overhead histogram holds these runs only;
+# with PIN=1 the proxy has one core, where one worker thread is its
+# configuration (two threads on one core hand requests to each other)
+for n in 1 2; do
+  THREADS=$n start_proxy "alt$n" 1000000000 ""
+  alternated "separate runs, $n worker thread(s)" "$(cat "$TMP/alt$n.addr")"
+  kill "$(cat "$TMP/alt$n.pid")"
+done
 echo "  RSS after the runs: 429 proxy $(rss_mb "$(cat "$TMP/deny.pid")") MB, forwarding proxy $(rss_mb "$(cat "$TMP/fwd.pid")") MB"
 kill "$(cat "$TMP/deny.pid")" "$(cat "$TMP/fwd.pid")" "$(cat "$TMP/fwd1.pid")"
 
