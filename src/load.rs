@@ -428,12 +428,11 @@ pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, Config
     });
     if meter.over() {
         // qsim load's own --max-requests bounds HTTP attempts, not this
-        let mut e = crate::work::exceeded(&p.file.source, &meter);
-        e.reason = e.reason.replace(
-            "raise it with --max-requests N, or shorten the run",
+        return Err(crate::work::exceeded_advising(
+            &p.file.source,
+            &meter,
             "--compare-with-sim simulates under the default budget: drop it, or shorten the scenario",
-        );
-        return Err(e);
+        ));
     }
     Ok(Predicted {
         saturated: runs[0].limited.saturated.clone(),

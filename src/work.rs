@@ -130,12 +130,22 @@ pub fn check(source: &str) -> Result<(), ConfigError> {
 /// The run-time refusal. The message is the same whatever the thread count
 /// (how far past the budget the run got when it stopped is not).
 pub fn exceeded(source: &str, m: &Meter) -> ConfigError {
+    exceeded_advising(
+        source,
+        m,
+        "raise it with --max-requests N, or shorten the run",
+    )
+}
+
+/// [`exceeded`] with another way out (`advice`), for a command whose
+/// `--max-requests` means something else.
+pub fn exceeded_advising(source: &str, m: &Meter, advice: &str) -> ConfigError {
     let max = m.limit / UNITS_PER_REQUEST;
     ConfigError::new(
         source,
         "",
         format!(
-            "work budget: exceeded after simulating more than {} requests and engine iterations (a hosted-API attempt counts 1/4); the run was stopped and nothing written; raise it with --max-requests N, or shorten the run",
+            "work budget: exceeded after simulating more than {} requests and engine iterations (a hosted-API attempt counts 1/4); the run was stopped and nothing written; {advice}",
             crate::experiment::budget::count(max as f64),
         ),
     )
