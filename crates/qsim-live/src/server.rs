@@ -762,7 +762,8 @@ async fn proxy(
         r.max_tokens = Some(max_tokens);
         r.stream = stream;
     });
-    let deciding = Instant::now();
+    let waits = matches!(gen.cfg.on_limit[consumer], OnLimit::Wait { .. });
+    let deciding = waits.then(Instant::now);
     let outcome = match gen.cfg.on_limit[consumer] {
         OnLimit::Reject => decide_once(&app, &gen, lreq, arrived, id).await,
         OnLimit::Wait { max_wait } => {
@@ -770,14 +771,9 @@ async fn proxy(
             crate::wait::admit(&app, &gen, lreq, arrived, id, max_wait, d).await
         }
     };
-    let waits = matches!(gen.cfg.on_limit[consumer], OnLimit::Wait { .. });
     // a consumer that waits: its time in the limiter is a wait, not the
     // proxy's own time (see the overhead histogram)
-    let held = if waits {
-        deciding.elapsed()
-    } else {
-        Duration::ZERO
-    };
+    let held = deciding.map_or(Duration::ZERO, |d| d.elapsed());
     let mut guard = match outcome {
         Outcome::Admit(mut g) => {
             if g.has_grant() {
