@@ -210,8 +210,10 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::replay::ReplayArgs,
     },
-    /// Prediction vs observation per metric: two records files (`qsim run
-    /// --format csv`, `qsim replay`'s summary.csv).
+    /// Prediction vs observation per metric: a simulation's records (`qsim
+    /// run --format csv`) against one or more observations (`qsim replay`'s
+    /// summary.csv; several are pooled and their median compared), as a
+    /// table, JSON, or a plot (`--plot DIR`, `--html FILE`).
     Compare {
         #[command(flatten)]
         args: crate::compare::CompareArgs,

@@ -1,5 +1,5 @@
-//! `qsim compare <simulated> <observed>`: prediction against observation,
-//! metric by metric.
+//! `qsim compare <simulated> <observed>...`: prediction against
+//! observation, metric by metric.
 //!
 //! Inputs are records files. The canonical form is the tidy records CSV
 //! (`seed,subject,metric,value`) that `qsim run --format csv` prints and
@@ -14,6 +14,17 @@
 //! (observed − predicted) and the relative error, whether the observation
 //! lies inside the interval, and whether it agrees: inside the interval or
 //! within `--tolerance` of the median.
+//!
+//! Several observed records files are several runs (e.g. replays against
+//! independent endpoints, or repeated replays): their records are pooled,
+//! each (file, seed) a run of its own, and the observation is their median.
+//! One replay is one draw: even the simulation's own seeds, taken one at a
+//! time, fall outside the 90 % interval of some of a suite's metrics now
+//! and then, where the median of a few draws does not.
+//!
+//! `--plot DIR` draws `compare.png`/`compare.svg` (a forest plot: per
+//! metric, the simulated interval and median and the observation, in % of
+//! the predicted median), `--html FILE` a page with the table and the plot.
 
 use crate::cli::{emit, CliError, Format};
 use crate::config::ConfigError;
@@ -27,8 +38,11 @@ use std::path::PathBuf;
 pub struct CompareArgs {
     /// The prediction: `qsim run --format csv` (or `--format json`) output.
     pub simulated: PathBuf,
-    /// The observation: `qsim replay`'s summary.csv (or any records file).
-    pub observed: PathBuf,
+    /// The observation: `qsim replay`'s summary.csv (or any records file);
+    /// several records CSVs are pooled as runs of their own, and the
+    /// observation is their median.
+    #[arg(required = true, num_args = 1..)]
+    pub observed: Vec<PathBuf>,
     /// Relative error within which an observation outside the interval
     /// still agrees (0.10: 10 % of the predicted median).
     #[arg(long, default_value_t = 0.10)]
@@ -42,9 +56,11 @@ pub struct CompareArgs {
     /// Write the report to this file (atomically) instead of stdout.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Replace the --out file if it exists.
+    /// Replace the --out file (and write into a non-empty --plot DIR).
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub plots: crate::cli::PlotOpts,
 }
 
 /// A file's values: (subject, metric) → spread over its seeds, in the
@@ -87,13 +103,54 @@ fn from_records(r: &Records) -> Values {
 
 /// Read a records CSV or a `qsim run --format json` report.
 pub fn read_values(path: &PathBuf) -> Result<Values, ConfigError> {
+    match read_file(path)? {
+        Read::Json(v) => Ok(v),
+        Read::Records(r) => Ok(from_records(&r)),
+    }
+}
+
+/// Read several observation files: one file as [`read_values`]; several
+/// must be records CSVs, pooled with each (file, seed) a run of its own.
+pub fn read_observed(paths: &[PathBuf]) -> Result<Values, ConfigError> {
+    if let [one] = paths {
+        return read_values(one);
+    }
+    let mut all = Records::default();
+    let mut run = 0u64;
+    for p in paths {
+        let Read::Records(r) = read_file(p)? else {
+            return Err(ConfigError::new(
+                p.display().to_string(),
+                "",
+                "several observations must be records CSVs (seed,subject,metric,value), not a JSON report",
+            ));
+        };
+        // the file's seeds in order of appearance, renumbered after the
+        // previous files' runs
+        let mut ids = std::collections::BTreeMap::new();
+        for x in r.iter() {
+            let next = ids.len() as u64;
+            let k = *ids.entry(x.seed).or_insert(next);
+            all.push(run + k, x.subject, x.metric, x.value);
+        }
+        run += ids.len() as u64;
+    }
+    Ok(from_records(&all))
+}
+
+enum Read {
+    Json(Values),
+    Records(Records),
+}
+
+fn read_file(path: &PathBuf) -> Result<Read, ConfigError> {
     let f = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new(&f, "", format!("cannot read: {e}")))?;
     if text.trim_start().starts_with('{') {
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| ConfigError::new(&f, "", format!("not JSON: {e}")))?;
-        return from_json(&f, &v);
+        return from_json(&f, &v).map(Read::Json);
     }
     let mut rd = csv::Reader::from_reader(text.as_bytes());
     let h = rd
@@ -127,7 +184,7 @@ pub fn read_values(path: &PathBuf) -> Result<Values, ConfigError> {
     if r.is_empty() {
         return Err(ConfigError::new(&f, "", "no records"));
     }
-    Ok(from_records(&r))
+    Ok(Read::Records(r))
 }
 
 fn from_json(f: &str, v: &Value) -> Result<Values, ConfigError> {
@@ -217,14 +274,23 @@ fn num(x: f64) -> String {
     }
 }
 
+fn observed_names(a: &CompareArgs) -> String {
+    a.observed
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn render_table(a: &CompareArgs, sim: &Values, obs: &Values, rows: &[Row]) -> String {
     let mut out = format!(
-        "prediction {} ({} seed{}) vs observation {} ({} seed{}); agrees: inside the 90% interval or within {}% of the median\n\n",
+        "prediction {} ({} seed{}) vs observation {} ({} {}{}); agrees: inside the 90% interval or within {}% of the median\n\n",
         a.simulated.display(),
         sim.seeds,
         if sim.seeds == 1 { "" } else { "s" },
-        a.observed.display(),
+        observed_names(a),
         obs.seeds,
+        if a.observed.len() > 1 { "run" } else { "seed" },
         if obs.seeds == 1 { "" } else { "s" },
         a.tolerance * 100.0
     );
@@ -262,7 +328,8 @@ pub fn render_table(a: &CompareArgs, sim: &Values, obs: &Values, rows: &[Row]) -
 pub fn render_json(a: &CompareArgs, sim: &Values, obs: &Values, rows: &[Row]) -> Value {
     json!({
         "simulated": a.simulated.display().to_string(),
-        "observed": a.observed.display().to_string(),
+        "observed": observed_names(a),
+        "observed_files": a.observed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "simulated_seeds": sim.seeds,
         "observed_seeds": obs.seeds,
         "tolerance": a.tolerance,
@@ -294,12 +361,14 @@ pub fn run_cli(a: CompareArgs) -> Result<(), CliError> {
     if let Some(p) = &a.out {
         output::check_target(p, a.force)?;
     }
+    let targets = a.plots.targets(a.force);
+    targets.check()?;
     let sim = read_values(&a.simulated)?;
-    let obs = read_values(&a.observed)?;
+    let obs = read_observed(&a.observed)?;
     let rows = compare(&sim, &obs, a.tolerance, &a.metric);
     if rows.is_empty() {
         return Err(ConfigError::new(
-            a.observed.display().to_string(),
+            observed_names(&a),
             "",
             format!(
                 "no (subject, metric) in common with {}{}",
@@ -313,11 +382,83 @@ pub fn run_cli(a: CompareArgs) -> Result<(), CliError> {
         )
         .into());
     }
+    let table = render_table(&a, &sim, &obs, &rows);
     let text = match a.format {
         Format::Json => crate::report::json_text(&render_json(&a, &sim, &obs, &rows)),
-        _ => render_table(&a, &sim, &obs, &rows),
+        _ => table.clone(),
     };
+    if targets.wanted() {
+        let intro = format!(
+            "qsim compare {} {}: per metric, the prediction's median and 90 % interval over {} simulated seed{}, and the observation (median over {} {}{}).",
+            a.simulated.display(),
+            observed_names(&a),
+            sim.seeds,
+            if sim.seeds == 1 { "" } else { "s" },
+            obs.seeds,
+            if a.observed.len() > 1 { "run" } else { "seed" },
+            if obs.seeds == 1 { "" } else { "s" },
+        );
+        crate::plot::write(
+            &targets,
+            "qsim compare: prediction vs observation",
+            &intro,
+            vec![],
+            &[figure(&rows, a.tolerance)],
+            Some(&table),
+        )?;
+    }
     emit(&text, a.out.as_deref(), a.force)
+}
+
+/// The forest plot: per metric, in % of the predicted median, the
+/// simulated interval and the observation (a metric predicted as 0 is drawn
+/// at 0 if observed as 0, and only named otherwise).
+pub fn figure(rows: &[Row], tolerance: f64) -> crate::plot::Fig {
+    let rel = |x: f64, m: f64| {
+        if m != 0.0 {
+            (x - m) / m.abs() * 100.0
+        } else if x == 0.0 {
+            0.0
+        } else {
+            f64::NAN
+        }
+    };
+    let frows = rows
+        .iter()
+        .map(|r| {
+            let p = &r.predicted;
+            let mut label = format!("{} {}", r.subject, r.metric);
+            if p.median == 0.0 && r.observed != 0.0 {
+                label.push_str(&format!(" (observed {} vs 0)", num(r.observed)));
+            }
+            qsim_plot::ForestRow {
+                label,
+                lo: rel(p.lo, p.median),
+                median: 0.0,
+                hi: rel(p.hi, p.median),
+                observed: rel(r.observed, p.median),
+                agrees: r.agrees,
+            }
+        })
+        .collect();
+    let n = rows.iter().filter(|r| r.agrees).count();
+    crate::plot::Fig {
+        name: "compare".into(),
+        caption: format!(
+            "Prediction vs observation: {n} of {} metrics agree (inside the 90 % interval or within {} % of the median).",
+            rows.len(),
+            tolerance * 100.0
+        ),
+        figure: qsim_plot::forest(qsim_plot::Forest {
+            title: format!("observation vs simulation: {n} of {} metrics agree", rows.len()),
+            x_label: format!(
+                "% of the simulated median · bar: 90 % interval · dot: observed (red: disagrees) · shaded: ±{} %",
+                tolerance * 100.0
+            ),
+            rows: frows,
+            tolerance: Some(tolerance * 100.0),
+        }),
+    }
 }
 
 use crate::output;

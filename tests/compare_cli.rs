@@ -138,3 +138,143 @@ fn bad_inputs_exit_2_naming_the_file() {
         "{err}"
     );
 }
+
+/// Several observation files are several runs: pooled, each (file, seed)
+/// its own run, the observation their median; a JSON report cannot be
+/// pooled.
+#[test]
+fn several_observations_are_pooled_as_runs() {
+    let d = tempfile::tempdir().unwrap();
+    let sim = run(d.path(), "sim.csv", &["--seeds", "5", "--format", "csv"]);
+    // three files, two of them with the same seed (two replays with the
+    // default seed are two runs, not one)
+    let mk = |name: &str, seed: u64, ok: f64| {
+        let p = d.path().join(name);
+        std::fs::write(
+            &p,
+            format!("seed,subject,metric,value\n{seed},exp1-direct,ok,{ok}\n"),
+        )
+        .unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (a, b, c) = (
+        mk("a.csv", 1, 100.0),
+        mk("b.csv", 1, 140.0),
+        mk("c.csv", 2, 120.0),
+    );
+    let (code, out, err) = qsim(&["compare", &sim, &a, &b, &c, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["observed_seeds"], 3, "{out}");
+    assert_eq!(v["observed_files"].as_array().unwrap().len(), 3);
+    assert_eq!(v["metrics"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(v["metrics"][0]["observed"], 120.0, "{out}");
+    let (code, table, err) = qsim(&["compare", &sim, &a, &b, &c]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("(3 runs)"), "{table}");
+    // one file with two seeds and one with one: three runs as well
+    let two = d.path().join("two.csv");
+    std::fs::write(
+        &two,
+        "seed,subject,metric,value\n1,exp1-direct,ok,100\n2,exp1-direct,ok,140\n",
+    )
+    .unwrap();
+    let (_, out, _) = qsim(&[
+        "compare",
+        &sim,
+        two.to_str().unwrap(),
+        &c,
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["observed_seeds"], 3, "{out}");
+    assert_eq!(v["metrics"][0]["observed"], 120.0, "{out}");
+    // a JSON report among several: exit 2 naming it
+    let json = run(d.path(), "sim.json", &["--format", "json"]);
+    let (code, out, err) = qsim(&["compare", &sim, &a, &json]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "qsim: {json}: several observations must be records CSVs"
+        )),
+        "{err}"
+    );
+}
+
+/// `--plot DIR` draws the forest plot (one dot per metric, red where the
+/// observation disagrees) as PNG and SVG; `--html` a page with it.
+#[test]
+fn plot_and_html_of_a_comparison() {
+    let d = tempfile::tempdir().unwrap();
+    let sim = run(d.path(), "sim.csv", &["--seeds", "5", "--format", "csv"]);
+    let obs = d.path().join("obs.csv");
+    // ok agrees (the simulated median of exp 1's rows), elapsed is 10× off
+    let (_, out, _) = qsim(&[
+        "compare",
+        &sim,
+        &sim,
+        "--format",
+        "json",
+        "--metric",
+        "ok,elapsed_s",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let pred = |k: &str| {
+        v["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["metric"] == k)
+            .unwrap()["predicted"]
+            .as_f64()
+            .unwrap()
+    };
+    let (ok, el) = (pred("ok"), pred("elapsed_s"));
+    std::fs::write(
+        &obs,
+        format!(
+            "seed,subject,metric,value\n1,exp1-direct,ok,{ok}\n1,exp1-direct,elapsed_s,{}\n",
+            el * 10.0
+        ),
+    )
+    .unwrap();
+    let plot = d.path().join("plots");
+    let html = d.path().join("cmp.html");
+    let (code, table, err) = qsim(&[
+        "compare",
+        &sim,
+        obs.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(table.contains("1 of 2 metrics agree"), "{table}");
+    let png = std::fs::read(plot.join("compare.png")).unwrap();
+    assert_eq!(&png[1..4], b"PNG");
+    let svg = std::fs::read_to_string(plot.join("compare.svg")).unwrap();
+    let dots = qsim_plot::check::elements(&svg, "circle");
+    let fill = |c: (u8, u8, u8)| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
+    let count = |c| {
+        dots.iter()
+            .filter(|e| e.iter().any(|(n, v)| *n == "fill" && *v == fill(c)))
+            .count()
+    };
+    assert_eq!(count(qsim_plot::AGREES), 1, "{svg}");
+    assert_eq!(count(qsim_plot::DISAGREES), 1, "{svg}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg"), "no inline figure");
+    assert!(page.contains("1 of 2 metrics agree"));
+    // a non-empty --plot DIR without --force: exit 2, nothing drawn
+    let (code, _, err) = qsim(&[
+        "compare",
+        &sim,
+        obs.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--plot"), "{err}");
+}

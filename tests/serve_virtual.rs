@@ -10,15 +10,16 @@
 //! seeds: the serve's reserve/refund timing, input-token estimate, 429
 //! shape and per-(seed, prompt) answer lengths are the simulation's model.
 //!
-//! It also prints what the live test meets: `qsim serve --seed 1` and
-//! replay seed 1 in every run (one fixed realisation of the answer lengths
-//! and of the first requests' draws), experiment 1 then a 70 s cool-down
-//! then experiment 2 on the same backend, runs differing only by timing
+//! It also shows what the live test meets, runs differing only by timing
 //! noise (each message delayed U[0, 1 ms), about the measured real-time
-//! overhead): exp 2's latency p50 then sits above the simulated median
-//! (see `tests/replay_serve.rs`'s known gap) and exp 1's elapsed and
-//! latency p95 go beyond their bounds now and then. Printed (with how many
-//! runs the live test's ±10 % would fail), not asserted.
+//! overhead), experiment 1 then a 70 s cool-down then experiment 2 on the
+//! same backend, against the live test's reference (`qsim run`, 100 seeds)
+//! and its rule (off the median by more than 10 % and outside the 90 %
+//! interval): one fixed pair (`qsim serve --seed 1`, replay seed 1: one
+//! realisation of the answer lengths) disagrees on some metric in about one
+//! run in six; the median of the five pairs k = 1..5 that
+//! `tests/replay_serve.rs` runs at once must disagree in at most 5 % of the
+//! runs (asserted; 0 of 40 when written).
 
 use qsim::engine::rng::{component, draws, stream};
 use qsim::engine::DurationHist;
@@ -215,20 +216,23 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
         token: None,
         stream: false,
     };
-    let mut wl = stream(1, 0, component::WORKLOAD);
-    let reqs: Vec<GenRequest> = (0..e2.rows)
-        .map(|i| {
-            let input = suite.input_tokens.sample(&mut wl).round().max(1.0) as u64;
-            let _natural = qsim::hosted::natural_output(&suite.output_tokens, &mut wl);
-            let body = target.body(&qsim::replay::generated_prompt(i, input), e2.max_tokens);
-            GenRequest {
-                input_tokens: qsim_live::serve::input_tokens(&body),
-                max_tokens: Some(e2.max_tokens),
-                prompt_hash: qsim_live::serve::prompt_hash(&body),
-                output_tokens: None,
-            }
-        })
-        .collect();
+    let reqs_for = |seed: u64| -> Vec<GenRequest> {
+        let mut wl = stream(seed, 0, component::WORKLOAD);
+        (0..e2.rows)
+            .map(|i| {
+                let input = suite.input_tokens.sample(&mut wl).round().max(1.0) as u64;
+                let _natural = qsim::hosted::natural_output(&suite.output_tokens, &mut wl);
+                let body = target.body(&qsim::replay::generated_prompt(i, input), e2.max_tokens);
+                GenRequest {
+                    input_tokens: qsim_live::serve::input_tokens(&body),
+                    max_tokens: Some(e2.max_tokens),
+                    prompt_hash: qsim_live::serve::prompt_hash(&body),
+                    output_tokens: None,
+                }
+            })
+            .collect()
+    };
+    let reqs = reqs_for(1);
     let mut only2 = suite.clone();
     only2.retain_only(std::slice::from_ref(&e2.name)).unwrap();
     let (mut sim, mut virt) = (Vec::new(), Vec::new());
@@ -281,22 +285,23 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
         ref_of(&|r| r[0].elapsed as f64 / 1e9),
         ref_of(&|r| r[0].latency.quantile_s(0.95)),
     ];
-    let mut fixed = Vec::new();
-    for run in 1..=SEEDS {
-        let mut b = HostedBackend::new(p.clone(), p.serve.clone(), 1);
-        let mut noise = stream(run, 99, component::CLIENT);
+    // one (serve seed, replay seed) pair, exp 1 then the cool-down then
+    // exp 2 on the same backend, messages delayed by the timing noise of `run`
+    let pair = |k: u64, reqs: &[GenRequest], run: u64| -> [f64; 5] {
+        let mut b = HostedBackend::new(p.clone(), p.serve.clone(), k);
+        let mut noise = stream(run * 1000 + k, 99, component::CLIENT);
         let mut delay = || (qsim::engine::rng::unit(&mut noise) * 1e6) as u64;
-        let o1 = run_pool(&mut b, e1, &reqs, 0, 1, &mut delay);
+        let o1 = run_pool(&mut b, e1, reqs, 0, k, &mut delay);
         let t0 = o1.last + suite.cooldown;
-        let o = run_pool(&mut b, e2, &reqs, t0, 1, &mut delay);
-        fixed.push([
+        let o = run_pool(&mut b, e2, reqs, t0, k, &mut delay);
+        [
             o.p50,
             o.n429 as f64,
             o.retried as f64,
             o1.last as f64 / 1e9,
             o1.p95,
-        ]);
-    }
+        ]
+    };
     let names = [
         "exp2 latency_p50_s",
         "exp2 http_429",
@@ -304,22 +309,63 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
         "exp1 elapsed_s",
         "exp1 latency_p95_s",
     ];
-    eprintln!(
-        "live test's case (serve seed 1, replay seed 1, {SEEDS} runs differing by timing noise):"
-    );
-    for (k, name) in names.iter().enumerate() {
-        let col: Vec<f64> = fixed.iter().map(|x| x[k]).collect();
-        let (lo, hi) = interval(col.clone());
+    // the live test's rule: an observation disagrees when it is off the
+    // median by more than 10 % and outside the interval
+    let disagrees = |k: usize, v: f64| {
         let (m, (rlo, rhi)) = refs[k];
-        // the live test's rule: a run disagrees when it is off the median
-        // by more than 10 % and outside the interval
-        let disagree = col
-            .iter()
-            .filter(|&&v| (v / m - 1.0).abs() > 0.10 && !(rlo..=rhi).contains(&v))
-            .count();
+        (v / m - 1.0).abs() > 0.10 && !(rlo..=rhi).contains(&v)
+    };
+    let report = |title: String, runs: &[[f64; 5]]| -> usize {
+        eprintln!("{title}");
+        let mut any = vec![false; runs.len()];
+        for (k, name) in names.iter().enumerate() {
+            let col: Vec<f64> = runs.iter().map(|x| x[k]).collect();
+            let (lo, hi) = interval(col.clone());
+            let (m, (rlo, rhi)) = refs[k];
+            let mut n = 0;
+            for (i, &v) in col.iter().enumerate() {
+                if disagrees(k, v) {
+                    n += 1;
+                    any[i] = true;
+                }
+            }
+            eprintln!(
+                "  {name}: median {:.3} [{lo:.3}–{hi:.3}]; simulated median {m:.3} [{rlo:.3}–{rhi:.3}]; {n} of {} runs disagree",
+                median(col),
+                runs.len()
+            );
+        }
+        let n = any.iter().filter(|x| **x).count();
         eprintln!(
-            "  {name}: median {:.3} [{lo:.3}–{hi:.3}]; simulated median {m:.3} [{rlo:.3}–{rhi:.3}]; {disagree} of {SEEDS} runs disagree",
-            median(col),
+            "  runs with any of these disagreeing: {n} of {}",
+            runs.len()
         );
-    }
+        n
+    };
+    // one fixed pair (serve seed 1, replay seed 1), as the live test ran
+    // before it took five
+    let one: Vec<[f64; 5]> = (1..=SEEDS).map(|run| pair(1, &reqs, run)).collect();
+    report(
+        format!("one pair (serve seed 1, replay seed 1), {SEEDS} runs differing by timing noise:"),
+        &one,
+    );
+    // the live test: pairs k = 1..5 at once, their median compared
+    const DRAWS: u64 = 5;
+    let reqs_k: Vec<Vec<GenRequest>> = (1..=DRAWS).map(reqs_for).collect();
+    let five: Vec<[f64; 5]> = (1..=SEEDS)
+        .map(|run| {
+            let draws: Vec<[f64; 5]> = (1..=DRAWS)
+                .map(|k| pair(k, &reqs_k[k as usize - 1], run))
+                .collect();
+            std::array::from_fn(|m| median(draws.iter().map(|d| d[m]).collect()))
+        })
+        .collect();
+    let n = report(
+        format!("the live test's case (median of pairs k = 1..{DRAWS}, serve and replay seed k), {SEEDS} runs differing by timing noise:"),
+        &five,
+    );
+    assert!(
+        n * 20 <= SEEDS as usize,
+        "the median of {DRAWS} pairs disagrees in {n} of {SEEDS} runs (more than 5 %)"
+    );
 }

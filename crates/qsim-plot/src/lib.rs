@@ -1,9 +1,10 @@
 //! qsim's plots and HTML reports, drawn from plain data (no dependency on
 //! the simulator): line charts with 90 % interval bands, latency CDFs,
 //! heatmaps over two swept parameters, the server's queue and E2E over time,
-//! the plan's admitted rate per minute against floors and capacity, and a
-//! Pareto scatter. Every figure is written as PNG (plotters' bitmap backend)
-//! or SVG (its SVG backend; also as a string for inline HTML).
+//! the plan's admitted rate per minute against floors and capacity, a
+//! Pareto scatter, and a forest plot of prediction against observation.
+//! Every figure is written as PNG (plotters' bitmap backend) or SVG (its SVG
+//! backend; also as a string for inline HTML).
 //!
 //! Text is laid out with the DejaVu Sans font compiled into the crate
 //! (`fonts/DejaVuSans.ttf`, Bitstream Vera license: redistribution
@@ -179,7 +180,38 @@ pub enum Panel {
     Lines(LineChart),
     Heatmap(Heatmap),
     Pareto(Pareto),
+    Forest(Forest),
 }
+
+/// One row of a [`Forest`]: a prediction's 90 % interval and median and an
+/// observation, all in the same unit (e.g. % of the predicted median).
+/// `observed` NaN: not drawn (the label says why).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForestRow {
+    pub label: String,
+    pub lo: f64,
+    pub median: f64,
+    pub hi: f64,
+    pub observed: f64,
+    /// Drawn in green when true, red when false.
+    pub agrees: bool,
+}
+
+/// Prediction against observation, one row per metric (a forest plot): the
+/// interval as a black bar, the median as a tick, the observation as a dot
+/// (green: agrees, red: does not), and the band ±`tolerance` around 0
+/// shaded when given. No legend: `x_label` says what the marks mean.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Forest {
+    pub title: String,
+    pub x_label: String,
+    pub rows: Vec<ForestRow>,
+    pub tolerance: Option<f64>,
+}
+
+/// Colours of an observation that agrees / does not.
+pub const AGREES: (u8, u8, u8) = (0x59, 0xa1, 0x4f);
+pub const DISAGREES: (u8, u8, u8) = (0xe1, 0x57, 0x59);
 
 /// A figure: panels laid out in a grid of `cols` columns, `width × height`
 /// pixels in all.
@@ -262,6 +294,7 @@ impl Figure {
                 Panel::Lines(c) => draw_lines(area, c)?,
                 Panel::Heatmap(h) => draw_heatmap(area, h)?,
                 Panel::Pareto(s) => draw_pareto(area, s)?,
+                Panel::Forest(f) => draw_forest(area, f)?,
             }
         }
         Ok(())
@@ -624,6 +657,93 @@ fn draw_heatmap<DB: DrawingBackend>(
     Ok(())
 }
 
+fn draw_forest<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    f: &Forest,
+) -> Result<(), PlotError> {
+    let n = f.rows.len().max(1);
+    let tol = f.tolerance.filter(|t| t.is_finite() && *t > 0.0);
+    let (x0, x1) = f
+        .rows
+        .iter()
+        .flat_map(|r| [r.lo, r.median, r.hi, r.observed])
+        .chain(tol.into_iter().flat_map(|t| [-t, t]))
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+    let (x0, x1) = pad(x0, x1, false);
+    let width = f.rows.iter().map(|r| r.label.chars().count()).max();
+    let mut chart = ChartBuilder::on(area)
+        .caption(&f.title, (FAMILY, 18))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size((width.unwrap_or(8) as u32 * 8 + 16).clamp(80, 420))
+        .build_cartesian_2d(x0..x1, -0.5..n as f64 - 0.5)
+        .map_err(err)?;
+    // row 0 at the top
+    let y = |i: usize| (n - 1 - i) as f64;
+    let yf = |v: &f64| {
+        let k = v.round();
+        if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < f.rows.len() {
+            f.rows[n - 1 - k as usize].label.clone()
+        } else {
+            String::new()
+        }
+    };
+    let xf = |v: &f64| fmt_num(*v);
+    chart
+        .configure_mesh()
+        .x_desc(f.x_label.as_str())
+        .x_label_formatter(&xf)
+        .y_labels(n * 2 + 1)
+        .y_label_formatter(&yf)
+        .label_style((FAMILY, 13))
+        .axis_desc_style((FAMILY, 14))
+        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+        .max_light_lines(1)
+        .bold_line_style(RGBColor(0xee, 0xee, 0xee))
+        .draw()
+        .map_err(err)?;
+    if let Some(t) = tol {
+        chart
+            .draw_series([Rectangle::new(
+                [(-t, -0.5), (t, n as f64 - 0.5)],
+                RGBColor(0xe8, 0xf0, 0xf8).filled(),
+            )])
+            .map_err(err)?;
+    }
+    let ink = rgb(REFERENCE);
+    chart
+        .draw_series(
+            f.rows.iter().enumerate().map(|(i, r)| {
+                PathElement::new(vec![(r.lo, y(i)), (r.hi, y(i))], ink.stroke_width(3))
+            }),
+        )
+        .map_err(err)?;
+    chart
+        .draw_series(f.rows.iter().enumerate().map(|(i, r)| {
+            PathElement::new(
+                vec![(r.median, y(i) - 0.25), (r.median, y(i) + 0.25)],
+                ink.stroke_width(2),
+            )
+        }))
+        .map_err(err)?;
+    chart
+        .draw_series(
+            f.rows
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.observed.is_finite())
+                .map(|(i, r)| {
+                    let col = rgb(if r.agrees { AGREES } else { DISAGREES });
+                    Circle::new((r.observed, y(i)), 6, col.filled())
+                }),
+        )
+        .map_err(err)?;
+    Ok(())
+}
+
 /// Indices of the Pareto front of `points` (both coordinates minimised):
 /// the points that no other point matches or beats on both with one
 /// strictly better, sorted by x. Non-finite points are never on it.
@@ -929,6 +1049,18 @@ pub fn pareto(title: &str, x_label: &str, y_label: &str, points: Vec<ParetoPoint
         y_label: y_label.into(),
         points,
     }))
+}
+
+/// Prediction against observation (`qsim compare`): one row per metric,
+/// its height growing with the rows.
+pub fn forest(f: Forest) -> Figure {
+    let h = (120 + 34 * f.rows.len() as u32).clamp(HEIGHT / 2, 2400);
+    Figure {
+        width: WIDTH,
+        height: h,
+        cols: 1,
+        panels: vec![Panel::Forest(f)],
+    }
 }
 
 #[cfg(test)]
