@@ -33,15 +33,18 @@ fn truth_profile(dir: &Path) -> String {
     let base = std::fs::read_to_string(format!("{ROOT}/{BASE}")).unwrap();
     let t = base
         .replace(
-            "bandwidth_efficiency = 0.67\n",
-            "bandwidth_efficiency = 0.5695\n",
+            "bandwidth_efficiency = 0.74\n",
+            "bandwidth_efficiency = 0.629\n",
         )
         .replace("cpu_overhead_ms = 0.8\n", "cpu_overhead_ms = 1.12\n")
-        .replace("compute_efficiency = 0.6\n", "compute_efficiency = 0.48\n")
+        .replace(
+            "compute_efficiency = 0.83\n",
+            "compute_efficiency = 0.664\n",
+        )
         .replace("cpu_per_seq_us = 7.5\n", "cpu_per_seq_us = 10.5\n");
     assert!(
-        t.contains("= 0.5695\n")
-            && t.contains("= 0.48\n")
+        t.contains("= 0.629\n")
+            && t.contains("= 0.664\n")
             && t.contains("= 1.12\n")
             && t.contains("= 10.5\n"),
         "profile edit failed"

@@ -446,22 +446,22 @@ mod tests {
         // (79.6 × 0.9 − 14.96 − 4) GiB / (16 × 128 KiB)
         assert_eq!(p.total_blocks, 26_972);
         let it = &p.iteration;
-        // weights 14.96 GiB at 0.67 × 3.35 TB/s = 7.157 ms
+        // weights 14.96 GiB at 0.74 × 3.35 TB/s = 6.480 ms
         assert!(
-            (it.mem_base_ns / 1e6 - 7.157).abs() < 0.001,
+            (it.mem_base_ns / 1e6 - 6.480).abs() < 0.001,
             "{}",
             it.mem_base_ns
         );
-        // one KV token: 128 KiB at 2.2445 TB/s = 58.4 ns
-        assert!((it.mem_per_kv_token_ns - 58.4).abs() < 0.1);
-        // one token: 2 × 8.03e9 / (0.6 × 989 TFLOPs) = 27.06 µs
-        assert!((it.comp_per_token_ns - 27_064.0).abs() < 10.0);
-        // one attention pair: 524,288 FLOPs / 593.4 TFLOPs = 0.884 ns
-        assert!((it.comp_per_attn_pair_ns - 0.8835).abs() < 0.001);
-        // batch-1 decode is memory-bound: 0.2 fixed + 7.157 ms weights (+ KV)
+        // one KV token: 128 KiB at 2.479 TB/s = 52.9 ns
+        assert!((it.mem_per_kv_token_ns - 52.9).abs() < 0.1);
+        // one token: 2 × 8.03e9 / (0.83 × 989 TFLOPs) = 19.56 µs
+        assert!((it.comp_per_token_ns - 19_565.0).abs() < 10.0);
+        // one attention pair: 524,288 FLOPs / 820.9 TFLOPs = 0.639 ns
+        assert!((it.comp_per_attn_pair_ns - 0.6387).abs() < 0.001);
+        // batch-1 decode is memory-bound: 0.2 fixed + 6.480 ms weights (+ KV)
         let (_, gpu) = it.duration(0, 1, 0, 1, 1, false);
-        assert!((gpu as f64 / 1e6 - 7.357).abs() < 0.001, "{gpu}");
-        // a 8192-token prefill is compute-bound: 8192 × 27.06 µs + attention
+        assert!((gpu as f64 / 1e6 - 6.680).abs() < 0.001, "{gpu}");
+        // a 8192-token prefill is compute-bound: 8192 × 19.56 µs + attention
         let a = IterationModel::attn_pairs(0, 8192);
         assert_eq!(a, 8192 * 8193 / 2);
         let (_, gpu) = it.duration(8192, 0, 8192, a, 1, false);
@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(e.field, "kv_cache.gpu_memory_gib");
         let e = err("gpu_memory_gib = 79.6", "gpu_memory_gib = 16");
         assert_eq!(e.field, "kv_cache");
-        let e = err("bandwidth_efficiency = 0.67", "bandwidth_efficiency = 1.5");
+        let e = err("bandwidth_efficiency = 0.74", "bandwidth_efficiency = 1.5");
         assert_eq!(e.field, "iteration.bandwidth_efficiency");
         let e = err("max_model_len = 131072", "max_model_len = 100000000");
         assert_eq!(e.field, "scheduler.max_model_len");
@@ -558,7 +558,7 @@ mod tests {
         assert_eq!(e.field, "iteration.attn_flops_per_pair");
         let e = err("max_num_seqs = 256", "max_num_seqs = -1");
         assert_eq!(e.field, "scheduler.max_num_seqs");
-        let e = err("ingress_ms = 2.0", "ingress_ms = 2.0\nasync_scheduling = 1");
+        let e = err("async_scheduling = true", "async_scheduling = 1");
         assert!(e.field.starts_with("iteration"), "{e}");
     }
 }
