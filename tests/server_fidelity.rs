@@ -1,7 +1,9 @@
 //! Server-model fidelity across load: the Llama-3.1-8B profiles against
 //! published measurements (experiments/data/llama-8b-fidelity-measured.toml:
 //! NVIDIA's NIM sweep; experiments/data/llama-8b-vllm-blis-measured.toml: the
-//! BLIS / inference-sim vLLM ground truth), and gpt-oss-20b against the
+//! BLIS / inference-sim vLLM ground truth;
+//! experiments/data/llama-8b-vllm-guidellm-measured.toml: Neural Magic's
+//! GuideLLM maximum throughputs on vLLM v0.7.2), and gpt-oss-20b against the
 //! shared-deployment article at 1000 RPM. Points marked `held_out` were never
 //! used to choose a coefficient; their errors are checked here.
 //!
@@ -41,11 +43,24 @@ const SAT_TOL: f64 = 0.10;
 /// They are reported, not checked against the threshold; every other
 /// held-out figure is. A listed pair that comes within its threshold fails
 /// the test until it is removed from this list, so the list cannot go stale.
+///
+/// The GuideLLM maximum throughputs (vLLM v0.7.2's V0 engine, checked
+/// against the v0.15.1 coefficients with v0.7.2's scheduler defaults): qsim
+/// is 37-110 % above seven of the eight published figures (docs/fidelity.md,
+/// "Known gaps": the engine versions differ, and the fitted compute
+/// efficiency may carry prefix-cache hits of the fit runs).
 const KNOWN_GAPS: &[(&str, &str)] = &[
     ("c5", "TTFT"),
     ("c25", "TTFT"),
     ("c100", "TTFT"),
     ("c100", "E2E"),
+    ("instruction-following", "saturation"),
+    ("multi-turn-chat", "saturation"),
+    ("docstring-generation", "saturation"),
+    ("rag", "saturation"),
+    ("code-completion", "saturation"),
+    ("code-fixing", "saturation"),
+    ("large-summarization", "saturation"),
 ];
 
 fn root() -> PathBuf {
@@ -280,6 +295,106 @@ fn blis_sweep() -> Sweep {
     }
 }
 
+/// One published maximum (saturation) throughput and qsim's.
+struct SatPoint {
+    scenario: String,
+    prompt: i64,
+    out: i64,
+    /// Published maximum throughput and qsim's throughput, req/s.
+    meas: f64,
+    sim: f64,
+}
+
+/// Neural Magic's GuideLLM maximum throughputs (vLLM v0.7.2, bf16, one H100):
+/// closed loop of 512 clients, fixed lengths with ignore_eos; qsim's
+/// throughput over the same 360 s against the published QPS. Every point is
+/// held out.
+fn guidellm_sat() -> (String, Vec<SatPoint>) {
+    let (m, s, exp) = measured("llama-8b-vllm-guidellm-measured.toml");
+    let mut pts = vec![];
+    for p in m["point"].as_array().expect("points") {
+        let name = p["scenario"].as_str().expect("scenario");
+        assert!(use_of(p), "{name}: a saturation point must be held out");
+        let int = |k: &str| p[k].as_integer().unwrap_or_else(|| panic!("{name}.{k}"));
+        let (prompt, out) = (int("prompt_tokens"), int("output_tokens"));
+        let sc = s
+            .scenarios
+            .iter()
+            .find(|x| x.name == name)
+            .unwrap_or_else(|| panic!("scenario {name} in {}", exp.display()));
+        assert_eq!(
+            (sc.lengths.input.mean(), sc.lengths.output.mean()),
+            (prompt as f64, out as f64),
+            "{name}: the scenario's lengths are the measurement's"
+        );
+        let v = run(&s, name, &exp);
+        pts.push(SatPoint {
+            scenario: name.to_string(),
+            prompt,
+            out,
+            meas: p["max_qps"].as_float().expect("max_qps"),
+            sim: metric(&v, "throughput_rps"),
+        });
+    }
+    (m["title"].as_str().expect("title").to_string(), pts)
+}
+
+fn sat_report(title: &str, pts: &[SatPoint]) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "### {title}
+
+Held-out saturation throughput (no point of this file was used for \
+         fitting): the published maximum throughput per use case against qsim's throughput \
+         with 512 closed-loop clients for 360 s.\n"
+    );
+    t.push_str("| use case | prompt / output tokens | measured (req/s) | qsim (req/s) | error |\n");
+    t.push_str("|---|---:|---:|---:|---:|\n");
+    for p in pts {
+        let _ = writeln!(
+            t,
+            "| {} | {} / {} | {:.1} | {:.2} | {:+.1} % |",
+            p.scenario,
+            p.prompt,
+            p.out,
+            p.meas,
+            p.sim,
+            err(p.sim, p.meas) * 100.0
+        );
+    }
+    t.push('\n');
+    t
+}
+
+/// Check the saturation points against SAT_TOL (KNOWN_GAPS as for the
+/// other sweeps); returns how many were checked.
+fn check_sat(pts: &[SatPoint], failures: &mut Vec<String>) -> usize {
+    for p in pts {
+        let e = err(p.sim, p.meas);
+        if KNOWN_GAPS.contains(&(p.scenario.as_str(), "saturation")) {
+            println!("known gap: {} saturation {:+.1} %", p.scenario, e * 100.0);
+            if e.abs() <= SAT_TOL {
+                failures.push(format!(
+                    "{} saturation is listed in KNOWN_GAPS but within its threshold ({:+.1} %): remove it",
+                    p.scenario,
+                    e * 100.0
+                ));
+            }
+        } else if e.abs() > SAT_TOL {
+            failures.push(format!(
+                "{} saturation: qsim {:.3} vs {:.3} req/s ({:+.1} %, limit {:.0} %)",
+                p.scenario,
+                p.sim,
+                p.meas,
+                e * 100.0,
+                SAT_TOL * 100.0
+            ));
+        }
+    }
+    pts.len()
+}
+
 fn table(pts: &[Point], held_out: bool) -> String {
     let mut t = String::new();
     t.push_str("| point | load (% of sat.) | metric | measured | qsim | error |\n");
@@ -413,8 +528,10 @@ fn gpt_oss() -> (Vec<f64>, String) {
 #[test]
 fn llama_8b_held_out_points_within_thresholds() {
     let (nim, blis) = (nim_sweep(), blis_sweep());
+    let (sat_title, sat) = guidellm_sat();
     let mut doc = report(&nim);
     doc.push_str(&report(&blis));
+    doc.push_str(&sat_report(&sat_title, &sat));
     let (_, g) = gpt_oss();
     let _ = writeln!(
         doc,
@@ -447,24 +564,30 @@ fn llama_8b_held_out_points_within_thresholds() {
         checked >= 4 && in_band >= 4,
         "BLIS: {checked} held-out points checked, {in_band} in 20-90 % of saturation"
     );
+    let checked = check_sat(&sat, &mut failures);
+    assert!(checked >= 8, "only {checked} GuideLLM saturation points");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The BLIS runs' profile differs from llama-3.1-8b-h100-vllm.toml only in the
-/// scheduler flags of those runs: the KV cache and every iteration coefficient
-/// are the same, so no coefficient was chosen on the BLIS points.
+/// The BLIS runs' profile and the GuideLLM runs' (vLLM v0.7.2 defaults)
+/// differ from llama-3.1-8b-h100-vllm.toml only in the scheduler flags of
+/// those runs: the KV cache and every iteration coefficient are the same, so
+/// no coefficient was chosen on the BLIS or GuideLLM points.
 #[test]
 fn blis_profile_shares_the_vllm_coefficients() {
     let read = |f: &str| -> toml::Value {
         let p = root().join("models").join(f);
         toml::from_str(&std::fs::read_to_string(&p).expect("profile")).expect("profile TOML")
     };
-    let (base, blis) = (
-        read("llama-3.1-8b-h100-vllm.toml"),
-        read("llama-3.1-8b-h100-vllm-blis.toml"),
-    );
-    for table in ["iteration", "kv_cache"] {
-        assert_eq!(base[table], blis[table], "[{table}] differs");
+    let base = read("llama-3.1-8b-h100-vllm.toml");
+    for copy in [
+        "llama-3.1-8b-h100-vllm-blis.toml",
+        "llama-3.1-8b-h100-vllm-v072.toml",
+    ] {
+        let other = read(copy);
+        for table in ["iteration", "kv_cache"] {
+            assert_eq!(base[table], other[table], "{copy}: [{table}] differs");
+        }
     }
 }
 
