@@ -236,6 +236,33 @@ pub fn min_step_s(p: &ServerProfile) -> f64 {
     to_secs(p.iteration.duration(0, 1, 1, 1, 1, true).0).max(1e-9)
 }
 
+/// Seconds per request of one replica kept full by `clients` closed-loop
+/// clients (leaning short, so the request count leans high only as far as
+/// the real batch is smaller): the batch is the clients, at most
+/// `max_num_seqs` and what the KV cache holds at half-finished answers;
+/// each step decodes the batch and prefills the prompts of the requests
+/// that replace the finished ones (batch / `mean_out` a step), over contexts
+/// of prompt + half the answer; a request takes `mean_out` such steps for
+/// `batch` requests.
+pub fn full_batch_cycle_s(p: &ServerProfile, clients: f64, mean_in: f64, mean_out: f64) -> f64 {
+    let ctx = mean_in + mean_out / 2.0;
+    let kv_fit = (p.total_blocks as f64 * p.block_size as f64 / ctx).max(1.0);
+    let b = clients.min(p.max_num_seqs as f64).min(kv_fit).max(1.0);
+    let prefill = (b * mean_in / mean_out).min(p.max_batched_tokens as f64);
+    let kv = b * ctx;
+    let pairs = b * ctx + prefill * mean_in / 2.0;
+    let (t, _) = p.iteration.duration(
+        prefill as u64,
+        b as u64,
+        kv as u64,
+        pairs as u64,
+        b as u64,
+        true,
+    );
+    let step = to_secs(t).max(min_step_s(p));
+    step * mean_out / b
+}
+
 /// Engine iterations of `replicas` replicas serving `requests` requests
 /// with a mean of `mean_out` output tokens for `secs` seconds, leaning low:
 /// full batches (`max_num_seqs` tokens an iteration), and at most one per
@@ -278,7 +305,9 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
                 let step = min_step_s(p);
                 let cycle = think.mean().max(0.0) + to_secs(p.ingress) + step * mean_out;
                 let per_client = d / cycle.max(1e-9);
-                let capacity = reps * p.max_num_seqs as f64 * d / (step * mean_out);
+                let mean_in = mean_tokens(&s.lengths.input);
+                let batch = (*clients as f64 / reps).max(1.0);
+                let capacity = reps * d / full_batch_cycle_s(p, batch, mean_in, mean_out);
                 let n = (*clients as f64 * per_client).min(capacity);
                 (n, n, *clients as f64)
             }
