@@ -6,7 +6,8 @@
 //! Checks: the binding limit is output tokens with reserve_refund; capacity,
 //! refill and the TTFT / per-token medians within 10 % of the truth; refill
 //! and the medians inside the fit's 95 % intervals; the written profile
-//! loads in `qsim run`. 127.0.0.1 only; ≈ 45 s of replay + ≈ 35 s of fit.
+//! loads in `qsim run`. 127.0.0.1 only; ≈ 45 s of replay + ≈ 45 s of fit
+//! (four candidate fits; the binding one is chosen at the fits).
 //!
 //! NOT asserted (measured, printed): the capacity inside its interval. Of
 //! two runs by hand, one had 14,988 with an interval ending at 14,999 (the
