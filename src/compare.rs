@@ -282,16 +282,23 @@ fn observed_names(a: &CompareArgs) -> String {
         .join(", ")
 }
 
+/// "1 seed", "5 seeds".
+fn count(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+/// The observation's runs: seeds of one file, runs of several.
+fn observed_count(a: &CompareArgs, obs: &Values) -> String {
+    count(obs.seeds, if a.observed.len() > 1 { "run" } else { "seed" })
+}
+
 pub fn render_table(a: &CompareArgs, sim: &Values, obs: &Values, rows: &[Row]) -> String {
     let mut out = format!(
-        "prediction {} ({} seed{}) vs observation {} ({} {}{}); agrees: inside the 90% interval or within {}% of the median\n\n",
+        "prediction {} ({}) vs observation {} ({}); agrees: inside the 90% interval or within {}% of the median\n\n",
         a.simulated.display(),
-        sim.seeds,
-        if sim.seeds == 1 { "" } else { "s" },
+        count(sim.seeds, "seed"),
         observed_names(a),
-        obs.seeds,
-        if a.observed.len() > 1 { "run" } else { "seed" },
-        if obs.seeds == 1 { "" } else { "s" },
+        observed_count(a, obs),
         a.tolerance * 100.0
     );
     let mut t = Table::new([
@@ -389,14 +396,11 @@ pub fn run_cli(a: CompareArgs) -> Result<(), CliError> {
     };
     if targets.wanted() {
         let intro = format!(
-            "qsim compare {} {}: per metric, the prediction's median and 90 % interval over {} simulated seed{}, and the observation (median over {} {}{}).",
+            "qsim compare {} {}: per metric, the prediction's median and 90 % interval over {} (simulated), and the observation (median over {}).",
             a.simulated.display(),
             observed_names(&a),
-            sim.seeds,
-            if sim.seeds == 1 { "" } else { "s" },
-            obs.seeds,
-            if a.observed.len() > 1 { "run" } else { "seed" },
-            if obs.seeds == 1 { "" } else { "s" },
+            count(sim.seeds, "seed"),
+            observed_count(&a, &obs),
         );
         crate::plot::write(
             &targets,
