@@ -244,7 +244,7 @@ pub fn min_step_s(p: &ServerProfile) -> f64 {
 /// that replace the finished ones (batch / `mean_out` a step), over contexts
 /// of prompt + half the answer; a request takes `mean_out` such steps for
 /// `batch` requests.
-pub fn full_batch_cycle_s(p: &ServerProfile, clients: f64, mean_in: f64, mean_out: f64) -> f64 {
+fn full_batch_cycle_s(p: &ServerProfile, clients: f64, mean_in: f64, mean_out: f64) -> f64 {
     let ctx = mean_in + mean_out / 2.0;
     let kv_fit = (p.total_blocks as f64 * p.block_size as f64 / ctx).max(1.0);
     let b = clients.min(p.max_num_seqs as f64).min(kv_fit).max(1.0);
