@@ -18,7 +18,7 @@ use super::profile::{IterationModel, ServerProfile};
 use super::{Completion, Request};
 use crate::time::{Nanos, NEVER};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 /// A request while it is inside the replica (the only per-request state).
@@ -58,8 +58,9 @@ pub(crate) struct Replica {
     /// Requests still in the API server: (time the engine sees them, seq).
     ingress: VecDeque<(Nanos, Seq)>,
     waiting: VecDeque<Seq>,
-    /// The running batch by key: admission order (newest last).
-    running: BTreeMap<u64, Seq>,
+    /// The running batch, in slots (each sequence's `key` is its admission
+    /// order, newest largest; the slots are not ordered).
+    running: Slots,
     free_blocks: u32,
     /// End of the iteration in flight, NEVER when idle.
     iter_end: Nanos,
@@ -71,16 +72,17 @@ pub(crate) struct Replica {
     cur_iter: u64,
     /// End of the last finished iteration.
     last_end: Nanos,
-    /// Keys of the running sequences that are not lazy, ascending.
-    eager: Vec<u64>,
+    /// (key, slot) of the running sequences that are not lazy, keys ascending.
+    eager: Vec<(u64, u32)>,
     /// Lazily decoding sequences: how many, the sum of (computed − since),
     /// and how many have (computed − since) ≡ r (mod block size), by r.
     lazy_n: u64,
     lazy_base: i64,
     lazy_mod: Vec<u64>,
-    /// (iteration producing the last token, key) of the lazy sequences.
-    done_at: BinaryHeap<Reverse<(u64, u64)>>,
-    done: Vec<u64>,
+    /// (iteration producing the last token, key, slot) of the lazy sequences.
+    done_at: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// (key, slot) of the sequences finishing in this iteration.
+    done: Vec<(u64, u32)>,
     /// Off only in tests: every sequence scheduled one at a time, every
     /// iteration (the reference the lazy batch is compared with).
     lazy_batch: bool,
@@ -92,7 +94,7 @@ impl Replica {
         let bs = profile.block_size as usize;
         Replica {
             idx,
-            running: BTreeMap::new(),
+            running: Slots::default(),
             profile,
             ingress: VecDeque::new(),
             waiting: VecDeque::new(),
@@ -115,43 +117,39 @@ impl Replica {
     }
 
     #[inline]
-    fn seq(&mut self, key: u64) -> &mut Seq {
-        self.running.get_mut(&key).expect("a running key")
-    }
-
-    /// (computed − since) modulo the block size.
-    #[inline]
-    fn residue(&self, computed: u32, since: u64) -> usize {
-        (computed as i64 - since as i64).rem_euclid(self.profile.block_size as i64) as usize
+    fn seq(&mut self, slot: u32) -> &mut Seq {
+        self.running.get_mut(slot)
     }
 
     /// Running sequence `i` (eager, just produced a token at `t`, not done)
     /// decodes lazily from iteration `since`.
-    fn make_lazy(&mut self, key: u64, since: u64) {
-        let s = &self.running[&key];
-        let r = self.residue(s.computed, since);
+    fn make_lazy(&mut self, slot: u32, since: u64) {
+        let bs = self.profile.block_size;
+        let s = self.running.get_mut(slot);
+        let r = residue(s.computed, since, bs);
         let last = since + (s.output - s.generated) as u64 - 1;
         let base = s.computed as i64 - since as i64;
-        let s = self.seq(key);
+        let key = s.key;
         s.lazy = true;
         s.since = since;
         self.lazy_mod[r] += 1;
         self.lazy_n += 1;
         self.lazy_base += base;
-        self.done_at.push(Reverse((last, key)));
+        self.done_at.push(Reverse((last, key, slot)));
     }
 
     /// Make a lazy sequence concrete as of the start of iteration `j`
     /// (`j − since` iterations decoded since), and unregister it.
-    fn make_concrete(&mut self, key: u64, j: u64) {
-        let s = &self.running[&key];
+    fn make_concrete(&mut self, slot: u32, j: u64) {
+        let (bs, last_end) = (self.profile.block_size, self.last_end);
+        let s = self.running.get_mut(slot);
         debug_assert!(s.lazy);
-        let r = self.residue(s.computed, s.since);
+        let r = residue(s.computed, s.since, bs);
+        let base = s.computed as i64 - s.since as i64;
+        concrete(s, j, bs, last_end);
         self.lazy_mod[r] -= 1;
         self.lazy_n -= 1;
-        self.lazy_base -= s.computed as i64 - s.since as i64;
-        let (bs, last_end) = (self.profile.block_size, self.last_end);
-        concrete(self.seq(key), j, bs, last_end);
+        self.lazy_base -= base;
     }
 
     /// Every running sequence concrete at the start of iteration `j`.
@@ -160,22 +158,23 @@ impl Replica {
             return;
         }
         let (bs, last_end) = (self.profile.block_size, self.last_end);
-        for s in self.running.values_mut() {
+        self.eager.clear();
+        for (slot, s) in self.running.iter_mut() {
             if s.lazy {
                 concrete(s, j, bs, last_end);
             }
+            self.eager.push((s.key, slot));
         }
+        self.eager.sort_unstable();
         self.lazy_n = 0;
         self.lazy_base = 0;
         self.lazy_mod.fill(0);
         self.done_at.clear();
-        self.eager.clear();
-        self.eager.extend(self.running.keys());
     }
 
     #[inline]
     pub fn outstanding(&self) -> usize {
-        self.ingress.len() + self.waiting.len() + self.running.len()
+        self.ingress.len() + self.waiting.len() + self.running.len
     }
 
     #[inline]
@@ -190,7 +189,7 @@ impl Replica {
 
     #[inline]
     pub fn running_len(&self) -> usize {
-        self.running.len()
+        self.running.len
     }
 
     /// The next internal deadline.
@@ -211,7 +210,9 @@ impl Replica {
         } else {
             self.next_iter
         };
-        for s in self.running.values() {
+        let mut order: Vec<&Seq> = self.running.iter().map(|(_, s)| s).collect();
+        order.sort_unstable_by_key(|s| s.key);
+        for s in order {
             let g = if s.lazy {
                 s.generated + finished.saturating_sub(s.since) as u32
             } else {
@@ -320,7 +321,7 @@ impl Replica {
         let mut v = run.pop().expect("running not empty");
         debug_assert!(!v.lazy);
         let k = self.eager.pop();
-        debug_assert_eq!(k, Some(v.key));
+        debug_assert_eq!(k.map(|x| x.0), Some(v.key));
         self.free_blocks += v.blocks;
         v.blocks = 0;
         v.computed = 0;
@@ -348,15 +349,15 @@ impl Replica {
             // batch's order does not matter and the lazy ones stay lazy
             let lazy_need = self.lazy_mod[(bs as u64 - j % bs as u64) as usize % bs as usize];
             let (mut tokens, mut blocks) = (self.lazy_n, lazy_need);
-            for &key in &self.eager {
-                let s = &self.running[&key];
+            for &(_, slot) in &self.eager {
+                let s = self.running.get(slot);
                 let pending = s.pending();
                 tokens += pending as u64;
                 blocks += ((s.computed + pending).div_ceil(bs) - s.blocks) as u64;
             }
             if tokens <= budget as u64 && blocks <= self.free_blocks as u64 {
                 for e in 0..self.eager.len() {
-                    let s = self.running.get_mut(&self.eager[e]).expect("a running key");
+                    let s = self.running.get_mut(self.eager[e].1);
                     let chunk = s.pending();
                     let need = (s.computed + chunk).div_ceil(bs) - s.blocks;
                     s.blocks += need;
@@ -389,7 +390,7 @@ impl Replica {
         let mut run: Vec<Seq> = if self.lazy_n > 0 {
             Vec::new()
         } else {
-            std::mem::take(&mut self.running).into_values().collect()
+            self.running.take_by_key()
         };
         let mut i = 0;
         while i < run.len() && budget > 0 {
@@ -426,15 +427,20 @@ impl Replica {
             i += 1;
         }
         if !run.is_empty() {
-            // keys ascending: the map is built in one pass
-            self.running = run.into_iter().map(|s| (s.key, s)).collect();
+            // every running sequence is eager here: keys ascending
+            self.eager.clear();
+            for s in run {
+                let key = s.key;
+                let slot = self.running.insert(s);
+                self.eager.push((key, slot));
+            }
         }
         // 2. admit from the waiting queue (not in a step that preempted)
         if !preempted {
             // a second pass only when nothing could run ahead (below)
             loop {
                 let max = self.profile.max_num_seqs as usize;
-                while self.running.len() < max {
+                while self.running.len < max {
                     let Some(s) = self.waiting.front() else { break };
                     if s.arrival.saturating_add(self.profile.ingress) > cutoff {
                         break;
@@ -458,7 +464,7 @@ impl Replica {
                     let mut s = self.waiting.pop_front().expect("front exists");
                     s.key = self.next_key;
                     self.next_key += 1;
-                    self.eager.push(s.key);
+                    let key = s.key;
                     self.free_blocks -= need;
                     s.blocks = need;
                     s.chunk = chunk;
@@ -475,7 +481,8 @@ impl Replica {
                     k += chunk as u64;
                     a += IterationModel::attn_pairs(0, chunk);
                     n += 1;
-                    self.running.insert(s.key, s);
+                    let slot = self.running.insert(s);
+                    self.eager.push((key, slot));
                 }
                 if n == 0 && cutoff != NEVER && !self.waiting.is_empty() {
                     // nothing was scheduled ahead: the engine schedules now, from idle
@@ -486,7 +493,7 @@ impl Replica {
                 break;
             }
         }
-        m.running.set(t, self.running.len() as u64);
+        m.running.set(t, self.running.len as u64);
         m.waiting
             .set(t, (self.ingress.len() + self.waiting.len()) as u64);
         m.kv_blocks
@@ -521,8 +528,8 @@ impl Replica {
         let mut done = std::mem::take(&mut self.done);
         let mut e = 0;
         while e < self.eager.len() {
-            let key = self.eager[e];
-            let s = self.seq(key);
+            let (key, slot) = self.eager[e];
+            let s = self.seq(slot);
             if s.chunk == 0 {
                 e += 1;
                 continue;
@@ -544,36 +551,36 @@ impl Replica {
                 }
                 s.last_token = t;
                 if s.generated == s.output {
-                    done.push(s.key);
+                    done.push((key, slot));
                     token = false;
                 }
             }
             if token && self.lazy_batch {
-                self.make_lazy(key, j + 1);
+                self.make_lazy(slot, j + 1);
                 self.eager.remove(e);
             } else {
                 e += 1;
             }
         }
         m.itl.record_n(t - start, same_gap);
-        while let Some(&Reverse((last, key))) = self.done_at.peek() {
+        while let Some(&Reverse((last, key, slot))) = self.done_at.peek() {
             if last > j {
                 break;
             }
             debug_assert_eq!(last, j);
             self.done_at.pop();
-            self.make_concrete(key, j + 1);
-            let s = self.seq(key);
+            self.make_concrete(slot, j + 1);
+            let s = self.seq(slot);
             s.last_token = t;
             debug_assert_eq!(s.generated, s.output);
-            done.push(key);
+            done.push((key, slot));
         }
         if !done.is_empty() {
             done.sort_unstable();
             let mut freed = 0;
-            for &key in &done {
-                let s = self.running.remove(&key).expect("a running key");
-                if let Ok(e) = self.eager.binary_search(&key) {
+            for &(key, slot) in &done {
+                let s = self.running.remove(slot);
+                if let Ok(e) = self.eager.binary_search(&(key, slot)) {
                     self.eager.remove(e);
                 }
                 freed += s.blocks;
@@ -599,6 +606,77 @@ impl Replica {
         self.done = done;
         self.last_end = t;
         self.iter_end = NEVER;
+    }
+}
+
+/// (computed − since) modulo the block size.
+#[inline]
+fn residue(computed: u32, since: u64, bs: u32) -> usize {
+    (computed as i64 - since as i64).rem_euclid(bs as i64) as usize
+}
+
+/// The running batch's storage: O(1) access by slot, a freed slot reused
+/// (at most `max_num_seqs` slots ever). Iteration is in slot order, not
+/// admission order: callers that need the latter sort by `Seq::key`.
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Option<Seq>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl Slots {
+    #[inline]
+    fn insert(&mut self, s: Seq) -> u32 {
+        self.len += 1;
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = Some(s);
+            i
+        } else {
+            self.slots.push(Some(s));
+            (self.slots.len() - 1) as u32
+        }
+    }
+
+    #[inline]
+    fn get(&self, slot: u32) -> &Seq {
+        self.slots[slot as usize].as_ref().expect("a running slot")
+    }
+
+    #[inline]
+    fn get_mut(&mut self, slot: u32) -> &mut Seq {
+        self.slots[slot as usize].as_mut().expect("a running slot")
+    }
+
+    #[inline]
+    fn remove(&mut self, slot: u32) -> Seq {
+        let s = self.slots[slot as usize].take().expect("a running slot");
+        self.free.push(slot);
+        self.len -= 1;
+        s
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (u32, &Seq)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)))
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Seq)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_mut().map(|s| (i as u32, s)))
+    }
+
+    /// Every sequence out, in admission order; the slots are emptied.
+    fn take_by_key(&mut self) -> Vec<Seq> {
+        let mut v: Vec<Seq> = self.slots.drain(..).flatten().collect();
+        v.sort_unstable_by_key(|s| s.key);
+        self.free.clear();
+        self.len = 0;
+        v
     }
 }
 
@@ -721,7 +799,7 @@ mod tests {
                 for &(id, n) in &prog[0] {
                     let old = seen.insert(id, n).unwrap_or(0);
                     assert!(n >= old, "{id}: {old} → {n}");
-                    let s = reps[1].running.values().find(|s| s.id == id).unwrap();
+                    let s = reps[1].running.iter().find(|(_, s)| s.id == id).unwrap().1;
                     assert!(n <= s.output);
                 }
                 steps += 1;
