@@ -104,6 +104,27 @@ struct Sweep {
     saturation: Option<(f64, f64)>,
     /// How the load column was computed.
     load_note: String,
+    /// Saturation intervals implied by the held-out measurements, when no
+    /// saturation was measured.
+    bounds: Vec<SatBound>,
+}
+
+/// What an open-loop sweep says about the saturation throughput it did not
+/// measure, from its held-out points alone:
+/// - at least the highest offered rate the engine kept up with: a stage of
+///   600 s or more above capacity would queue for seconds on average, so a
+///   point counts only if its measured mean TTFT is under 1 s;
+/// - at most `max_num_seqs` / ((output − 1) × mean ITL) of the highest-rate
+///   point: at saturation no more than `max_num_seqs` sequences run, and each
+///   step takes at least as long as it did with the fewer sequences measured
+///   (a larger batch reads more KV cache and does more work per step).
+struct SatBound {
+    workload: String,
+    /// (req/s, point it comes from)
+    lower: (f64, String),
+    upper: (f64, String),
+    /// qsim's saturation throughput for the workload, req/s.
+    sim: f64,
 }
 
 fn run(s: &ServerSuite, name: &str, exp: &Path) -> Vec<f64> {
@@ -174,6 +195,7 @@ fn nim_sweep() -> Sweep {
         pts,
         saturation: Some((sat_m, sat_s)),
         load_note: "Load column: measured throughput / measured saturation".into(),
+        bounds: vec![],
     }
 }
 
@@ -280,10 +302,36 @@ fn blis_sweep() -> Sweep {
             sim: [sttft, (se2e - sttft) / (p.out - 1.0), se2e, f64::NAN],
         });
     }
+    let max_seqs = f64::from(s.profile.max_num_seqs);
+    let bounds = sats
+        .iter()
+        .map(|(w, sim)| {
+            let held: Vec<&BlisPoint> = bpts
+                .iter()
+                .filter(|p| p.held_out && p.scenario.split('-').next() == Some(w.as_str()))
+                .collect();
+            let top = |ok: &dyn Fn(&BlisPoint) -> bool| {
+                held.iter()
+                    .copied()
+                    .filter(|p| ok(p))
+                    .max_by(|a, b| a.rate.total_cmp(&b.rate))
+            };
+            let lo = top(&|p| p.ttft < 1.0).expect("a held-out point that kept up");
+            let hi = top(&|_| true).expect("a held-out point");
+            let itl = (hi.e2e - hi.ttft) / (hi.out - 1.0);
+            SatBound {
+                workload: w.clone(),
+                lower: (lo.rate, lo.name.clone()),
+                upper: (max_seqs / ((hi.out - 1.0) * itl), hi.name.clone()),
+                sim: *sim,
+            }
+        })
+        .collect();
     Sweep {
         title: m["title"].as_str().expect("title").to_string(),
         pts,
         saturation: None,
+        bounds,
         load_note: format!(
             "Load column: offered rate / qsim's saturation throughput for the workload \
              (the `<workload>-sat` scenario: {}); no saturation was measured for these settings",
@@ -442,6 +490,34 @@ fn report(sw: &Sweep) -> String {
         let _ = writeln!(doc, "No point of this file was used for fitting.\n");
     }
     let _ = writeln!(doc, "Held-out points:\n\n{}", table(&sw.pts, true));
+    if !sw.bounds.is_empty() {
+        doc.push_str(
+            "Saturation throughput bounded by the held-out points (no saturation was \
+             measured): at least the highest offered rate the engine kept up with (mean \
+             TTFT under 1 s), at most `max_num_seqs` / ((output − 1) × mean ITL) of the \
+             highest-rate point; qsim's error is at least the first and at most the second \
+             of the range shown.\n\n",
+        );
+        doc.push_str(
+            "| workload | at least (req/s) | at most (req/s) | qsim (req/s) | qsim's error |\n\
+             |---|---:|---:|---:|---:|\n",
+        );
+        for b in &sw.bounds {
+            let _ = writeln!(
+                doc,
+                "| {} | {:.2} ({}) | {:.2} ({}) | {:.2} | {:+.1} % to {:+.1} % |",
+                b.workload,
+                b.lower.0,
+                b.lower.1,
+                b.upper.0,
+                b.upper.1,
+                b.sim,
+                err(b.sim, b.upper.0) * 100.0,
+                err(b.sim, b.lower.0) * 100.0
+            );
+        }
+        doc.push('\n');
+    }
     doc
 }
 
@@ -484,6 +560,14 @@ fn check(sw: &Sweep, failures: &mut Vec<String>) -> usize {
                     tol * 100.0
                 ));
             }
+        }
+    }
+    for b in &sw.bounds {
+        if !(b.lower.0..=b.upper.0).contains(&b.sim) {
+            failures.push(format!(
+                "{} saturation: qsim {:.3} req/s outside the {:.3}-{:.3} the held-out points allow",
+                b.workload, b.sim, b.lower.0, b.upper.0
+            ));
         }
     }
     if let Some((sat_m, sat_s)) = sw.saturation {
