@@ -174,7 +174,7 @@ impl Replica {
 
     #[inline]
     pub fn outstanding(&self) -> usize {
-        self.ingress.len() + self.waiting.len() + self.running.len
+        self.ingress.len() + self.waiting.len() + self.running.len()
     }
 
     #[inline]
@@ -189,7 +189,7 @@ impl Replica {
 
     #[inline]
     pub fn running_len(&self) -> usize {
-        self.running.len
+        self.running.len()
     }
 
     /// The next internal deadline.
@@ -440,7 +440,7 @@ impl Replica {
             // a second pass only when nothing could run ahead (below)
             loop {
                 let max = self.profile.max_num_seqs as usize;
-                while self.running.len < max {
+                while self.running.len() < max {
                     let Some(s) = self.waiting.front() else { break };
                     if s.arrival.saturating_add(self.profile.ingress) > cutoff {
                         break;
@@ -493,7 +493,7 @@ impl Replica {
                 break;
             }
         }
-        m.running.set(t, self.running.len as u64);
+        m.running.set(t, self.running.len() as u64);
         m.waiting
             .set(t, (self.ingress.len() + self.waiting.len()) as u64);
         m.kv_blocks
@@ -622,13 +622,11 @@ fn residue(computed: u32, since: u64, bs: u32) -> usize {
 struct Slots {
     slots: Vec<Option<Seq>>,
     free: Vec<u32>,
-    len: usize,
 }
 
 impl Slots {
     #[inline]
     fn insert(&mut self, s: Seq) -> u32 {
-        self.len += 1;
         if let Some(i) = self.free.pop() {
             self.slots[i as usize] = Some(s);
             i
@@ -636,6 +634,12 @@ impl Slots {
             self.slots.push(Some(s));
             (self.slots.len() - 1) as u32
         }
+    }
+
+    /// Sequences held: every slot but the free ones.
+    #[inline]
+    fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
     }
 
     #[inline]
@@ -652,7 +656,6 @@ impl Slots {
     fn remove(&mut self, slot: u32) -> Seq {
         let s = self.slots[slot as usize].take().expect("a running slot");
         self.free.push(slot);
-        self.len -= 1;
         s
     }
 
@@ -675,7 +678,6 @@ impl Slots {
         let mut v: Vec<Seq> = self.slots.drain(..).flatten().collect();
         v.sort_unstable_by_key(|s| s.key);
         self.free.clear();
-        self.len = 0;
         v
     }
 }
