@@ -214,6 +214,13 @@ struct BlisPoint {
     sets: Vec<String>,
 }
 
+impl BlisPoint {
+    /// The workload of a `<workload>-<rate>` scenario.
+    fn workload(&self) -> &str {
+        self.scenario.split('-').next().expect("workload-rate name")
+    }
+}
+
 fn blis_points() -> (toml::Value, ServerSuite, PathBuf, Vec<BlisPoint>) {
     let (m, s, exp) = measured("llama-8b-vllm-blis-measured.toml");
     let mut pts = vec![];
@@ -285,7 +292,7 @@ fn blis_sweep() -> Sweep {
     let mut sats: Vec<(String, f64)> = vec![];
     for p in &bpts {
         let (sttft, se2e) = run_blis(&s, p, profile_with(&s, &p.sets));
-        let workload = p.scenario.split('-').next().expect("workload-rate name");
+        let workload = p.workload();
         let sat = match sats.iter().find(|x| x.0 == workload) {
             Some(x) => x.1,
             None => {
@@ -306,23 +313,22 @@ fn blis_sweep() -> Sweep {
     let bounds = sats
         .iter()
         .map(|(w, sim)| {
-            let held: Vec<&BlisPoint> = bpts
+            let mut held: Vec<&BlisPoint> = bpts
                 .iter()
-                .filter(|p| p.held_out && p.scenario.split('-').next() == Some(w.as_str()))
+                .filter(|p| p.held_out && p.workload() == w)
                 .collect();
-            let top = |ok: &dyn Fn(&BlisPoint) -> bool| {
-                held.iter()
-                    .copied()
-                    .filter(|p| ok(p))
-                    .max_by(|a, b| a.rate.total_cmp(&b.rate))
-            };
-            let lo = top(&|p| p.ttft < 1.0).expect("a held-out point that kept up");
-            let hi = top(&|_| true).expect("a held-out point");
-            let itl = (hi.e2e - hi.ttft) / (hi.out - 1.0);
+            held.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+            let hi = *held.last().expect("a held-out point");
+            let lo = held
+                .iter()
+                .rev()
+                .find(|p| p.ttft < 1.0)
+                .expect("a held-out point that kept up");
             SatBound {
                 workload: w.clone(),
                 lower: (lo.rate, lo.name.clone()),
-                upper: (max_seqs / ((hi.out - 1.0) * itl), hi.name.clone()),
+                // (output − 1) × mean ITL = mean E2E − mean TTFT
+                upper: (max_seqs / (hi.e2e - hi.ttft), hi.name.clone()),
                 sim: *sim,
             }
         })
