@@ -56,12 +56,36 @@ pub fn stop(mut p: Proc) {
     }
 }
 
+/// A loopback port free now, for a child process to listen on.
+///
+/// Taken below the kernel's ephemeral range (`ip_local_port_range`), never
+/// from it: a port the kernel hands out for `bind(0)` or an outgoing
+/// connection could be taken by another test's proxy (listening on port 0)
+/// before the child binds it, and a readiness probe `connect` to a port in
+/// that range can connect to itself (TCP simultaneous open, the source port
+/// chosen equal to the destination) while nothing listens. One CI run lost
+/// a test to that: the probe saw the port "accept" before llmock had bound
+/// it, and the proxy's first forward was refused. Each call of a test
+/// binary gets a different port (a counter from a start the process id
+/// picks).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (lo, hi) = (20_000u32, ephemeral_low.clamp(20_001, 65_536));
+    let span = hi - lo;
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+    for _ in 0..span {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (lo + (start + k) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {lo}..{hi}");
 }
 
 /// Start llmock on a free port with extra flags; wait until it accepts.
