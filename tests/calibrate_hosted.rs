@@ -5,7 +5,8 @@
 //! time scale 2, then `qsim calibrate hosted` on the attempt log alone.
 //! Checks: the binding limit is output tokens with reserve_refund; capacity,
 //! refill and the TTFT / per-token medians within 10 % of the truth; refill
-//! and the medians inside the fit's 95 % intervals; the written profile
+//! inside the fit's interval and the per-token median inside its 95 %
+//! interval widened to 99.9 %; the written profile
 //! loads in `qsim run`. 127.0.0.1 only; ≈ 45 s of replay + ≈ 45 s of fit
 //! (four candidate fits; the binding one is chosen at the fits).
 //!
@@ -95,28 +96,31 @@ fn calibrate_hosted_recovers_the_served_profile() {
     let q = &v["quota"];
     assert_eq!(q["counts"], "output_tokens");
     assert_eq!(q["accounting"], "reserve_refund");
-    let check = |name: &str, x: &Value, ci: &Value, truth: f64, need_ci: bool| {
+    // `z`: the interval the truth must lie in, as a multiple of the fit's
+    // 95 % interval (in log space, each side from the estimate); 0: not
+    // asserted, printed.
+    let check = |name: &str, x: &Value, ci: &Value, truth: f64, z: f64| {
         let x = x.as_f64().unwrap();
         let (lo, hi) = (ci[0].as_f64().unwrap(), ci[1].as_f64().unwrap());
         let err = (x - truth) / truth;
         let inside = lo <= truth && truth <= hi;
+        let (wlo, whi) = (x * (lo / x).powf(z), x * (hi / x).powf(z));
         eprintln!(
             "{name}: fit {x:.5} truth {truth} error {:+.2} % CI {lo:.5}–{hi:.5} inside {inside}",
             err * 100.0
         );
         assert!(err.abs() <= 0.10, "{name}: {x} vs {truth}");
-        if need_ci {
-            assert!(inside, "{name}: truth {truth} outside [{lo}, {hi}]");
+        if z > 0.0 {
+            assert!(
+                wlo <= truth && truth <= whi,
+                "{name}: truth {truth} outside [{wlo}, {whi}] (the 95 % interval [{lo}, {hi}] x {z})"
+            );
         }
     };
-    check(
-        "capacity",
-        &q["capacity"],
-        &q["capacity_ci"],
-        15000.0,
-        false,
-    );
-    check("refill/s", &q["refill_per_s"], &q["refill_ci"], 250.0, true);
+    check("capacity", &q["capacity"], &q["capacity_ci"], 15000.0, 0.0);
+    // The refill's interval is the likelihood's, joined over the clock lags
+    // (±0.1 s): conservative by construction, asserted as it is.
+    check("refill/s", &q["refill_per_s"], &q["refill_ci"], 250.0, 1.0);
     // Not asserted inside its interval: the bootstrap interval covers the
     // sampling error only, and in one CI run the observed TTFT was 7.9 %
     // low with the truth outside it (a measurement bias of the live replay
@@ -126,14 +130,21 @@ fn calibrate_hosted_recovers_the_served_profile() {
         &v["ttft_s"]["p50"],
         &v["ttft_s"]["p50_ci"],
         0.5,
-        false,
+        0.0,
     );
+    // The per-token median's 95 % bootstrap interval misses an unbiased
+    // truth in 1 run of 20 by design (one CI run: fit 0.00991, the truth
+    // 0.0104 1 % above [0.00953, 0.01030]); its coverage is counted where
+    // it can be, over 4,000 seeded samples
+    // (`calibrate::hosted::tests::intervals_cover_the_truth_95_percent_of_the_time`:
+    // 94.4 %). Here one live draw is held to the same interval widened to
+    // 99.9 % (z 3.29 / 1.96): a false alarm in about 1 run of 1,000.
     check(
         "tpot p50",
         &v["tpot_s"]["p50"],
         &v["tpot_s"]["p50_ci"],
         0.0104,
-        true,
+        3.2905 / 1.96,
     );
     // The written profile is a valid endpoint for `qsim run`.
     let e = std::fs::read_to_string(&exp).unwrap().replace(

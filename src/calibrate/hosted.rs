@@ -61,7 +61,7 @@ pub struct HostedArgs {
     #[arg(long, default_value_t = 0.1)]
     pub lag: f64,
     /// Bootstrap replicates for the latency intervals.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = DEFAULT_BOOTSTRAP)]
     pub bootstrap: u32,
     /// Seed of the bootstrap's resampling.
     #[arg(long, default_value_t = 1)]
@@ -70,6 +70,12 @@ pub struct HostedArgs {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 }
+
+/// `--bootstrap`'s default. 1,000, not 200: with 200 the percentile
+/// interval's own noise cost 0.8 point of the p50's coverage (93.7 % against
+/// 94.5 %; see the test `intervals_cover_the_truth_95_percent_of_the_time`),
+/// and a replicate costs ~200 additions per latency.
+pub const DEFAULT_BOOTSTRAP: u32 = 1000;
 
 /// One answered HTTP attempt.
 #[derive(Debug, Clone)]
@@ -878,7 +884,7 @@ pub fn fit(
         })
     };
     let ttft = need(fit_lognormal(&ttfts, bootstrap, &mut rng), "ttft_s")?;
-    let tpot = need(fit_lognormal(&tpots, bootstrap, &mut rng), "ttft_s")?;
+    let tpot = need(fit_lognormal(&tpots, bootstrap, &mut rng), "tpot_s")?;
     let reject = fit_lognormal(&rejects, bootstrap, &mut rng);
     Ok(HostedFit {
         quota,
@@ -1173,4 +1179,50 @@ pub fn run_cli(a: HostedArgs) -> Result<(), CliError> {
         _ => print!("{}", f.table(&log)),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A standard normal draw (Box–Muller) from the seeded stream.
+    fn normal(rng: &mut Rng) -> f64 {
+        let u = 1.0 - unit(rng); // (0, 1]
+        let v = unit(rng);
+        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+    }
+
+    /// The intervals' coverage, measured: 4,000 samples of 200 draws (the
+    /// round trip's admitted answers) from a lognormal with a known median
+    /// and p95 (the spread of its per-token times), each fitted with the
+    /// command's default 1,000 bootstrap replicates. A right 95 % interval
+    /// holds the truth in 95 % of samples. A percentile bootstrap leans a
+    /// little under: over 10,000 samples of another seed, 94.5 % for the
+    /// p50 and 93.7 % for the p95 (with 200 replicates, the old default,
+    /// 93.7 % and 93.2 % over 20,000). One binomial standard deviation is
+    /// 0.36 point at 4,000 samples, so the bands below hold a right
+    /// interval at any seed and fail one that is too narrow (a bootstrap
+    /// that resamples too few, a 90 % interval) or off centre. Seeded: the
+    /// same count every run.
+    #[test]
+    fn intervals_cover_the_truth_95_percent_of_the_time() {
+        let (median, sigma, n, reps) = (0.0104f64, 0.295, 200, 4000);
+        let p95 = median * (Z95 * sigma).exp();
+        let mut draw = stream(7, 0, 0xc0de);
+        let mut boot = stream(7, 0, 0xb007);
+        let (mut p50_in, mut p95_in) = (0, 0);
+        for _ in 0..reps {
+            let xs: Vec<f64> = (0..n)
+                .map(|_| median * (sigma * normal(&mut draw)).exp())
+                .collect();
+            let f = fit_lognormal(&xs, DEFAULT_BOOTSTRAP, &mut boot).unwrap();
+            assert_eq!(f.n, n);
+            p50_in += usize::from(f.p50_ci.0 <= median && median <= f.p50_ci.1);
+            p95_in += usize::from(f.p95_ci.0 <= p95 && p95 <= f.p95_ci.1);
+        }
+        let (c50, c95) = (p50_in as f64 / reps as f64, p95_in as f64 / reps as f64);
+        eprintln!("coverage: p50 {c50:.4}, p95 {c95:.4}");
+        assert!((0.93..=0.965).contains(&c50), "p50 covered {c50}");
+        assert!((0.92..=0.965).contains(&c95), "p95 covered {c95}");
+    }
 }
