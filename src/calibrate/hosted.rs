@@ -1184,13 +1184,7 @@ pub fn run_cli(a: HostedArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A standard normal draw (Box–Muller) from the seeded stream.
-    fn normal(rng: &mut Rng) -> f64 {
-        let u = 1.0 - unit(rng); // (0, 1]
-        let v = unit(rng);
-        (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
-    }
+    use crate::engine::dist::std_normal;
 
     /// The intervals' coverage, measured: 4,000 samples of 200 draws (the
     /// round trip's admitted answers) from a lognormal with a known median
@@ -1213,7 +1207,7 @@ mod tests {
         let (mut p50_in, mut p95_in) = (0, 0);
         for _ in 0..reps {
             let xs: Vec<f64> = (0..n)
-                .map(|_| median * (sigma * normal(&mut draw)).exp())
+                .map(|_| median * (sigma * std_normal(&mut draw)).exp())
                 .collect();
             let f = fit_lognormal(&xs, DEFAULT_BOOTSTRAP, &mut boot).unwrap();
             assert_eq!(f.n, n);
