@@ -116,11 +116,6 @@ impl Replica {
         }
     }
 
-    #[inline]
-    fn seq(&mut self, slot: u32) -> &mut Seq {
-        self.running.get_mut(slot)
-    }
-
     /// Running sequence `i` (eager, just produced a token at `t`, not done)
     /// decodes lazily from iteration `since`.
     fn make_lazy(&mut self, slot: u32, since: u64) {
@@ -529,7 +524,7 @@ impl Replica {
         let mut e = 0;
         while e < self.eager.len() {
             let (key, slot) = self.eager[e];
-            let s = self.seq(slot);
+            let s = self.running.get_mut(slot);
             if s.chunk == 0 {
                 e += 1;
                 continue;
@@ -570,7 +565,7 @@ impl Replica {
             debug_assert_eq!(last, j);
             self.done_at.pop();
             self.make_concrete(slot, j + 1);
-            let s = self.seq(slot);
+            let s = self.running.get_mut(slot);
             s.last_token = t;
             debug_assert_eq!(s.generated, s.output);
             done.push((key, slot));
