@@ -6,12 +6,10 @@
 //! scaled time.
 
 mod common;
-use common::{free_port, stop, venv_bin, Proc};
+use common::{free_port, llmock, stop, Proc};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 const FILE: &str = "builtin:experiments/shared-deployment.toml";
 
@@ -139,28 +137,12 @@ fn closed_loop_with_retries_through_the_proxy() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
-    let port = free_port();
-    let up = Command::new(venv_bin("llmock"))
-        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--log-level", "warning", "--response-style", "static"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start llmock");
-    let mut up = Proc(up);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(st)) = up.0.try_wait() {
-            panic!("llmock exited: {st}");
-        }
-        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (_up, up) = llmock(&[]);
     let mut child = qsim()
         .args(["proxy", "--config"])
         .arg(&cfg)
         .args(["--listen", "127.0.0.1:0", "--threads", "1"])
-        .args(["--upstream", &format!("http://127.0.0.1:{port}")])
+        .args(["--upstream", &up])
         .args(["--time-scale", "10", "--log-dir"])
         .arg(dir.path().join("log"))
         .stdout(Stdio::piped())

@@ -6,7 +6,7 @@
 //! Redis restarted → enforcement resumes, logged.
 
 mod common;
-use common::{free_port, redis_server as redis, venv_bin, Proc};
+use common::{free_port, llmock, proxy_url, redis_server as redis, Proc};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -14,39 +14,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn wait_port(p: &mut Proc, port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(st)) = p.0.try_wait() {
-            panic!("{what} exited: {st}");
-        }
-        assert!(Instant::now() < deadline, "{what} did not start in 60 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn llmock() -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(venv_bin("llmock"))
-        .args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()])
-        .args(["--log-level", "warning", "--response-style", "static"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start llmock");
-    let mut p = Proc(child);
-    wait_port(&mut p, port, "llmock");
-    (p, format!("http://127.0.0.1:{port}"))
-}
-
 /// A proxy replica; its stderr (the tracing log) goes to `log`.
 fn replica(dir: &Path, name: &str, upstream: &str, redis_port: u16, fail: &str) -> (Proc, String) {
-    let port = free_port();
     let cfg = dir.join(format!("{name}.toml"));
     std::fs::write(
         &cfg,
         format!(
-            "kind = \"proxy\"\n[proxy]\nlisten = \"127.0.0.1:{port}\"\nupstream = \"{upstream}\"\n\
+            "kind = \"proxy\"\n[proxy]\nlisten = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n\
              state = \"redis://127.0.0.1:{redis_port}\"\nstate_fail = \"{fail}\"\n{LIMITER}"
         ),
     )
@@ -55,13 +29,14 @@ fn replica(dir: &Path, name: &str, upstream: &str, redis_port: u16, fail: &str) 
     let child = Command::new(env!("CARGO_BIN_EXE_qsim"))
         .args(["proxy", "--threads", "1", "--config"])
         .arg(&cfg)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
         .expect("start qsim proxy");
     let mut p = Proc(child);
-    wait_port(&mut p, port, "qsim proxy");
-    (p, format!("127.0.0.1:{port}"))
+    let url = proxy_url(&mut p);
+    let addr = url.strip_prefix("http://").unwrap().to_string();
+    (p, addr)
 }
 
 /// Capacity 60/min plus a burst of 300: over a test of T seconds the
@@ -177,7 +152,7 @@ fn three_replicas_share_one_budget_in_redis_fail_modes_and_recovery() {
     let dir = tempfile::tempdir().unwrap();
     let rport = free_port();
     let mut rs = Some(redis(rport));
-    let (_up, up) = llmock();
+    let (_up, up) = llmock(&[]);
     let names = ["r0", "r1", "r2"];
     let fails = ["closed", "closed", "open"];
     let procs: Vec<(Proc, String)> = names

@@ -7,7 +7,6 @@ mod common;
 #[path = "common/serve.rs"]
 mod serve_helpers;
 
-use common::free_port;
 use serde_json::Value;
 use serve_helpers::{model, python, serve};
 use std::process::Command;
@@ -352,7 +351,6 @@ fn bad_profile_exits_2_naming_the_field_before_binding() {
         );
     }
     // flags
-    let port = free_port();
     for (args, flag) in [
         (vec!["--listen", "nowhere"], "--listen"),
         (
@@ -370,7 +368,6 @@ fn bad_profile_exits_2_naming_the_field_before_binding() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(flag), "{err}");
     }
-    let _ = port;
     // the good profile on the held port: an I/O error (exit 1), after validation
     let out = Command::new(env!("CARGO_BIN_EXE_qsim"))
         .arg("serve")

@@ -24,7 +24,7 @@
 //! linked into callers, and bad `--log`/`--policy`/`--window` exit 2.
 
 mod common;
-use common::{free_port, llmock, stop, venv_bin, Proc};
+use common::{llmock, proxy_url, stop, venv_bin, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -324,25 +324,22 @@ fn sdk_retries_are_linked_into_callers() {
     )
     .unwrap();
     let log = dir.path().join("log");
-    let port = free_port();
-    let mut child = qsim()
+    let child = qsim()
         .args(["proxy", "--config"])
         .arg(&cfg)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--log-dir"])
+        .args(["--listen", "127.0.0.1:0", "--log-dir"])
         .arg(&log)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let out = child.stdout.take().unwrap();
-    let p = Proc(child);
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).unwrap();
+    let mut p = Proc(child);
+    let url = proxy_url(&mut p);
     // 8 requests at once, 2 retries each: a 60/min bucket admits ~1/s
     let script = format!(
         r#"
 import json, openai, concurrent.futures as cf
-c = openai.OpenAI(base_url="http://127.0.0.1:{port}/v1", api_key="k-A", max_retries=2)
+c = openai.OpenAI(base_url="{url}/v1", api_key="k-A", max_retries=2)
 def one(i):
     try:
         c.chat.completions.create(model="m", messages=[{{"role": "user", "content": "hi"}}], max_tokens=5)

@@ -1,7 +1,9 @@
 //! Helpers shared by the live tests (proxy_live, proxy_redis, proxy_ops,
 //! plan_enforce, replay_errors, replay_llmock, ...): the venv's binaries,
-//! child processes killed on drop, free loopback ports, llmock and `qsim
-//! proxy` started on them, qsim run with a timeout, Python scripts, raw
+//! child processes killed on drop, llmock and `qsim proxy` started on ports
+//! the kernel gives them (port 0, read back from what they print), free
+//! loopback ports for servers that must keep theirs across a restart,
+//! qsim run with a timeout, Python scripts, raw
 //! HTTP/1.1 requests (JSON answers, chunked or not), the proxy's
 //! `/metrics` and CSV files read as rows.
 
@@ -56,27 +58,42 @@ pub fn stop(mut p: Proc) {
     }
 }
 
-/// A loopback port free now, for a child process to listen on.
+/// A loopback port free now, for a child process to listen on, where the
+/// test must know the port before the child starts: a server restarted on
+/// the same port (redis-server, a `qsim serve` upstream swapped under a
+/// proxy) or a port nothing listens on. Servers that print the address
+/// they got ([`llmock`], [`proxy`]) listen on port 0 instead.
 ///
-/// Taken below the kernel's ephemeral range (`ip_local_port_range`), never
-/// from it: a port the kernel hands out for `bind(0)` or an outgoing
-/// connection could be taken by another test's proxy (listening on port 0)
-/// before the child binds it, and a readiness probe `connect` to a port in
-/// that range can connect to itself (TCP simultaneous open, the source port
-/// chosen equal to the destination) while nothing listens. One CI run lost
-/// a test to that: the probe saw the port "accept" before llmock had bound
-/// it, and the proxy's first forward was refused. Each call of a test
-/// binary gets a different port (a counter from a start the process id
-/// picks).
+/// Taken outside the kernel's ephemeral range (`ip_local_port_range`): a
+/// port the kernel hands out for `bind(0)` or an outgoing connection could
+/// be taken by another test's proxy (listening on port 0) before the child
+/// binds it, and a readiness probe `connect` to a port in that range can
+/// connect to itself (TCP simultaneous open, the source port chosen equal
+/// to the destination) while nothing listens. One CI run lost a test to
+/// that. The larger of 20000 up to the range's start and the range's end
+/// up to 65535 is used. Each call of a test binary gets a different port
+/// (a counter from a start the process id picks).
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    let (lo, hi) = (20_000u32, ephemeral_low.clamp(20_001, 65_536));
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .unwrap_or_else(|_| "32768 60999".into());
+    let mut it = range.split_whitespace().map(|x| x.parse::<u32>());
+    let (Some(Ok(e_lo)), Some(Ok(e_hi))) = (it.next(), it.next()) else {
+        panic!("ip_local_port_range reads {range:?}");
+    };
+    let below = (20_000, e_lo.max(20_000));
+    let above = ((e_hi + 1).min(65_536), 65_536);
+    let (lo, hi) = if below.1 - below.0 >= above.1 - above.0 {
+        below
+    } else {
+        above
+    };
     let span = hi - lo;
+    assert!(
+        span >= 100,
+        "fewer than 100 ports outside ip_local_port_range {range:?} (from 20000)"
+    );
     let start = std::process::id().wrapping_mul(2_654_435_761) % span;
     for _ in 0..span {
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -88,39 +105,77 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port in {lo}..{hi}");
 }
 
-/// Start llmock on a free port with extra flags; wait until it accepts.
+/// Start llmock with extra flags on a port the kernel gives it (`--port 0`)
+/// and return once it listens: uvicorn's "Uvicorn running on URL" line (on
+/// stderr, at `--log-level info`) is printed after the listening socket is
+/// up and names the port it got.
+///
+/// No port is picked for llmock beforehand, so no other process can take it
+/// between the pick and llmock's bind, and no readiness probe is needed
+/// that could be answered by something other than llmock. (It used
+/// [`free_port`] and a `connect` probe; one CI run in a few lost a test's
+/// first request to llmock to a reset right after the probe passed.) If
+/// llmock exits before listening, the panic shows what it printed.
 pub fn llmock(extra: &[&str]) -> (Proc, String) {
-    let port = free_port();
-    let child = Command::new(venv_bin("llmock"))
+    let mut child = Command::new(venv_bin("llmock"))
         .args([
             "serve",
             "--host",
             "127.0.0.1",
             "--port",
-            &port.to_string(),
+            "0",
             "--log-level",
-            "warning",
+            "info",
             "--response-style",
             "static",
         ])
         .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start llmock");
-    let mut p = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
+    let err = child.stderr.take().unwrap();
+    let p = Proc(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // reads stderr to its end (uvicorn logs there at info level), so that
+    // llmock never blocks on a full pipe
+    std::thread::spawn(move || {
+        let mut before = String::new();
+        let mut sent = false;
+        for line in BufReader::new(err).lines() {
+            let Ok(line) = line else { break };
+            if sent {
+                continue;
+            }
+            let url = line
+                .split_once("Uvicorn running on ")
+                .and_then(|(_, rest)| rest.split_whitespace().next());
+            match url {
+                Some(url) => {
+                    let _ = tx.send(Ok(url.to_string()));
+                    sent = true;
+                }
+                None => {
+                    before.push_str(&line);
+                    before.push('\n');
+                }
+            }
         }
-        if let Ok(Some(st)) = p.0.try_wait() {
-            panic!("llmock exited: {st}");
+        if !sent {
+            let _ = tx.send(Err(before));
         }
-        assert!(Instant::now() < deadline, "llmock did not start in 60 s");
-        std::thread::sleep(Duration::from_millis(100));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(url)) => {
+            assert!(
+                url.starts_with("http://127.0.0.1:"),
+                "llmock listens on {url}"
+            );
+            (p, url)
+        }
+        Ok(Err(log)) => panic!("llmock exited before listening; it printed:\n{log}"),
+        Err(_) => panic!("llmock did not listen in 60 s"),
     }
-    (p, format!("http://127.0.0.1:{port}"))
 }
 
 /// The text of a proxy config: `[proxy]` gets `listen` and `upstream`.
@@ -136,7 +191,7 @@ pub fn proxy(dir: &tempfile::TempDir, name: &str, upstream: &str, config: &str) 
     let path = dir.path().join(format!("{name}.toml"));
     std::fs::write(&path, proxy_config(upstream, config)).unwrap();
     let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
+    let child = Command::new(env!("CARGO_BIN_EXE_qsim"))
         .args(["proxy", "--config"])
         .arg(&path)
         .arg("--threads")
@@ -145,8 +200,16 @@ pub fn proxy(dir: &tempfile::TempDir, name: &str, upstream: &str, config: &str) 
         .stderr(log)
         .spawn()
         .expect("start qsim proxy");
-    let out = child.stdout.take().unwrap();
-    let p = Proc(child);
+    let mut p = Proc(child);
+    let url = proxy_url(&mut p);
+    (p, url)
+}
+
+/// The base URL a `qsim proxy` started with piped stdout listens on: its
+/// first stdout line, printed once it listens (bounded wait). Started with
+/// `listen = "127.0.0.1:0"`, it has a port no other process can hold.
+pub fn proxy_url(p: &mut Proc) -> String {
+    let out = p.0.stdout.take().expect("the proxy's stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -156,12 +219,10 @@ pub fn proxy(dir: &tempfile::TempDir, name: &str, upstream: &str, config: &str) 
     let line = rx
         .recv_timeout(Duration::from_secs(20))
         .expect("proxy did not start in 20 s");
-    let url = line
-        .trim()
+    line.trim()
         .strip_prefix("qsim proxy: listening on ")
         .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    (p, url)
+        .to_string()
 }
 
 /// Run a Python script (the venv's interpreter) with `PROXY` set; its last
