@@ -8,7 +8,6 @@
 mod common;
 use common::{free_port, llmock, stop, Proc};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 const FILE: &str = "builtin:experiments/shared-deployment.toml";
@@ -138,7 +137,7 @@ fn closed_loop_with_retries_through_the_proxy() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
     let (_up, up) = llmock(&[]);
-    let mut child = qsim()
+    let child = qsim()
         .args(["proxy", "--config"])
         .arg(&cfg)
         .args(["--listen", "127.0.0.1:0", "--threads", "1"])
@@ -149,14 +148,8 @@ fn closed_loop_with_retries_through_the_proxy() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let out = child.stdout.take().unwrap();
-    let proxy = Proc(child);
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("qsim proxy: listening on ")
-        .unwrap();
+    let mut proxy = Proc(child);
+    let url = &common::proxy_url(&mut proxy);
 
     let o = qsim()
         .arg("load")

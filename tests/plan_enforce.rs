@@ -45,7 +45,6 @@ mod common;
 use common::{http_json, llmock, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -76,7 +75,7 @@ fn get_json(base: &str, path: &str) -> Value {
 /// the call.
 fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
     let (_up, up_url) = llmock(&[]);
-    let mut child = qsim()
+    let child = qsim()
         .args(["proxy", "--config"])
         .arg(cfg)
         .args(["--listen", "127.0.0.1:0", "--upstream", &up_url])
@@ -85,15 +84,8 @@ fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start qsim proxy");
-    let out = child.stdout.take().unwrap();
-    let _proxy = Proc(child);
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).unwrap();
-    let proxy_url = line
-        .trim()
-        .strip_prefix("qsim proxy: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let mut proxy = Proc(child);
+    let proxy_url = common::proxy_url(&mut proxy);
 
     let t0 = Instant::now();
     let load = qsim()

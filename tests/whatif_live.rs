@@ -27,7 +27,6 @@ mod common;
 use common::{llmock, proxy_url, stop, venv_bin, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -48,7 +47,7 @@ fn qsim() -> Command {
 
 /// `qsim proxy` with this config and log directory (time-scaled); its URL.
 fn proxy(cfg: &Path, up: &str, log: &Path) -> (Proc, String) {
-    let mut child = qsim()
+    let child = qsim()
         .args(["proxy", "--config"])
         .arg(cfg)
         .args(["--listen", "127.0.0.1:0", "--upstream", up])
@@ -58,15 +57,8 @@ fn proxy(cfg: &Path, up: &str, log: &Path) -> (Proc, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start qsim proxy");
-    let out = child.stdout.take().unwrap();
-    let p = Proc(child);
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line).unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("qsim proxy: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let mut p = Proc(child);
+    let url = common::proxy_url(&mut p);
     (p, url)
 }
 

@@ -209,7 +209,13 @@ pub fn proxy(dir: &tempfile::TempDir, name: &str, upstream: &str, config: &str) 
 /// first stdout line, printed once it listens (bounded wait). Started with
 /// `listen = "127.0.0.1:0"`, it has a port no other process can hold.
 pub fn proxy_url(p: &mut Proc) -> String {
-    let out = p.0.stdout.take().expect("the proxy's stdout is piped");
+    first_line_after(p, "qsim proxy: listening on ", "qsim proxy")
+}
+
+/// What follows `prefix` on the first stdout line of `p` (piped), read
+/// within 20 s; `what` names the process in a failure.
+pub fn first_line_after(p: &mut Proc, prefix: &str, what: &str) -> String {
+    let out = p.0.stdout.take().expect("stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -218,10 +224,10 @@ pub fn proxy_url(p: &mut Proc) -> String {
     });
     let line = rx
         .recv_timeout(Duration::from_secs(20))
-        .expect("proxy did not start in 20 s");
+        .unwrap_or_else(|_| panic!("{what} did not start in 20 s"));
     line.trim()
-        .strip_prefix("qsim proxy: listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("{what}: unexpected first line {line:?}"))
         .to_string()
 }
 

@@ -3,9 +3,9 @@
 
 #![allow(dead_code)]
 
-use crate::common::{venv_bin, Proc};
+use crate::common::{first_line_after, venv_bin, Proc};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ pub fn serve(profile: &Path, time_scale: f64, seed: u64) -> (Proc, String) {
 /// [`serve`] on a given address (a fixed port: a restarted upstream is
 /// found at the same address).
 pub fn serve_at(profile: &Path, listen: &str, time_scale: f64, seed: u64) -> (Proc, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_qsim"))
+    let child = Command::new(env!("CARGO_BIN_EXE_qsim"))
         .arg("serve")
         .arg(profile)
         .args(["--listen", listen, "--time-scale"])
@@ -30,22 +30,8 @@ pub fn serve_at(profile: &Path, listen: &str, time_scale: f64, seed: u64) -> (Pr
         .stderr(Stdio::null())
         .spawn()
         .expect("start qsim serve");
-    let out = child.stdout.take().unwrap();
-    let p = Proc(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("qsim serve did not start in 20 s");
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
+    let mut p = Proc(child);
+    let url = first_line_after(&mut p, "listening on ", "qsim serve");
     (p, url)
 }
 
