@@ -118,15 +118,21 @@ fn calibrate_hosted_recovers_the_served_profile() {
         }
     };
     check("capacity", &q["capacity"], &q["capacity_ci"], 15000.0, 0.0);
-    // The refill's interval is the likelihood's, joined over the clock lags
-    // (±0.1 s): conservative by construction, asserted as it is.
-    check("refill/s", &q["refill_per_s"], &q["refill_ci"], 250.0, 1.0);
+    // The refill's interval (the likelihood region's projection, joined
+    // over the clock lags ±0.1 s) is printed, not asserted: it is not
+    // conservative under live timing. In 7 live runs on an idle machine one
+    // fit was (C 14,591, r 257.7) with r's interval 252.2–266.9, on the
+    // valley where C and r trade; the probit's independent-noise model is
+    // too narrow for correlated delivery jitter. Within 10 % is asserted.
+    check("refill/s", &q["refill_per_s"], &q["refill_ci"], 250.0, 0.0);
     // Not asserted inside its interval: in one CI run the observed TTFT was
     // 7.9 % low with the truth outside it. Within 10 % is asserted. The
-    // serve's seed (1) fixes the draws, and its 200 admitted TTFTs sit
-    // ≈ 3 % low in every run (−2.3 to −3.5 %); serves of seeds 2–5 gave
-    // −1.5, +0.8, +4.3 and +0.6 % (per-token −2.3, −0.8, +2.3, +2.2 %), so
-    // the lean is seed 1's sample, not the live measurement.
+    // serve's seed (1) fixes the draws; which 200 of them are admitted
+    // varies with live timing, and seed 1's TTFT p50 has come out 2.3 to
+    // 7.0 % low in every run so far (one standard error of a 200-draw median
+    // here is ≈ 3.5 %); serves of seeds 2–5 gave −1.5, +0.8, +4.3 and +0.6 %
+    // (per-token −2.3, −0.8, +2.3, +2.2 %), so the lean is seed 1's sample,
+    // not the live measurement.
     check(
         "ttft p50",
         &v["ttft_s"]["p50"],
