@@ -140,30 +140,21 @@ pub fn llmock(extra: &[&str]) -> (Proc, String) {
     // reads stderr to its end (uvicorn logs there at info level), so that
     // llmock never blocks on a full pipe
     std::thread::spawn(move || {
+        let mut lines = BufReader::new(err).lines().map_while(Result::ok);
         let mut before = String::new();
-        let mut sent = false;
-        for line in BufReader::new(err).lines() {
-            let Ok(line) = line else { break };
-            if sent {
-                continue;
-            }
+        let url = lines.find_map(|line| {
             let url = line
                 .split_once("Uvicorn running on ")
-                .and_then(|(_, rest)| rest.split_whitespace().next());
-            match url {
-                Some(url) => {
-                    let _ = tx.send(Ok(url.to_string()));
-                    sent = true;
-                }
-                None => {
-                    before.push_str(&line);
-                    before.push('\n');
-                }
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .map(str::to_string);
+            if url.is_none() {
+                before.push_str(&line);
+                before.push('\n');
             }
-        }
-        if !sent {
-            let _ = tx.send(Err(before));
-        }
+            url
+        });
+        let _ = tx.send(url.ok_or(before));
+        lines.for_each(drop);
     });
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Ok(url)) => {
