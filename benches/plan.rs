@@ -5,7 +5,7 @@
 //!
 //! `cargo bench --bench plan`
 
-use qsim::plan::{run_cli, PlanArgs};
+use qsim_sim::plan::{run_cli, PlanSpec};
 
 fn cpu_seconds() -> f64 {
     // utime + stime in clock ticks (fields 14 and 15 of /proc/self/stat)
@@ -28,11 +28,11 @@ fn peak_rss_mb() -> f64 {
 }
 
 fn main() {
-    let base = PlanArgs {
+    let base = PlanSpec {
         capacity: Some("1000".into()),
         reserve: Some("30,20,30".into()),
         seed: 1,
-        ..PlanArgs::default()
+        ..PlanSpec::default()
     };
     for (label, args, reps) in [
         (
@@ -42,7 +42,7 @@ fn main() {
         ),
         (
             "plan --need A=250,B=150,C=250 --e2e-p95 4s (inverse search)",
-            PlanArgs {
+            PlanSpec {
                 need: Some("A=250,B=150,C=250".into()),
                 e2e_p95: Some("4s".into()),
                 ..base.clone()

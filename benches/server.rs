@@ -8,10 +8,10 @@
 //!
 //! `cargo bench --bench server`
 
-use qsim::engine::Sampler;
-use qsim::server::{load_profile, Cluster, Request, RouterKind, ServerProfile};
-use qsim::time::{to_secs, Nanos, NEVER};
-use qsim::workload::{ArrivalProcess, Lengths, OpenLoop, RawArrivals};
+use qsim_sim::engine::Sampler;
+use qsim_sim::server::{load_profile, Cluster, Request, RouterKind, ServerProfile};
+use qsim_sim::time::{to_secs, Nanos, NEVER};
+use qsim_sim::workload::{ArrivalProcess, Lengths, OpenLoop, RawArrivals};
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;

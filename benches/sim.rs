@@ -2,7 +2,7 @@
 //! experiment takes to simulate, on one core. Speed is measured here, never
 //! asserted in tests.
 
-use qsim::experiment;
+use qsim_sim::experiment;
 use std::path::Path;
 use std::time::Instant;
 

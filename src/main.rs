@@ -7,7 +7,7 @@ fn main() {
         Err(e) if !e.use_stderr() => e.exit(),
         // usage errors: one line, exit 2
         Err(e) => {
-            eprintln!("qsim: {}", qsim::cli::usage_error_line(&e));
+            eprintln!("qsim: {}", qsim::cli::common::usage_error_line(&e));
             std::process::exit(2);
         }
     };

@@ -26,20 +26,20 @@
 //! run that makes the records also returns them when plots are asked for
 //! ([`records_with_extras`]); the records are the same as without plots.
 
-use crate::cli::CliError;
-use crate::config::ConfigError;
-use crate::engine::DurationHist;
-use crate::experiment::{self, ExperimentFile};
+use crate::cli::common::CliError;
 use crate::output;
-use crate::plan::config::SharedFile;
-use crate::report::records::{Records, Spreads};
-use crate::report::sweep::{Point, Row};
-use crate::report::{self, fmt_spread};
-use crate::time::Nanos;
 use qsim_plot::html::{Block, Document};
 use qsim_plot::{
     Figure, Heatmap, LineChart, PlanConsumer, PlanScenario, Series, ServerSeries, XAxis, MAX_SERIES,
 };
+use qsim_sim::config::ConfigError;
+use qsim_sim::engine::DurationHist;
+use qsim_sim::experiment::{self, ExperimentFile};
+use qsim_sim::plan::config::SharedFile;
+use qsim_sim::report::records::{Records, Spreads};
+use qsim_sim::report::sweep::{Point, Row};
+use qsim_sim::report::{self, fmt_spread};
+use qsim_sim::time::Nanos;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -285,7 +285,7 @@ pub fn plan_figures(f: &SharedFile, s: &Spreads, seed: u64, seeds: u64) -> Vec<F
                 .iter()
                 .take(MAX_SERIES)
                 .map(|c| {
-                    let sub = crate::plan::seeds::consumer_subject(&sc.name, &c.name);
+                    let sub = qsim_sim::plan::seeds::consumer_subject(&sc.name, &c.name);
                     let mins = sc.duration.div_ceil(60_000_000_000) as usize;
                     let per: Vec<_> = (0..mins)
                         .map(|m| s.get(&sub, &format!("admitted_per_min.{m}")))
@@ -327,8 +327,8 @@ pub fn metric_label(key: &str) -> String {
     let tables: [&[(&str, &str, i32)]; 4] = [
         report::hosted::METRICS,
         report::server::METRICS,
-        crate::plan::seeds::CONSUMER_METRICS,
-        crate::plan::seeds::SCENARIO_METRICS,
+        qsim_sim::plan::seeds::CONSUMER_METRICS,
+        qsim_sim::plan::seeds::SCENARIO_METRICS,
     ];
     for t in tables {
         if let Some((_, label, d)) = t.iter().find(|(k, _, _)| *k == key) {
@@ -389,7 +389,7 @@ fn spread_of<'a>(rows: &'a [Row], name: &str, metric: &str) -> Option<&'a report
 
 /// The figures of a sweep over `dims` (the grid in order, every point).
 pub fn sweep_figures(
-    dims: &[crate::sweep::Axis],
+    dims: &[qsim_sim::sweep::Axis],
     points: &[Point],
     lines: &[&str],
     heat: &[&str],
@@ -429,7 +429,7 @@ pub fn sweep_figures(
         None => vec![None],
     };
     let outer_dims = if rest.len() > 1 { &rest[1..] } else { &[][..] };
-    let outer = crate::sweep::grid(outer_dims);
+    let outer = qsim_sim::sweep::grid(outer_dims);
     let note = seeds_note(seed, seeds);
     let band_note = if seeds > 1 {
         "median and 90 % interval over seeds"
@@ -702,8 +702,8 @@ pub fn plan_outputs(
 ) -> Result<(), CliError> {
     let s = records.spreads();
     let figs = plan_figures(f, &s, seed, seeds);
-    let rows = crate::plan::seeds::sweep_rows(f, &s);
-    let cols: Vec<&str> = crate::plan::seeds::CONSUMER_METRICS
+    let rows = qsim_sim::plan::seeds::sweep_rows(f, &s);
+    let cols: Vec<&str> = qsim_sim::plan::seeds::CONSUMER_METRICS
         .iter()
         .map(|m| m.0)
         .collect();
@@ -782,7 +782,7 @@ pub fn sweep_outputs(
     t: &Targets,
     ef: &ExperimentFile,
     file: &str,
-    dims: &[crate::sweep::Axis],
+    dims: &[qsim_sim::sweep::Axis],
     points: &[Point],
     cols: &[&str],
     seed: u64,
@@ -819,7 +819,7 @@ pub fn sample_every(duration: Nanos) -> Nanos {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::records::{to_csv, PointRecords};
+    use qsim_sim::report::records::{to_csv, PointRecords};
 
     fn csv(r: Records) -> String {
         to_csv(&[PointRecords {
@@ -854,6 +854,30 @@ mod tests {
                     assert!(!se.t.is_empty() && se.t.len() as u64 <= SAMPLES);
                 }
             }
+        }
+    }
+}
+
+/// `--plot DIR` and `--html FILE` (run, sweep, plan): see [`crate::plot`]
+/// for what each command draws.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PlotOpts {
+    /// Also draw the plots (PNG and SVG) into this directory (created if
+    /// missing; if it is not empty, only with --force).
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
+    /// Also write one self-contained HTML report (tables and SVG plots) to
+    /// this file.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+impl PlotOpts {
+    pub fn targets(&self, force: bool) -> Targets {
+        Targets {
+            plot: self.plot.clone(),
+            html: self.html.clone(),
+            force,
         }
     }
 }

@@ -3,10 +3,10 @@
 //! only), the manifest's facts gathered here, and the directory written
 //! atomically by [`crate::output::write_dir`].
 
-use crate::cli::CliError;
-use crate::config::ConfigError;
-use crate::report::records::Records;
+use crate::cli::common::CliError;
 use qsim_results::{Axis, Input, Manifest, Results, ResultsBuilder, ResultsError};
+use qsim_sim::config::ConfigError;
+use qsim_sim::report::records::Records;
 use std::path::{Path, PathBuf};
 
 /// The command line as the manifest records it: `qsim` and the arguments
@@ -28,7 +28,7 @@ fn internal(e: ResultsError) -> CliError {
 
 /// The tables of `points` (grid index, its records) over `axes`.
 pub fn tables(
-    axes: &[crate::sweep::Axis],
+    axes: &[qsim_sim::sweep::Axis],
     points: &[(usize, &Records)],
 ) -> Result<Results, CliError> {
     let axes: Vec<Axis> = axes
@@ -51,15 +51,15 @@ pub fn tables(
 /// The manifest of this process's run: qsim's version, the command line,
 /// every input file read (with its SHA-256), the seeds, grid and shard.
 pub fn manifest(
-    axes: &[crate::sweep::Axis],
+    axes: &[qsim_sim::sweep::Axis],
     seed: u64,
     seeds: u64,
-    shard: Option<crate::sweep::Shard>,
+    shard: Option<qsim_sim::sweep::Shard>,
 ) -> Manifest {
     Manifest {
         version: env!("CARGO_PKG_VERSION").to_string(),
         command: command_line(),
-        inputs: crate::config::files_read()
+        inputs: qsim_sim::config::files_read()
             .iter()
             .map(|(name, text)| Input::new(name.clone(), text.as_bytes()))
             .collect(),

@@ -377,20 +377,20 @@ fn check_message(msg: &str) -> Result<(), String> {
 
 /// Validate one experiment file (as `run` does, without running it).
 fn validate_experiment(path: &Path, sets: &[String], only: &[String]) -> Result<(), String> {
-    use qsim::experiment::ExperimentFile;
+    use qsim_sim::experiment::ExperimentFile;
     let mut ef: ExperimentFile =
-        qsim::cli::load_experiment(path, sets).map_err(|e| e.to_string())?;
+        qsim::cli::common::load_experiment(path, sets).map_err(|e| e.to_string())?;
     ef.retain_only(only).map_err(|e| e.to_string())
 }
 
 /// Validate one model file by its kind.
 fn validate_model(name: &str, path: &Path, text: &str) -> Result<(), String> {
-    let v = qsim::config::parse_toml(name, text).map_err(|e| e.to_string())?;
+    let v = qsim_sim::config::parse_toml(name, text).map_err(|e| e.to_string())?;
     match v.get("kind").and_then(|k| k.as_str()) {
-        Some("server") => qsim::server::load_profile(path)
+        Some("server") => qsim_sim::server::load_profile(path)
             .map(|_| ())
             .map_err(|e| e.to_string()),
-        _ => qsim::hosted::HostedProfile::from_value(name, v)
+        _ => qsim_sim::hosted::HostedProfile::from_value(name, v)
             .map(|_| ())
             .map_err(|e| e.to_string()),
     }
@@ -398,18 +398,18 @@ fn validate_model(name: &str, path: &Path, text: &str) -> Result<(), String> {
 
 /// Validate a plan flag set as `qsim plan` does before simulating.
 fn validate_plan(argv: &[String]) -> Result<(), String> {
-    let cli =
-        <Cli as clap::Parser>::try_parse_from(argv).map_err(|e| qsim::cli::usage_error_line(&e))?;
+    let cli = <Cli as clap::Parser>::try_parse_from(argv)
+        .map_err(|e| qsim::cli::common::usage_error_line(&e))?;
     let Cmd::Plan { args, .. } = cli.cmd else {
         unreachable!("plan flags parse to plan")
     };
     if let Some(n) = &args.need {
-        qsim::plan::parse_need(n).map_err(|e| e.to_string())?;
+        qsim_sim::plan::parse_need(n).map_err(|e| e.to_string())?;
     }
     if let Some(d) = &args.e2e_p95 {
-        qsim::plan::parse_duration_s("--e2e-p95", d).map_err(|e| e.to_string())?;
+        qsim_sim::plan::parse_duration_s("--e2e-p95", d).map_err(|e| e.to_string())?;
     }
-    qsim::plan::build(&args)
+    qsim_sim::plan::build(&args.spec())
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -479,7 +479,7 @@ fn validate_cases() {
             let t = Instant::now();
             let r = catch_unwind(AssertUnwindSafe(|| {
                 let cli = <Cli as clap::Parser>::try_parse_from(&argv)
-                    .map_err(|e| qsim::cli::usage_error_line(&e))?;
+                    .map_err(|e| qsim::cli::common::usage_error_line(&e))?;
                 let Cmd::Run { file, opts } = cli.cmd else {
                     unreachable!("run flags parse to run")
                 };

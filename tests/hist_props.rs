@@ -1,4 +1,4 @@
-//! The paged latency histogram (`qsim::engine::DurationHist`) against the
+//! The paged latency histogram (`qsim_sim::engine::DurationHist`) against the
 //! hdrhistogram it replaces, configured as it was (1 µs to 100 s, 3
 //! significant digits, auto-resize, values clamped to 1 µs .. 1e12 µs):
 //! count, every quantile, mean, sum and maximum are the same numbers, after
@@ -6,7 +6,7 @@
 
 use hdrhistogram::Histogram;
 use proptest::prelude::*;
-use qsim::engine::DurationHist;
+use qsim_sim::engine::DurationHist;
 
 /// The histogram as it was before the paged one (src/engine/stats.rs at
 /// commit 3c6a616).

@@ -2,11 +2,11 @@
 //! suites, invariants checked from outside the system under test. A failure
 //! prints the seed that reproduces it.
 
-use qsim::engine::rng::{stream, unit};
-use qsim::experiment::{self, hosted::run_suite};
+use qsim_sim::engine::rng::{stream, unit};
+use qsim_sim::experiment::{self, hosted::run_suite};
 use std::path::PathBuf;
 
-fn pick<'a>(r: &mut qsim::engine::Rng, xs: &[&'a str]) -> &'a str {
+fn pick<'a>(r: &mut qsim_sim::engine::Rng, xs: &[&'a str]) -> &'a str {
     xs[(unit(r) * xs.len() as f64) as usize % xs.len()]
 }
 
@@ -170,7 +170,7 @@ fn swarm_invariants() {
 /// retries per caller attempt.
 #[test]
 fn hint_shapes_honoured_or_ignored_per_policy() {
-    use qsim::experiment::config::ClientKind;
+    use qsim_sim::experiment::config::ClientKind;
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let body = dir.path().join("databricks-body-hint.toml");

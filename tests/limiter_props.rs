@@ -4,13 +4,13 @@
 //! failure message names everything needed to replay it).
 
 use proptest::prelude::*;
-use qsim::engine::rng::{stream, unit};
-use qsim::limiter::admission::{
+use qsim_sim::engine::rng::{stream, unit};
+use qsim_sim::limiter::admission::{
     decide_pure, ConsumerPolicy, ConsumerSpec, Decision, Grant, Limiter, LimiterConfig, Request,
     Semantics, State, Unit,
 };
-use qsim::limiter::rates::OutputAccounting;
-use qsim::time::{Nanos, NEVER, NS_PER_SEC};
+use qsim_sim::limiter::rates::OutputAccounting;
+use qsim_sim::time::{Nanos, NEVER, NS_PER_SEC};
 
 const MIN: Nanos = 60 * NS_PER_SEC;
 

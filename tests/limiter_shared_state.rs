@@ -9,13 +9,13 @@
 //! decisions run at `max(now, state.clock)`; concurrency slots are leased
 //! and a lost completion's slot is free again when its lease expires.
 
-use qsim::engine::rng::{stream, unit, Rng};
-use qsim::limiter::admission::{
+use qsim_sim::engine::rng::{stream, unit, Rng};
+use qsim_sim::limiter::admission::{
     complete, decide, ConsumerPolicy, ConsumerSpec, Decision, Grant, LimiterConfig, Params,
     Request, Semantics, State, Unit,
 };
-use qsim::limiter::rates::OutputAccounting;
-use qsim::time::{Nanos, NS_PER_MS, NS_PER_SEC};
+use qsim_sim::limiter::rates::OutputAccounting;
+use qsim_sim::time::{Nanos, NS_PER_MS, NS_PER_SEC};
 use std::sync::Arc;
 
 const MIN: Nanos = 60 * NS_PER_SEC;

@@ -2,25 +2,25 @@
 //! --reserve 30,20,30` with the default semantics (strict-floors) and the
 //! default server profile, over several seeds.
 
-use qsim::plan::config::SharedFile;
-use qsim::plan::sim::run_scenario;
-use qsim::plan::{build, simulate, Model, PlanArgs, ScenarioPair};
+use qsim_sim::plan::config::SharedFile;
+use qsim_sim::plan::sim::run_scenario;
+use qsim_sim::plan::{build, simulate, Model, PlanSpec, ScenarioPair};
 
 const SEEDS: [u64; 3] = [1, 2, 3];
 
 fn default_plan(seed: u64) -> (SharedFile, Model, Vec<ScenarioPair>) {
-    let args = PlanArgs {
+    let args = PlanSpec {
         capacity: Some("1000".into()),
         reserve: Some("30,20,30".into()),
         seed,
-        ..PlanArgs::default()
+        ..PlanSpec::default()
     };
     let (f, m) = build(&args).unwrap();
     let runs = simulate(&f, &m, seed, false);
     (f, m, runs)
 }
 
-fn scenario<'a>(runs: &'a [ScenarioPair], name: &str) -> &'a qsim::plan::sim::ScenarioOutcome {
+fn scenario<'a>(runs: &'a [ScenarioPair], name: &str) -> &'a qsim_sim::plan::sim::ScenarioOutcome {
     &runs
         .iter()
         .find(|p| p.limited.name == name)
@@ -134,13 +134,13 @@ fn floors_hold_in_every_saturated_minute() {
 /// flight across a minute boundary lands in the next minute, hence 3 %.
 #[test]
 fn tpm_floors_hold_with_refunds() {
-    let args = PlanArgs {
+    let args = PlanSpec {
         capacity: Some("200000".into()),
         reserve: Some("30,20,30".into()),
         unit: Some("tpm".into()),
         model: Some("ideal".into()),
         seed: 1,
-        ..PlanArgs::default()
+        ..PlanSpec::default()
     };
     let (f, m) = build(&args).unwrap();
     let runs = simulate(&f, &m, 1, false);
@@ -220,7 +220,7 @@ fn server_latency_at_20x_stays_within_10pct_of_1000_rpm() {
         .unwrap()
         .clone();
     for l in &mut sc.loads {
-        l.arrival = qsim::plan::config::Arrival::Open {
+        l.arrival = qsim_sim::plan::config::Arrival::Open {
             rpm: 250.0,
             ramp_to_rpm: 250.0,
         };
@@ -286,12 +286,12 @@ fn plan_is_deterministic() {
 #[test]
 fn partitioned_late_joiner_leaves_agents_unchanged() {
     for seed in SEEDS {
-        let args = PlanArgs {
+        let args = PlanSpec {
             capacity: Some("1000".into()),
             reserve: Some("30,20,30".into()),
             semantics: Some("partitioned".into()),
             seed,
-            ..PlanArgs::default()
+            ..PlanSpec::default()
         };
         let (f, m) = build(&args).unwrap();
         let runs = simulate(&f, &m, seed, false);

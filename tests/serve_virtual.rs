@@ -21,13 +21,13 @@
 //! `tests/replay_serve.rs` runs at once must disagree in at most 5 % of the
 //! runs (asserted; 0 of 40 when written).
 
-use qsim::engine::rng::{component, draws, stream};
-use qsim::engine::DurationHist;
-use qsim::experiment::config::{ClientKind, Experiment};
-use qsim::serve::{load_profile, HostedBackend, Profile};
+use qsim::commands::serve::{load_profile, HostedBackend, Profile};
 use qsim_core::client::{Call, Next, Reply};
 use qsim_live::replay::{Target, Wire};
 use qsim_live::serve::{Backend, Event, Failure, GenRequest};
+use qsim_sim::engine::rng::{component, draws, stream};
+use qsim_sim::engine::DurationHist;
+use qsim_sim::experiment::config::{ClientKind, Experiment};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -194,7 +194,7 @@ fn interval(mut v: Vec<f64>) -> (f64, f64) {
 #[test]
 fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
     let exp = format!("{ROOT}/experiments/fmapi-pacing.toml");
-    let ef = qsim::cli::load_experiment(std::path::Path::new(&exp), &[]).unwrap();
+    let ef = qsim::cli::common::load_experiment(std::path::Path::new(&exp), &[]).unwrap();
     let suite = ef.into_hosted().unwrap();
     let (e1, e2) = (&suite.experiments[0], &suite.experiments[1]);
     assert_eq!(
@@ -221,8 +221,11 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
         (0..e2.rows)
             .map(|i| {
                 let input = suite.input_tokens.sample(&mut wl).round().max(1.0) as u64;
-                let _natural = qsim::hosted::natural_output(&suite.output_tokens, &mut wl);
-                let body = target.body(&qsim::replay::generated_prompt(i, input), e2.max_tokens);
+                let _natural = qsim_sim::hosted::natural_output(&suite.output_tokens, &mut wl);
+                let body = target.body(
+                    &qsim::commands::replay::generated_prompt(i, input),
+                    e2.max_tokens,
+                );
                 GenRequest {
                     input_tokens: qsim_live::serve::input_tokens(&body),
                     max_tokens: Some(e2.max_tokens),
@@ -237,7 +240,7 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
     only2.retain_only(std::slice::from_ref(&e2.name)).unwrap();
     let (mut sim, mut virt) = (Vec::new(), Vec::new());
     for seed in 1..=SEEDS {
-        let r = &qsim::experiment::hosted::run_suite(&only2, seed)[0];
+        let r = &qsim_sim::experiment::hosted::run_suite(&only2, seed)[0];
         sim.push([
             r.latency.quantile_s(0.5),
             r.http_429 as f64,
@@ -271,10 +274,10 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
     // what the live test meets: both seeds 1, exp 1 first, timing noise
     // only; against the live test's reference (`qsim run`, 100 seeds)
     let reference: Vec<Vec<_>> = (1..=100)
-        .map(|seed| qsim::experiment::hosted::run_suite(&suite, seed))
+        .map(|seed| qsim_sim::experiment::hosted::run_suite(&suite, seed))
         .collect();
     // (median, 90 % interval) over the reference seeds
-    let ref_of = |f: &dyn Fn(&[qsim::experiment::hosted::HostedResult]) -> f64| {
+    let ref_of = |f: &dyn Fn(&[qsim_sim::experiment::hosted::HostedResult]) -> f64| {
         let v: Vec<f64> = reference.iter().map(|r| f(r)).collect();
         (median(v.clone()), interval(v))
     };
@@ -290,7 +293,7 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
     let pair = |k: u64, reqs: &[GenRequest], run: u64| -> [f64; 5] {
         let mut b = HostedBackend::new(p.clone(), p.serve.clone(), k);
         let mut noise = stream(run * 1000 + k, 99, component::CLIENT);
-        let mut delay = || (qsim::engine::rng::unit(&mut noise) * 1e6) as u64;
+        let mut delay = || (qsim_sim::engine::rng::unit(&mut noise) * 1e6) as u64;
         let o1 = run_pool(&mut b, e1, reqs, 0, k, &mut delay);
         let t0 = o1.last + suite.cooldown;
         let o = run_pool(&mut b, e2, reqs, t0, k, &mut delay);

@@ -10,10 +10,10 @@
 //! `scripts/fidelity.sh` runs this test with `QSIM_FIDELITY_OUT=docs/fidelity.md`
 //! to regenerate the tables between the GENERATED markers of that file.
 
-use qsim::experiment::server::{run_scenario, ServerSuite};
-use qsim::experiment::{load, ExperimentFile};
-use qsim::report::server::{values, METRICS};
-use qsim::server::profile::ServerProfile;
+use qsim_sim::experiment::server::{run_scenario, ServerSuite};
+use qsim_sim::experiment::{load, ExperimentFile};
+use qsim_sim::report::server::{values, METRICS};
+use qsim_sim::server::profile::ServerProfile;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -262,9 +262,9 @@ fn profile_with(s: &ServerSuite, sets: &[String]) -> Arc<ServerProfile> {
         return s.profile.clone();
     }
     let path = Path::new(&s.profile_path);
-    let mut v = qsim::config::read_toml(path).expect("profile file");
+    let mut v = qsim_sim::config::read_toml(path).expect("profile file");
     for a in sets {
-        qsim::config::apply_set(&mut v, a).expect("profile override");
+        qsim_sim::config::apply_set(&mut v, a).expect("profile override");
     }
     Arc::new(ServerProfile::from_value(&s.profile_path, v).expect("profile with overrides"))
 }
@@ -708,7 +708,7 @@ fn fit_cost(r: &[(f64, f64)]) -> f64 {
 
 /// The shipped profile's (bandwidth_efficiency, compute_efficiency).
 fn shipped_efficiencies(s: &ServerSuite) -> (f64, f64) {
-    let v = qsim::config::read_toml(Path::new(&s.profile_path)).expect("profile");
+    let v = qsim_sim::config::read_toml(Path::new(&s.profile_path)).expect("profile");
     let it = &v["iteration"];
     (
         it["bandwidth_efficiency"]

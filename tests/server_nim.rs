@@ -1,9 +1,9 @@
 //! The gpt-oss-20b NIM profile against the shared-deployment article's measurements, using the
 //! experiment file `experiments/nim-load.toml` unchanged.
 
-use qsim::experiment::server::{run_scenario, ServerSuite};
-use qsim::experiment::{load, ExperimentFile};
-use qsim::report::server::{values, METRICS};
+use qsim_sim::experiment::server::{run_scenario, ServerSuite};
+use qsim_sim::experiment::{load, ExperimentFile};
+use qsim_sim::report::server::{values, METRICS};
 use std::path::Path;
 
 fn suite() -> ServerSuite {
@@ -129,13 +129,14 @@ fn runs_are_deterministic() {
 #[test]
 fn a_scenario_gives_the_same_result_alone() {
     let all = suite();
-    let full = qsim::experiment::server::run_suite(&all, 3);
+    let full = qsim_sim::experiment::server::run_suite(&all, 3);
     let mut one = suite();
     one.retain_only(&["mild".to_string()]).unwrap();
-    let alone = qsim::experiment::server::run_suite(&one, 3);
+    let alone = qsim_sim::experiment::server::run_suite(&one, 3);
     let i = all.scenarios.iter().position(|x| x.name == "mild").unwrap();
-    let v =
-        |r: &qsim::experiment::server::ServerResult| values(&r.metrics.total(r.until), r.until, 1);
+    let v = |r: &qsim_sim::experiment::server::ServerResult| {
+        values(&r.metrics.total(r.until), r.until, 1)
+    };
     assert_eq!(v(&full[i]), v(&alone[0]));
     assert!(one.retain_only(&["nope".to_string()]).is_err());
 }
@@ -167,7 +168,7 @@ fn nim_kv_blocks_derive_from_the_profile_numbers() {
         f("kv_cache", "kv_bytes_per_token"),
         (24 * 8 * 64 * 2 * 2) as f64
     );
-    let p = qsim::server::load_profile(&path).unwrap();
+    let p = qsim_sim::server::load_profile(&path).unwrap();
     assert_eq!(p.total_blocks, blocks);
     assert_eq!(blocks, 74_874);
 }

@@ -2,11 +2,11 @@
 //! one iteration per request, service time ∝ prompt length) is an M/G/1
 //! queue: its mean waiting time must match Pollaczek–Khinchine.
 
-use qsim::engine::{RawDist, Sampler};
-use qsim::experiment::server::{run_scenario, Load, Scenario};
-use qsim::server::{RouterKind, ServerProfile};
-use qsim::time::secs;
-use qsim::workload::{ArrivalProcess, Lengths, RawArrivals};
+use qsim_sim::engine::{RawDist, Sampler};
+use qsim_sim::experiment::server::{run_scenario, Load, Scenario};
+use qsim_sim::server::{RouterKind, ServerProfile};
+use qsim_sim::time::secs;
+use qsim_sim::workload::{ArrivalProcess, Lengths, RawArrivals};
 use std::sync::Arc;
 
 /// 100 ns per prompt token, nothing else: a request of P tokens with one
@@ -30,7 +30,7 @@ peak_tflops = 1000
 weights_gib = 0
 active_params_b = 0.05
 "#;
-    let v = qsim::config::parse_toml("mg1", text).unwrap();
+    let v = qsim_sim::config::parse_toml("mg1", text).unwrap();
     Arc::new(ServerProfile::from_value("mg1", v).unwrap())
 }
 
@@ -110,7 +110,7 @@ fn mm1_mean_wait_matches_pollaczek_khinchine() {
 /// B's, where it starts at once.
 #[test]
 fn routers_differ_when_one_replica_is_busy() {
-    use qsim::server::{Cluster, Completion, Request};
+    use qsim_sim::server::{Cluster, Completion, Request};
     let run = |router: RouterKind| -> Vec<Completion> {
         let mut c = Cluster::new(mg1_profile(), 2, router, 7);
         let req = |id, input_tokens| Request {

@@ -2,9 +2,9 @@
 //! cluster, with invariants checked from outside the model after every step.
 //! A failure names its seed; rerun one with `QSIM_SWARM_SEED=<seed>`.
 
-use qsim::engine::rng::{stream, unit, Rng};
-use qsim::server::{Cluster, Request, RouterKind, ServerProfile};
-use qsim::time::Nanos;
+use qsim_sim::engine::rng::{stream, unit, Rng};
+use qsim_sim::server::{Cluster, Request, RouterKind, ServerProfile};
+use qsim_sim::time::Nanos;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ ingress_ms = {}
             unit(rng) * 3.0
         },
     );
-    let v = qsim::config::parse_toml("swarm", &text).unwrap();
+    let v = qsim_sim::config::parse_toml("swarm", &text).unwrap();
     ServerProfile::from_value("swarm", v).unwrap()
 }
 

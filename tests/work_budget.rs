@@ -1,6 +1,6 @@
 //! The run-time work budget (issue 13, issue 8 item 1): the up-front
 //! estimate leans low and the drivers count the work they actually do
-//! (`qsim::work`), so the issue's 3,000-run grid runs under the default
+//! (`qsim_sim::work`), so the issue's 3,000-run grid runs under the default
 //! budget, while an input whose retries or engine iterations the estimate
 //! does not see is stopped at run time: exit 2, one line, nothing written,
 //! the same whatever `--threads`.
@@ -54,10 +54,10 @@ fn stopped(dir: &Path, args: &[&str]) -> String {
 /// The premise of a run-time refusal: the up-front estimate of one seed is
 /// within `max` (so only the meter can refuse), and the work the drivers
 /// count is over it.
-fn estimate_within_but_counted_over(ef: &qsim::experiment::ExperimentFile, max: u64) {
+fn estimate_within_but_counted_over(ef: &qsim_sim::experiment::ExperimentFile, max: u64) {
     let est = ef.cost(1).unwrap().work;
     assert!(est < max as f64, "estimate {est} is not within {max}");
-    let (r, m) = qsim::work::scope(max, || ef.records(1, 1));
+    let (r, m) = qsim_sim::work::scope(max, || ef.records(1, 1));
     r.unwrap();
     assert!(m.over(), "counted {} units, within {max}", m.used());
 }
@@ -130,11 +130,11 @@ fn the_estimate_leans_low_on_every_shipped_file() {
         if p.extension().is_none_or(|x| x != "toml") {
             continue;
         }
-        let ef = qsim::experiment::load(&p, &[]).unwrap();
+        let ef = qsim_sim::experiment::load(&p, &[]).unwrap();
         let est = ef.cost(1).unwrap().work;
-        let (r, m) = qsim::work::scope(u64::MAX / 8, || ef.records(1, 1));
+        let (r, m) = qsim_sim::work::scope(u64::MAX / 8, || ef.records(1, 1));
         r.unwrap();
-        let counted = m.used() as f64 / qsim::work::UNITS_PER_REQUEST as f64;
+        let counted = m.used() as f64 / qsim_sim::work::UNITS_PER_REQUEST as f64;
         assert!(
             est > 0.0 && est <= 1.2 * counted,
             "{}: estimate {est}, counted {counted}",
@@ -170,7 +170,7 @@ fn a_retry_storm_is_stopped_at_run_time_whatever_the_threads() {
         .map(|s| s.to_string())
         .collect();
     sets.push("workers=512".into());
-    let mut ef = qsim::experiment::load(&file, &sets).unwrap();
+    let mut ef = qsim_sim::experiment::load(&file, &sets).unwrap();
     ef.retain_only(&strings(&["exp2-backoff"])).unwrap();
     estimate_within_but_counted_over(&ef, 10_000);
 
@@ -248,7 +248,8 @@ fn engine_iterations_are_stopped_at_run_time() {
         "output_tokens.p95=4000",
     ];
     let mut ef =
-        qsim::experiment::load(&root().join("experiments/nim-load.toml"), &strings(&sets)).unwrap();
+        qsim_sim::experiment::load(&root().join("experiments/nim-load.toml"), &strings(&sets))
+            .unwrap();
     ef.retain_only(&strings(&["normal"])).unwrap();
     estimate_within_but_counted_over(&ef, 100_000);
 
@@ -295,7 +296,7 @@ fn limiter_retries_are_stopped_at_run_time() {
     let d = tempfile::tempdir().unwrap();
     let file = d.path().join("storm.toml");
     std::fs::write(&file, text).unwrap();
-    let mut ef = qsim::experiment::load(&file, &[]).unwrap();
+    let mut ef = qsim_sim::experiment::load(&file, &[]).unwrap();
     ef.retain_only(&strings(&["heavy"])).unwrap();
     estimate_within_but_counted_over(&ef, 1_000_000);
 

@@ -52,10 +52,10 @@
 //! cycled) all waiting at 0, and the completion rate between the 10th and
 //! the 90th percentile of completions (the batch full, before the drain).
 
-use crate::cli::{CliError, Format};
-use crate::config::{read_toml, ConfigError};
-use crate::engine::rng::{component, stream, unit};
-use crate::server::{Cluster, Request, RouterKind, ServerProfile};
+use crate::cli::common::{CliError, Format};
+use qsim_sim::config::{read_toml, ConfigError};
+use qsim_sim::engine::rng::{component, stream, unit};
+use qsim_sim::server::{Cluster, Request, RouterKind, ServerProfile};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::fmt::Write as _;
@@ -1365,7 +1365,7 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
             );
         }
         let toml = fitted_toml(&text, &pr.coefs.names, &f.values, &name, &comment);
-        let v = crate::config::parse_toml("fitted profile", &toml)?;
+        let v = qsim_sim::config::parse_toml("fitted profile", &toml)?;
         ServerProfile::from_value("fitted profile", v)?;
         crate::output::write_file(out, &toml, a.force)?;
     }

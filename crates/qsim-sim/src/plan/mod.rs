@@ -35,58 +35,42 @@ impl From<ConfigError> for PlanError {
     }
 }
 
-/// The plan's inputs (CLI flags; `None` = from the scenario file).
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct PlanArgs {
+/// The plan's inputs (from the command line; `None` = from the scenario file).
+#[derive(Debug, Clone, Default)]
+pub struct PlanSpec {
     /// Deployment capacity per minute (requests, or tokens with --unit tpm).
-    #[arg(long, allow_negative_numbers = true)]
     pub capacity: Option<String>,
     /// Reservations in percent of capacity, one per reserved consumer: 30,20,30.
-    #[arg(long, allow_hyphen_values = true)]
     pub reserve: Option<String>,
     /// Utilization threshold in (0, 1] (enforcement point; burst headroom = (1 - threshold) x capacity).
-    #[arg(long, allow_negative_numbers = true)]
     pub threshold: Option<String>,
     /// Names of the reserved consumers (then the unreserved ones): A,B,C[,dev].
-    #[arg(long)]
     pub names: Option<String>,
     /// Reservation semantics: rate-limit-only, strict-floors, litellm-priority.
-    #[arg(long)]
     pub semantics: Option<String>,
     /// Capacity unit: rpm or tpm.
-    #[arg(long)]
     pub unit: Option<String>,
     /// Burst headroom in capacity units (default (1 - threshold) x capacity).
-    #[arg(long, allow_negative_numbers = true)]
     pub burst: Option<String>,
     /// Server profile (TOML) or "ideal"; default: the embedded gpt-oss-20b NIM profile.
-    #[arg(long)]
     pub model: Option<String>,
     /// Server replicas behind the limiter.
-    #[arg(long, allow_negative_numbers = true)]
     pub replicas: Option<u32>,
     /// Scenario file (kind = "shared"); default: the embedded scenarios of the
     /// shared-deployment article.
-    #[arg(long)]
     pub scenarios: Option<PathBuf>,
     /// Inverse planning: the minimum each consumer needs, NAME=RPM,...
-    #[arg(long, allow_hyphen_values = true)]
     pub need: Option<String>,
     /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms; units s or ms).
-    #[arg(long = "e2e-p95", allow_hyphen_values = true, value_parser = crate::cli::duration_arg)]
     pub e2e_p95: Option<String>,
     /// Seed of the simulation.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,
     /// Number of seeds (seed, seed+1, …): the report adds medians and 90 %
     /// intervals over seeds of each scenario's and consumer's figures.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub seeds: u64,
     /// `--set PATH=VALUE` overrides of the scenario file (from `qsim run`/`sweep`).
-    #[arg(skip)]
     pub sets: Vec<String>,
     /// Scenarios to run (from `qsim run --only`); empty: all.
-    #[arg(skip)]
     pub only: Vec<String>,
 }
 
@@ -266,7 +250,7 @@ pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
 }
 
 /// Load the scenario file (embedded unless `--scenarios`) and apply the flags.
-pub fn build(args: &PlanArgs) -> Result<(SharedFile, Model), ConfigError> {
+pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
     let mut f = match &args.scenarios {
         None if args.sets.is_empty() => SharedFile::embedded()?,
         None => {
@@ -526,7 +510,7 @@ pub fn floor_met(o: &ScenarioOutcome, c: usize) -> Option<bool> {
 
 /// `qsim plan`: check the work budget, build, simulate, and render (table or JSON).
 pub fn run_cli(
-    args: &PlanArgs,
+    args: &PlanSpec,
     as_json: bool,
     budget: &crate::experiment::budget::Budget,
 ) -> Result<String, PlanError> {
@@ -543,7 +527,7 @@ pub struct PlanRun {
 
 /// [`run_cli`], also returning the planned file and the seeds' records.
 pub fn run_cli_full(
-    args: &PlanArgs,
+    args: &PlanSpec,
     as_json: bool,
     budget: &crate::experiment::budget::Budget,
 ) -> Result<PlanRun, PlanError> {

@@ -110,7 +110,7 @@ struct RawServerProfile {
     iteration: RawIteration,
     /// Only `qsim serve` reads it (answer lengths).
     #[serde(default)]
-    serve: Option<crate::serve::RawServe>,
+    serve: Option<crate::serve_spec::RawServe>,
 }
 
 /// The iteration-time model, with coefficients in nanoseconds.
@@ -191,7 +191,7 @@ pub struct ServerProfile {
     pub ingress: Nanos,
     /// `[serve]`: how `qsim serve` sizes answers (the simulation takes
     /// lengths from the experiment file instead).
-    pub serve: crate::serve::ServeSpec,
+    pub serve: crate::serve_spec::ServeSpec,
 }
 
 fn pos_int(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
@@ -415,7 +415,7 @@ impl ServerProfile {
             kv_bytes_per_token: kv_bytes,
             iteration,
             ingress: ingress.round() as Nanos,
-            serve: crate::serve::ServeSpec::from_raw(file, raw.serve.as_ref())?,
+            serve: crate::serve_spec::ServeSpec::from_raw(file, raw.serve.as_ref())?,
         })
     }
 

@@ -7,7 +7,7 @@
 //! the thread count):
 //! 1. a grid: workers {4, 6, 8, 10, 12, 16, 24, 32, 48, 64} and the file's,
 //!    max_tokens {1, 7/8, 3/4, 1/2} × the file's, every policy preset
-//!    ([`crate::client::presets`]) at its preset parameters;
+//!    ([`qsim_sim::client::presets`]) at its preset parameters;
 //! 2. local refinement, up to [`MAX_ROUNDS`] rounds: around the
 //!    [`REFINE_TOP`] best configurations (the least violating ones while
 //!    none meets the constraints), every single-knob step: workers ±1, ±2,
@@ -20,17 +20,17 @@
 //! endpoint on the same seeds (common random numbers), so differences
 //! between configurations are not seed noise.
 
-use crate::cli::{emit, CliError, Format};
-use crate::client::managed::AimdParams;
-use crate::client::policy::{Backoff, RetryPolicy};
-use crate::client::presets::{self, ClientPolicy, PRESETS};
-use crate::config::ConfigError;
-use crate::experiment::budget::{self, Budget, Cost};
-use crate::experiment::config::{client_with, ClientKind, Experiment};
-use crate::experiment::{hosted, ExperimentFile, HostedSuite};
-use crate::report::records::Records;
-use crate::report::table::Table;
-use crate::report::{json_text, round, spread, Spread};
+use crate::cli::common::{emit, CliError, Format};
+use qsim_sim::client::managed::AimdParams;
+use qsim_sim::client::policy::{Backoff, RetryPolicy};
+use qsim_sim::client::presets::{self, ClientPolicy, PRESETS};
+use qsim_sim::config::ConfigError;
+use qsim_sim::experiment::budget::{self, Cost};
+use qsim_sim::experiment::config::{client_with, ClientKind, Experiment};
+use qsim_sim::experiment::{hosted, ExperimentFile, HostedSuite};
+use qsim_sim::report::records::Records;
+use qsim_sim::report::table::Table;
+use qsim_sim::report::{json_text, round, spread, Spread};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -90,17 +90,17 @@ pub struct RecommendArgs {
     pub force: bool,
     /// The work budget, checked against the grid stage's estimate.
     #[command(flatten)]
-    pub budget: Budget,
+    pub budget: crate::cli::flags::BudgetFlags,
     /// `--plot DIR` (the Pareto scatter, PNG and SVG) and `--html FILE`.
     #[command(flatten)]
-    pub plots: crate::cli::PlotOpts,
+    pub plots: crate::plot::PlotOpts,
 }
 
 // ---------------------------------------------------------------- metrics
 
-/// The metrics of one run, in the order of [`crate::report::hosted::METRICS`].
+/// The metrics of one run, in the order of [`qsim_sim::report::hosted::METRICS`].
 fn metric_keys() -> impl Iterator<Item = &'static str> {
-    crate::report::hosted::METRICS.iter().map(|m| m.0)
+    qsim_sim::report::hosted::METRICS.iter().map(|m| m.0)
 }
 
 /// A metric's index by its key or short name.
@@ -659,7 +659,7 @@ impl Config {
 /// A configuration's figures over the seeds.
 #[derive(Debug, Clone)]
 pub struct Evidence {
-    /// Per seed, the metrics in [`crate::report::hosted::METRICS`] order.
+    /// Per seed, the metrics in [`qsim_sim::report::hosted::METRICS`] order.
     pub per_seed: Vec<Vec<f64>>,
     /// Per metric, the median and 90 % interval over seeds.
     pub spreads: Vec<Spread>,
@@ -667,8 +667,8 @@ pub struct Evidence {
 
 fn one_run(suite: &HostedSuite, seed: u64) -> Vec<f64> {
     let mut r = Records::default();
-    crate::report::hosted::records(&mut r, seed, &hosted::run_suite(suite, seed));
-    let mut m = vec![0.0; crate::report::hosted::METRICS.len()];
+    qsim_sim::report::hosted::records(&mut r, seed, &hosted::run_suite(suite, seed));
+    let mut m = vec![0.0; qsim_sim::report::hosted::METRICS.len()];
     for rec in r.iter() {
         if let Some(i) = metric_keys().position(|k| k == rec.metric) {
             m[i] = rec.value;
@@ -678,7 +678,7 @@ fn one_run(suite: &HostedSuite, seed: u64) -> Vec<f64> {
 }
 
 fn evidence(per_seed: Vec<Vec<f64>>) -> Evidence {
-    let n = crate::report::hosted::METRICS.len();
+    let n = qsim_sim::report::hosted::METRICS.len();
     let spreads = (0..n)
         .map(|i| spread(&per_seed.iter().map(|m| m[i]).collect::<Vec<_>>()))
         .collect();
@@ -691,11 +691,11 @@ fn evaluate(suites: &[HostedSuite], seed: u64, seeds: u64) -> Vec<Evidence> {
         .flat_map(|i| (0..seeds).map(move |k| (i, k)))
         .collect();
     // the work budget's meter goes with every job to its thread
-    let meter = crate::work::current();
+    let meter = qsim_sim::work::current();
     let runs: Vec<Vec<f64>> = jobs
         .par_iter()
         .map(|&(i, k)| {
-            crate::work::enter(meter.clone(), || one_run(&suites[i], seed.wrapping_add(k)))
+            qsim_sim::work::enter(meter.clone(), || one_run(&suites[i], seed.wrapping_add(k)))
         })
         .collect();
     let mut it = runs.into_iter();
@@ -819,7 +819,7 @@ fn grid_configs(suite: &HostedSuite) -> Vec<Config> {
 
 /// The up-front work-budget estimate of the grid stage on `seeds` seeds,
 /// leaning low like every up-front estimate (first tries only). The
-/// run-time meter ([`crate::work`]) counts the retries and the refinement
+/// run-time meter ([`qsim_sim::work`]) counts the retries and the refinement
 /// (at most [`MAX_ROUNDS`] × [`REFINE_TOP`] × ~16 configurations near the
 /// best, whose runs are no longer).
 pub fn grid_cost(suite: &HostedSuite, seeds: u64) -> Cost {
@@ -1248,7 +1248,7 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
     let targets = a.plots.targets(a.force);
     targets.check()?;
     let fname = a.file.display().to_string();
-    let suite = match crate::cli::load_experiment(&a.file, &a.sets)? {
+    let suite = match crate::cli::common::load_experiment(&a.file, &a.sets)? {
         ExperimentFile::Hosted(s) => s,
         _ => {
             return Err(CliError::Config(ConfigError::new(
@@ -1258,14 +1258,14 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
             )))
         }
     };
-    grid_cost(&suite, a.seeds).check(&fname, &a.budget)?;
+    grid_cost(&suite, a.seeds).check(&fname, &a.budget.budget())?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(a.threads.map_or(0, usize::from))
         .build()
         .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
     let rec = pool.install(|| search(&suite, &fname, &a.objective, cons, a.seed, a.seeds))?;
     // the run-time work budget: a search it stopped decided nothing
-    crate::work::check(&fname)?;
+    qsim_sim::work::check(&fname)?;
     if rec.winner.is_none() {
         return Err(CliError::Unmet(rec.unmet()));
     }

@@ -71,17 +71,16 @@ pub const RECORD_BYTES: f64 = 128.0;
 pub const BASE_BYTES: f64 = 16.0 * 1024.0 * 1024.0;
 const MB: f64 = 1024.0 * 1024.0;
 
-/// The budget flags of `run`, `sweep` and `plan`.
-#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+/// The work and memory budget of `run`, `sweep` and `plan` (their flags
+/// `--max-requests`, `--max-memory-mb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     /// Refuse a run that simulates more than N requests (first tries and
     /// retries; a hosted-API attempt counts 1/4) plus server engine
     /// iterations, over all seeds, points and scenarios: refused at once if
     /// the estimate is over, else stopped when the count crosses N.
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: u64,
     /// Refuse a run whose estimated peak memory exceeds MB megabytes.
-    #[arg(long, value_name = "MB", default_value_t = DEFAULT_MAX_MEMORY_MB)]
     pub max_memory_mb: u64,
 }
 

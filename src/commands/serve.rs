@@ -25,18 +25,17 @@
 //! default_max_tokens` (default 4096), which a hosted profile also reserves.
 //! Input tokens: see [`qsim_live::serve::input_tokens`].
 
-use crate::config::{read_toml, ConfigError};
-use crate::engine::rng::{component, stream, Rng};
-use crate::engine::{RawDist, Sampler};
-use crate::hosted::{HintShape, HostedEndpoint, HostedProfile, Reply};
-use crate::limiter::rates::Cost;
-use crate::server::{Cluster, Request, RouterKind, ServerProfile};
-use crate::time::Nanos;
 use qsim_live::serve::{
     Backend, Event, Failure, Finish, GenRequest, Invalid, RetryHint, ServeConfig,
 };
+use qsim_sim::config::{read_toml, ConfigError};
+use qsim_sim::engine::rng::{component, stream, Rng};
+use qsim_sim::hosted::{HintShape, HostedEndpoint, HostedProfile, Reply};
+use qsim_sim::limiter::rates::Cost;
+use qsim_sim::serve_spec::ServeSpec;
+use qsim_sim::server::{Cluster, Request, RouterKind, ServerProfile};
+use qsim_sim::time::Nanos;
 use rand::SeedableRng;
-use serde::Deserialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::net::SocketAddr;
@@ -61,87 +60,24 @@ pub struct ServeArgs {
     pub seed: u64,
 }
 
-/// The optional `[serve]` table of a profile: what `qsim serve` needs that
-/// the simulation takes from the experiment file instead.
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RawServe {
-    /// Natural answer length in tokens (before the `max_tokens` cap).
-    #[serde(default)]
-    output_tokens: Option<RawDist>,
-    /// `max_tokens` assumed when a request does not state it.
-    #[serde(default)]
-    default_max_tokens: Option<i64>,
-}
-
-/// `[serve]`, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServeSpec {
-    /// `None`: an answer is exactly `max_tokens` long.
-    pub output_tokens: Option<Sampler>,
-    pub default_max_tokens: u64,
-}
-
-pub const DEFAULT_MAX_TOKENS: u64 = 4096;
-
-impl Default for ServeSpec {
-    fn default() -> Self {
-        ServeSpec {
-            output_tokens: None,
-            default_max_tokens: DEFAULT_MAX_TOKENS,
+/// The answer to a request: (max_tokens, output tokens, finish reason).
+/// The natural length comes from a stream of its own per (seed,
+/// prompt), so it does not depend on other requests.
+pub fn answer(spec: &ServeSpec, seed: u64, req: &GenRequest) -> (u64, u64, Finish) {
+    let max = req.max_tokens.unwrap_or(spec.default_max_tokens);
+    let natural = match (&spec.output_tokens, req.output_tokens) {
+        (_, Some(n)) => n,
+        (None, None) => max,
+        (Some(s), None) => {
+            let mut r = Rng::seed_from_u64(seed ^ 0x5345_5256_455f_4f55);
+            r.set_stream(req.prompt_hash);
+            qsim_sim::hosted::natural_output(s, &mut r)
         }
-    }
-}
-
-impl ServeSpec {
-    /// Validate a profile's `[serve]` table (absent: the defaults).
-    pub fn from_raw(file: &str, raw: Option<&RawServe>) -> Result<ServeSpec, ConfigError> {
-        let Some(raw) = raw else {
-            return Ok(ServeSpec::default());
-        };
-        let output_tokens = match &raw.output_tokens {
-            None => None,
-            Some(d) => Some(
-                d.validate()
-                    .map_err(|r| ConfigError::new(file, "serve.output_tokens", r))?,
-            ),
-        };
-        let default_max_tokens = match raw.default_max_tokens {
-            None => DEFAULT_MAX_TOKENS,
-            Some(n) if (1..=1 << 30).contains(&n) => n as u64,
-            Some(n) => {
-                return Err(ConfigError::new(
-                    file,
-                    "serve.default_max_tokens",
-                    format!("must be in 1..={}, got {n}", 1 << 30),
-                ))
-            }
-        };
-        Ok(ServeSpec {
-            output_tokens,
-            default_max_tokens,
-        })
-    }
-
-    /// The answer to a request: (max_tokens, output tokens, finish reason).
-    /// The natural length comes from a stream of its own per (seed,
-    /// prompt), so it does not depend on other requests.
-    pub fn answer(&self, seed: u64, req: &GenRequest) -> (u64, u64, Finish) {
-        let max = req.max_tokens.unwrap_or(self.default_max_tokens);
-        let natural = match (&self.output_tokens, req.output_tokens) {
-            (_, Some(n)) => n,
-            (None, None) => max,
-            (Some(s), None) => {
-                let mut r = Rng::seed_from_u64(seed ^ 0x5345_5256_455f_4f55);
-                r.set_stream(req.prompt_hash);
-                crate::hosted::natural_output(s, &mut r)
-            }
-        };
-        if natural >= max {
-            (max, max, Finish::Length)
-        } else {
-            (max, natural, Finish::Stop)
-        }
+    };
+    if natural >= max {
+        (max, max, Finish::Length)
+    } else {
+        (max, natural, Finish::Stop)
     }
 }
 
@@ -212,7 +148,7 @@ impl Backend for HostedBackend {
         req: &GenRequest,
         _out: &mut Vec<Event>,
     ) -> Result<(), Invalid> {
-        let (max, natural, _) = self.serve.answer(self.seed, req);
+        let (max, natural, _) = answer(&self.serve, self.seed, req);
         let cost = Cost {
             input_tokens: req.input_tokens,
             max_tokens: max,
@@ -397,7 +333,7 @@ impl Backend for ServerBackend {
         req: &GenRequest,
         out: &mut Vec<Event>,
     ) -> Result<(), Invalid> {
-        let (max, n, finish) = self.serve.answer(self.seed, req);
+        let (max, n, finish) = answer(&self.serve, self.seed, req);
         let p = self.cluster.profile();
         let too_long = || {
             Invalid {
@@ -488,8 +424,8 @@ pub fn load_profile(path: &std::path::Path) -> Result<Profile, ConfigError> {
 }
 
 /// Validate everything, then bind and serve (nothing is bound on an error).
-pub fn run(args: &ServeArgs) -> Result<(), crate::cli::CliError> {
-    use crate::cli::CliError;
+pub fn run(args: &ServeArgs) -> Result<(), crate::cli::common::CliError> {
+    use crate::cli::common::CliError;
     let listen: SocketAddr = args.listen.parse().map_err(|e| {
         CliError::Config(ConfigError::new(
             "--listen",
@@ -528,7 +464,7 @@ pub fn run(args: &ServeArgs) -> Result<(), crate::cli::CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::NEVER;
+    use qsim_sim::time::NEVER;
 
     fn req(max: Option<u64>, hash: u64) -> GenRequest {
         GenRequest {
@@ -541,10 +477,15 @@ mod tests {
 
     #[test]
     fn answer_length_is_the_distribution_capped_or_max_tokens() {
+        use qsim_sim::engine::RawDist;
+        use qsim_sim::serve_spec::DEFAULT_MAX_TOKENS;
         let exact = ServeSpec::default();
-        assert_eq!(exact.answer(1, &req(Some(77), 5)), (77, 77, Finish::Length));
         assert_eq!(
-            exact.answer(1, &req(None, 5)),
+            answer(&exact, 1, &req(Some(77), 5)),
+            (77, 77, Finish::Length)
+        );
+        assert_eq!(
+            answer(&exact, 1, &req(None, 5)),
             (DEFAULT_MAX_TOKENS, DEFAULT_MAX_TOKENS, Finish::Length)
         );
         let d: RawDist =
@@ -553,19 +494,19 @@ mod tests {
             output_tokens: Some(d.validate().unwrap()),
             default_max_tokens: 256,
         };
-        let a = s.answer(1, &req(Some(256), 42));
+        let a = answer(&s, 1, &req(Some(256), 42));
         assert_eq!(
             a,
-            s.answer(1, &req(Some(256), 42)),
+            answer(&s, 1, &req(Some(256), 42)),
             "same prompt, same answer"
         );
         let lens: Vec<u64> = (0..400)
-            .map(|h| s.answer(1, &req(Some(256), h)).1)
+            .map(|h| answer(&s, 1, &req(Some(256), h)).1)
             .collect();
         let mean = lens.iter().sum::<u64>() as f64 / 400.0;
         assert!((mean - 168.0).abs() < 6.0, "mean {mean}");
         assert!(lens.iter().all(|&l| (40..=256).contains(&l)));
-        let capped = s.answer(1, &req(Some(100), 42));
+        let capped = answer(&s, 1, &req(Some(100), 42));
         assert!(capped.1 <= 100);
     }
 

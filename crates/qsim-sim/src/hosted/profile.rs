@@ -63,7 +63,7 @@ struct RawHostedProfile {
     server_error_rate: f64,
     /// Only `qsim serve` reads it (answer lengths).
     #[serde(default)]
-    serve: Option<crate::serve::RawServe>,
+    serve: Option<crate::serve_spec::RawServe>,
 }
 
 /// A validated hosted-API profile.
@@ -80,7 +80,7 @@ pub struct HostedProfile {
     pub server_error_rate: f64,
     /// `[serve]`: how `qsim serve` sizes answers (the simulation takes
     /// lengths from the experiment file instead).
-    pub serve: crate::serve::ServeSpec,
+    pub serve: crate::serve_spec::ServeSpec,
 }
 
 fn dist(file: &str, field: &str, d: &RawDist) -> Result<Sampler, ConfigError> {
@@ -139,7 +139,7 @@ impl HostedProfile {
             ttft: dist(file, "latency.ttft", &raw.latency.ttft)?,
             tpot: dist(file, "latency.tpot", &raw.latency.tpot)?,
             server_error_rate: raw.server_error_rate,
-            serve: crate::serve::ServeSpec::from_raw(file, raw.serve.as_ref())?,
+            serve: crate::serve_spec::ServeSpec::from_raw(file, raw.serve.as_ref())?,
         })
     }
 }

@@ -30,10 +30,10 @@
 //! Intervals: 2.5–97.5 % percentiles of a bootstrap over the samples
 //! (`--bootstrap` replicates, a seeded ChaCha stream: deterministic).
 
-use crate::cli::{CliError, Format};
-use crate::config::ConfigError;
-use crate::engine::rng::{stream, unit, Rng};
-use crate::hosted::HostedProfile;
+use crate::cli::common::{CliError, Format};
+use qsim_sim::config::ConfigError;
+use qsim_sim::engine::rng::{stream, unit, Rng};
+use qsim_sim::hosted::HostedProfile;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -1184,7 +1184,7 @@ pub fn run_cli(a: HostedArgs) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::dist::std_normal;
+    use qsim_sim::engine::dist::std_normal;
 
     /// The intervals' coverage, measured: 4,000 samples of 200 draws (the
     /// round trip's admitted answers) from a lognormal with a known median

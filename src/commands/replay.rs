@@ -6,18 +6,18 @@
 //! `(seed, subject, metric, value)` schema as `qsim run`, so the same report
 //! renders them and `qsim compare` reads them).
 
-use crate::cli::{duration_arg, emit, CliError, Format};
-use crate::config::ConfigError;
-use crate::engine::rng::{component, draws, stream};
-use crate::engine::DurationHist;
-use crate::experiment::config::{ClientKind, Experiment};
-use crate::experiment::hosted::HostedResult;
-use crate::experiment::HostedSuite;
+use crate::cli::common::{duration_arg, emit, CliError, Format};
 use crate::output;
-use crate::report;
-use crate::report::records::{PointRecords, Records};
-use crate::time::{secs, Nanos};
 use qsim_live::replay::{self as live, Attempt, Run, Target, Wire};
+use qsim_sim::config::ConfigError;
+use qsim_sim::engine::rng::{component, draws, stream};
+use qsim_sim::engine::DurationHist;
+use qsim_sim::experiment::config::{ClientKind, Experiment};
+use qsim_sim::experiment::hosted::HostedResult;
+use qsim_sim::experiment::HostedSuite;
+use qsim_sim::report;
+use qsim_sim::report::records::{PointRecords, Records};
+use qsim_sim::time::{secs, Nanos};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -668,7 +668,7 @@ pub fn run_cli(a: ReplayArgs) -> Result<(), CliError> {
             Some((dir.clone(), files))
         }
     };
-    let ef = crate::cli::load_experiment(&a.file, &a.sets)?;
+    let ef = crate::cli::common::load_experiment(&a.file, &a.sets)?;
     let fname = a.file.display().to_string();
     let Some(mut suite) = ef.into_hosted() else {
         return Err(ConfigError::new(

@@ -3,15 +3,15 @@
 //!
 //! The limiter tables (`[deployment]`, `[defaults]`, `[[consumer]]`) are
 //! those of a shared-deployment file and go through the very same
-//! validation ([`crate::plan::config::limiter_config`]); `[proxy]` holds the
+//! validation ([`qsim_sim::plan::config::limiter_config`]); `[proxy]` holds the
 //! HTTP side. Every error names the field and exits 2 before any port is
 //! bound. The runtime (tokio, hyper) is in `crates/qsim-live`.
 
-use crate::config::{from_value, read_toml, ConfigError};
-use crate::limiter::admission::{LimiterConfig, BP_FULL};
-use crate::limiter::rates::OutputAccounting;
-use crate::plan::config::{limiter_config, RawConsumer, RawDeployment, RawPolicy};
 use qsim_live::{FailMode, LimitShape, OnLimit, ProxyConfig, StateBackend};
+use qsim_sim::config::{from_value, read_toml, ConfigError};
+use qsim_sim::limiter::admission::{LimiterConfig, BP_FULL};
+use qsim_sim::limiter::rates::OutputAccounting;
+use qsim_sim::plan::config::{limiter_config, RawConsumer, RawDeployment, RawPolicy};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -164,7 +164,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
     let f = &args.config.display().to_string();
     let v = read_toml(&args.config)?;
     let raw: RawProxyFile = from_value(f, v)?;
-    crate::config::expect_kind(f, &raw.kind, "proxy", "a proxy config")?;
+    qsim_sim::config::expect_kind(f, &raw.kind, "proxy", "a proxy config")?;
     let _ = raw.title;
     let limiter = limiter_config(f, &raw.deployment, raw.defaults, &raw.consumer)?;
     if limiter.reserved_bp_total() > BP_FULL {
@@ -587,7 +587,7 @@ fn drift_config(
     at: &str,
     raw: RawDrift,
 ) -> Result<qsim_live::DriftConfig, ConfigError> {
-    use crate::serve::{load_profile, HostedBackend, Profile, ServerBackend};
+    use crate::commands::serve::{load_profile, HostedBackend, Profile, ServerBackend};
     use qsim_live::serve::Backend;
     let profile = load_profile(path).map_err(|e| {
         if path.exists() {
@@ -681,7 +681,7 @@ fn drift_config(
 /// (`qsim: FILE: FIELD: reason`, as at start).
 pub fn reload(args: &ProxyArgs) -> Result<ProxyConfig, String> {
     load(args).map_err(|e| {
-        let e = crate::cli::name_fields(e, Some(&args.config), &[]);
+        let e = crate::cli::common::name_fields(e, Some(&args.config), &[]);
         format!("qsim: {e}")
     })
 }
@@ -775,7 +775,7 @@ mod tests {
 
     #[test]
     fn emitted_config_loads_back_to_the_same_limiter() {
-        let (f, _) = crate::plan::build(&crate::plan::PlanArgs {
+        let (f, _) = qsim_sim::plan::build(&qsim_sim::plan::PlanSpec {
             capacity: Some("1000".into()),
             reserve: Some("30,20,30".into()),
             ..Default::default()

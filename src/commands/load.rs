@@ -13,19 +13,19 @@
 //! subject, metric, value) with the subjects and metric names of
 //! `plan::seeds::records`.
 
-use crate::cli::Format;
-use crate::client::CallerPolicy;
-use crate::config::ConfigError;
-use crate::engine::rng::{component, stream, unit};
-use crate::engine::{Rng, Sampler};
-use crate::limiter::Unit;
-use crate::plan::config::{Arrival as PlanArrival, SharedFile};
-use crate::plan::seeds::consumer_subject;
-use crate::plan::PlanArgs;
-use crate::report::records::{PointRecords, Records};
-use crate::report::table::Table;
-use crate::time::Nanos;
+use crate::cli::common::Format;
 use qsim_live::load::{Arrival, Draws, Identity, LoadConfig, LoadReport, Units, Worker};
+use qsim_sim::client::CallerPolicy;
+use qsim_sim::config::ConfigError;
+use qsim_sim::engine::rng::{component, stream, unit};
+use qsim_sim::engine::{Rng, Sampler};
+use qsim_sim::limiter::Unit;
+use qsim_sim::plan::config::{Arrival as PlanArrival, SharedFile};
+use qsim_sim::plan::seeds::consumer_subject;
+use qsim_sim::plan::PlanSpec;
+use qsim_sim::report::records::{PointRecords, Records};
+use qsim_sim::report::table::Table;
+use qsim_sim::time::Nanos;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,7 +53,7 @@ pub struct LoadArgs {
     pub max_requests: u64,
     /// Real-time limit of one attempt; rows still running this long after
     /// the scenario's end are abandoned (counted as unanswered).
-    #[arg(long, default_value = "60s", value_parser = crate::cli::duration_arg)]
+    #[arg(long, default_value = "60s", value_parser = crate::cli::common::duration_arg)]
     pub timeout: String,
     /// Output format: table, json, or csv (the tidy records).
     #[arg(long, value_enum, default_value_t = Format::Table)]
@@ -100,14 +100,14 @@ fn flag_err(flag: &str, reason: impl Into<String>) -> ConfigError {
 }
 
 /// The scenario file with exactly one scenario left (the chosen one).
-pub fn scenario_file(args: &LoadArgs) -> Result<(SharedFile, crate::plan::Model), ConfigError> {
-    let plan = PlanArgs {
+pub fn scenario_file(args: &LoadArgs) -> Result<(SharedFile, qsim_sim::plan::Model), ConfigError> {
+    let plan = PlanSpec {
         scenarios: Some(args.file.clone()),
         only: args.scenario.iter().cloned().collect(),
         seed: args.seed,
         ..Default::default()
     };
-    let (f, model) = crate::plan::build(&plan)?;
+    let (f, model) = qsim_sim::plan::build(&plan)?;
     if f.scenarios.len() != 1 {
         let names: Vec<&str> = f.scenarios.iter().map(|s| s.name.as_str()).collect();
         return Err(flag_err(
@@ -125,7 +125,7 @@ pub fn scenario_file(args: &LoadArgs) -> Result<(SharedFile, crate::plan::Model)
 
 fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
     let mean_s = 60.0 / rpm;
-    crate::time::secs(-mean_s * (1.0 - unit(rng)).ln())
+    qsim_sim::time::secs(-mean_s * (1.0 - unit(rng)).ln())
 }
 
 /// The open-loop arrivals and closed-loop workers of the file's (only)
@@ -270,7 +270,7 @@ fn identities(f: &SharedFile, args: &LoadArgs) -> Result<Vec<Identity>, ConfigEr
 /// Everything checked before any request leaves.
 pub struct Prepared {
     pub file: SharedFile,
-    pub model: crate::plan::Model,
+    pub model: qsim_sim::plan::Model,
     pub config: LoadConfig,
 }
 
@@ -295,7 +295,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
     if !args.path.starts_with('/') {
         return Err(flag_err("--path", "must start with /"));
     }
-    let timeout = crate::plan::parse_duration_s("--timeout", &args.timeout)?;
+    let timeout = qsim_sim::plan::parse_duration_s("--timeout", &args.timeout)?;
     let (file, model) = scenario_file(args)?;
     let consumers = identities(&file, args)?;
     let (arrivals, workers) = compile(&file, args.seed);
@@ -407,28 +407,28 @@ pub struct Predicted {
 /// Under the default work budget: refused up front on the estimate, or
 /// stopped by the run-time meter (exit 2 before any request is sent).
 pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, ConfigError> {
-    let budget = crate::experiment::budget::Budget::default();
-    crate::plan::budget::simulate(&p.file, &p.model)?
+    let budget = qsim_sim::experiment::budget::Budget::default();
+    qsim_sim::plan::budget::simulate(&p.file, &p.model)?
         .times(seeds as f64, "seeds")
         .check(&p.file.source, &budget)?;
-    let ((runs, records, all), meter) = crate::work::scope(budget.max_requests, || {
-        let runs = crate::plan::simulate(&p.file, &p.model, seed, false);
+    let ((runs, records, all), meter) = qsim_sim::work::scope(budget.max_requests, || {
+        let runs = qsim_sim::plan::simulate(&p.file, &p.model, seed, false);
         let mut records = Records::default();
-        crate::plan::seeds::records(&mut records, seed, &runs);
+        qsim_sim::plan::seeds::records(&mut records, seed, &runs);
         let mut all = records.clone();
         for k in 1..seeds {
             let s = seed.wrapping_add(k);
-            crate::plan::seeds::records(
+            qsim_sim::plan::seeds::records(
                 &mut all,
                 s,
-                &crate::plan::simulate(&p.file, &p.model, s, false),
+                &qsim_sim::plan::simulate(&p.file, &p.model, s, false),
             );
         }
         (runs, records, all)
     });
     if meter.over() {
         // qsim load's own --max-requests bounds HTTP attempts, not this
-        return Err(crate::work::exceeded_advising(
+        return Err(qsim_sim::work::exceeded_advising(
             &p.file.source,
             &meter,
             "--compare-with-sim simulates under the default budget: drop it, or shorten the scenario",
@@ -443,7 +443,7 @@ pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, Config
 }
 
 /// The plan's figure for the seed, its spread over seeds, the observed.
-type PerSat = (f64, crate::report::Spread, f64);
+type PerSat = (f64, qsim_sim::report::Spread, f64);
 
 /// Per consumer: (plan's admitted per saturated minute for the seed, its
 /// median and 90 % interval over the simulated seeds, the observed mean
@@ -504,9 +504,9 @@ pub fn render(p: &Prepared, args: &LoadArgs, r: &LoadReport, sim: Option<&Predic
                     records: s.all.clone(),
                 });
             }
-            crate::report::records::to_csv(&points)
+            qsim_sim::report::records::to_csv(&points)
         }
-        Format::Json => crate::report::json_text(&json_report(p, args, r, &obs, sim)),
+        Format::Json => qsim_sim::report::json_text(&json_report(p, args, r, &obs, sim)),
         Format::Table => table(p, args, r, &obs, sim),
     }
 }
@@ -549,12 +549,12 @@ fn json_report(
         "seed": args.seed,
         "time_scale": r.time_scale,
         "unit": unit_name(&p.file),
-        "wall_s": crate::report::round(r.wall.as_secs_f64(), 3),
+        "wall_s": qsim_sim::report::round(r.wall.as_secs_f64(), 3),
         "attempts": r.attempts,
         "abandoned": r.abandoned,
         "cut_by_max_requests": r.cut_by_max_requests,
-        "send_lag_mean_s": crate::report::round(r.lag_mean as f64 / 1e9, 4),
-        "send_lag_max_s": crate::report::round(r.lag_max as f64 / 1e9, 4),
+        "send_lag_mean_s": qsim_sim::report::round(r.lag_mean as f64 / 1e9, 4),
+        "send_lag_max_s": qsim_sim::report::round(r.lag_max as f64 / 1e9, 4),
         "sends_over_1s_late": r.lag_over_1s,
         "saturated": r.saturated(sc.duration),
         "consumers": consumers,
@@ -577,7 +577,7 @@ fn json_report(
         }
         v["plan_saturated"] = json!(s.saturated);
         v["compare"] = Value::Array(rows);
-        let r3 = |x: f64| crate::report::round(x, 3);
+        let r3 = |x: f64| qsim_sim::report::round(x, 3);
         let per_sat: Vec<Value> = per_saturated_minute(p, s, obs)
             .into_iter()
             .filter_map(|(c, v)| {
@@ -769,7 +769,7 @@ fn table(
 }
 
 /// `qsim load`: check everything, optionally simulate, play, render.
-pub fn run_cli(args: &LoadArgs) -> Result<String, crate::cli::CliError> {
+pub fn run_cli(args: &LoadArgs) -> Result<String, crate::cli::common::CliError> {
     let p = prepare(args)?;
     let sim = if args.compare_with_sim {
         Some(simulate(&p, args.seed, args.sim_seeds)?)
@@ -777,14 +777,15 @@ pub fn run_cli(args: &LoadArgs) -> Result<String, crate::cli::CliError> {
         None
     };
     let draws = Box::new(sim_draws(&p.file, args.seed));
-    let report = qsim_live::load::run(p.config.clone(), draws).map_err(crate::cli::CliError::Io)?;
+    let report =
+        qsim_live::load::run(p.config.clone(), draws).map_err(crate::cli::common::CliError::Io)?;
     Ok(render(&p, args, &report, sim.as_ref()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::time::NS_PER_SEC;
+    use qsim_sim::time::NS_PER_SEC;
 
     const MINUTE: Nanos = 60 * NS_PER_SEC;
 
@@ -824,7 +825,7 @@ mod tests {
             "reserved-only",
         ] {
             let p = prepare(&args(name)).unwrap();
-            let runs = crate::plan::simulate(&p.file, &crate::plan::Model::Ideal, 1, false);
+            let runs = qsim_sim::plan::simulate(&p.file, &qsim_sim::plan::Model::Ideal, 1, false);
             let o = &runs[0].limited;
             for (c, co) in o.consumers.iter().enumerate() {
                 let mut per_min = vec![0u64; o.minutes()];

@@ -26,11 +26,11 @@
 //! metric, the simulated interval and median and the observation, in % of
 //! the predicted median), `--html FILE` a page with the table and the plot.
 
-use crate::cli::{emit, CliError, Format};
-use crate::config::ConfigError;
-use crate::report::records::Records;
-use crate::report::table::Table;
-use crate::report::Spread;
+use crate::cli::common::{emit, CliError, Format};
+use qsim_sim::config::ConfigError;
+use qsim_sim::report::records::Records;
+use qsim_sim::report::table::Table;
+use qsim_sim::report::Spread;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -60,7 +60,7 @@ pub struct CompareArgs {
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
-    pub plots: crate::cli::PlotOpts,
+    pub plots: crate::plot::PlotOpts,
 }
 
 /// A file's values: (subject, metric) → spread over its seeds, in the
@@ -391,7 +391,7 @@ pub fn run_cli(a: CompareArgs) -> Result<(), CliError> {
     }
     let table = render_table(&a, &sim, &obs, &rows);
     let text = match a.format {
-        Format::Json => crate::report::json_text(&render_json(&a, &sim, &obs, &rows)),
+        Format::Json => qsim_sim::report::json_text(&render_json(&a, &sim, &obs, &rows)),
         _ => table.clone(),
     };
     if targets.wanted() {
@@ -470,7 +470,7 @@ use crate::output;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::spread;
+    use qsim_sim::report::spread;
 
     #[test]
     fn agreement_by_interval_or_tolerance() {

@@ -9,19 +9,19 @@ pub const PREFIX: &str = "builtin:";
 pub const FILES: &[(&str, &str)] = &[
     (
         "experiments/fmapi-pacing.toml",
-        include_str!("../experiments/fmapi-pacing.toml"),
+        include_str!("../../../experiments/fmapi-pacing.toml"),
     ),
     (
         "models/databricks-claude-haiku-4-5.toml",
-        include_str!("../models/databricks-claude-haiku-4-5.toml"),
+        include_str!("../../../models/databricks-claude-haiku-4-5.toml"),
     ),
     (
         "experiments/shared-deployment.toml",
-        include_str!("../experiments/shared-deployment.toml"),
+        include_str!("../../../experiments/shared-deployment.toml"),
     ),
     (
         "models/gpt-oss-20b-h100-nim.toml",
-        include_str!("../models/gpt-oss-20b-h100-nim.toml"),
+        include_str!("../../../models/gpt-oss-20b-h100-nim.toml"),
     ),
 ];
 

@@ -1,13 +1,19 @@
-//! The command line: `qsim run`, and the shared plumbing (output, exit codes).
+//! The command line: clap's definitions of every subcommand and the
+//! dispatch to [`crate::commands`]; the shared plumbing is in [`common`].
 
-use crate::config::ConfigError;
-use crate::experiment::budget::{Budget, Cost};
-use crate::experiment::{self, ExperimentFile};
-use crate::output::{self, OutputError};
-use crate::plan::PlanError;
-use crate::report;
-use crate::report::records::PointRecords;
-use clap::{Parser, Subcommand, ValueEnum};
+pub mod common;
+pub mod flags;
+
+use common::{emit, load_experiment, name_fields, plan_err, CliError, Format};
+use flags::BudgetFlags;
+
+use crate::output;
+use clap::{Parser, Subcommand};
+use qsim_sim::config::ConfigError;
+use qsim_sim::experiment::budget::Cost;
+use qsim_sim::experiment::ExperimentFile;
+use qsim_sim::report;
+use qsim_sim::report::records::PointRecords;
 use std::path::{Path, PathBuf};
 
 #[derive(Parser, Debug)]
@@ -19,15 +25,6 @@ use std::path::{Path, PathBuf};
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
-}
-
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Table,
-    Json,
-    /// The tidy records, one per (sweep point, seed, subject, metric): CSV
-    /// for table tools (run and sweep).
-    Csv,
 }
 
 /// Options shared by `run` and `sweep`.
@@ -60,33 +57,9 @@ pub struct RunOpts {
     #[arg(long)]
     pub force: bool,
     #[command(flatten)]
-    pub budget: Budget,
+    pub budget: BudgetFlags,
     #[command(flatten)]
-    pub plots: PlotOpts,
-}
-
-/// `--plot DIR` and `--html FILE` (run, sweep, plan): see [`crate::plot`]
-/// for what each command draws.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct PlotOpts {
-    /// Also draw the plots (PNG and SVG) into this directory (created if
-    /// missing; if it is not empty, only with --force).
-    #[arg(long, value_name = "DIR")]
-    pub plot: Option<PathBuf>,
-    /// Also write one self-contained HTML report (tables and SVG plots) to
-    /// this file.
-    #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
-}
-
-impl PlotOpts {
-    pub fn targets(&self, force: bool) -> crate::plot::Targets {
-        crate::plot::Targets {
-            plot: self.plot.clone(),
-            html: self.html.clone(),
-            force,
-        }
-    }
+    pub plots: crate::plot::PlotOpts,
 }
 
 // parsed once per process: the size difference between variants is irrelevant
@@ -148,7 +121,7 @@ pub enum Cmd {
     /// admission limiter (no files needed).
     Plan {
         #[command(flatten)]
-        args: crate::plan::PlanArgs,
+        args: flags::PlanFlags,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
         /// FILE (a name with an extension): the report, instead of stdout.
@@ -160,13 +133,13 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
         #[command(flatten)]
-        budget: Budget,
+        budget: BudgetFlags,
         /// Also write the sized limiter as a `qsim proxy` config to this file
         /// (plan, then enforce, with one schema).
         #[arg(long, value_name = "FILE")]
         emit_proxy_config: Option<PathBuf>,
         #[command(flatten)]
-        plots: PlotOpts,
+        plots: crate::plot::PlotOpts,
     },
     /// Search a hosted experiment's client knobs (workers, max_tokens, retry
     /// policy and its parameters, the AIMD window) for the best configuration
@@ -174,41 +147,41 @@ pub enum Cmd {
     /// (elapsed vs p95) and the evidence.
     Recommend {
         #[command(flatten)]
-        args: crate::recommend::RecommendArgs,
+        args: crate::commands::recommend::RecommendArgs,
     },
     /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
     /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
     Proxy {
         #[command(flatten)]
-        args: crate::proxy::ProxyArgs,
+        args: crate::commands::proxy::ProxyArgs,
     },
     /// Answer OpenAI / serving-endpoints requests from a profile in real
     /// time: a hosted profile's limits, 429s and latency, or a server
     /// profile's continuous batching (`--time-scale` runs it faster).
     Serve {
         #[command(flatten)]
-        args: crate::serve::ServeArgs,
+        args: crate::commands::serve::ServeArgs,
     },
     /// Play a shared-deployment scenario against a real endpoint (e.g. a
     /// `qsim proxy`) and report it in the plan's records, optionally beside
     /// the plan's prediction.
     Load {
         #[command(flatten)]
-        args: crate::load::LoadArgs,
+        args: crate::commands::load::LoadArgs,
     },
     /// Replay a `qsim proxy` decision log through the limiter under a
     /// proposed policy: per consumer and minute, admitted / rejected /
     /// waited beside what was observed.
     Whatif {
         #[command(flatten)]
-        args: crate::whatif::WhatifArgs,
+        args: crate::commands::whatif::WhatifArgs,
     },
     /// Run a hosted experiment's client side for real against an endpoint
     /// (the same caller state machines as the simulation), log every HTTP
     /// attempt and write the summary records `qsim run` writes.
     Replay {
         #[command(flatten)]
-        args: crate::replay::ReplayArgs,
+        args: crate::commands::replay::ReplayArgs,
     },
     /// Prediction vs observation per metric: a simulation's records (`qsim
     /// run --format csv`) against one or more observations (`qsim replay`'s
@@ -216,83 +189,11 @@ pub enum Cmd {
     /// table, JSON, or a plot (`--plot DIR`, `--html FILE`).
     Compare {
         #[command(flatten)]
-        args: crate::compare::CompareArgs,
+        args: crate::commands::compare::CompareArgs,
     },
     /// Fit a profile to observations (`hosted`: a replay's attempt log).
     #[command(subcommand)]
-    Calibrate(crate::calibrate::CalibrateCmd),
-}
-
-/// An error the CLI reports: configuration/usage problems exit 2, anything
-/// else 1.
-#[derive(Debug)]
-pub enum CliError {
-    Config(ConfigError),
-    Io(String),
-    /// A target that cannot be met (`qsim plan --need/--e2e-p95`): exit 1.
-    Unmet(String),
-    /// Writing the report failed: exit 2 for a bad `--out`, else 1.
-    Output(OutputError),
-}
-
-impl From<OutputError> for CliError {
-    fn from(e: OutputError) -> Self {
-        CliError::Output(e)
-    }
-}
-
-impl From<ConfigError> for CliError {
-    fn from(e: ConfigError) -> Self {
-        CliError::Config(e)
-    }
-}
-
-impl CliError {
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            CliError::Config(_) => 2,
-            CliError::Io(_) | CliError::Unmet(_) => 1,
-            CliError::Output(e) => e.exit_code(),
-        }
-    }
-}
-
-impl std::fmt::Display for CliError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CliError::Config(e) => write!(f, "{e}"),
-            CliError::Io(e) | CliError::Unmet(e) => write!(f, "{e}"),
-            CliError::Output(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-/// A plan's error as the CLI reports it, field paths named after `file`.
-fn plan_err(e: PlanError, file: Option<&Path>, sets: &[String]) -> CliError {
-    match e {
-        PlanError::Config(c) => CliError::Config(name_fields(c, file, sets)),
-        PlanError::Unmet(m) => CliError::Unmet(m),
-    }
-}
-
-/// Write `text` to `out` (see [`crate::output`] for the rules), or to stdout.
-pub fn emit(text: &str, out: Option<&Path>, force: bool) -> Result<(), CliError> {
-    Ok(output::emit(text, out, force)?)
-}
-
-/// A clap usage error as one line (without the usage block): exit 2.
-pub fn usage_error_line(e: &clap::Error) -> String {
-    let text = e.render().to_string();
-    let mut parts: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
-        })
-        .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_string())
-        .collect();
-    parts.push("try --help".into());
-    parts.join("; ")
+    Calibrate(crate::commands::calibrate::CalibrateCmd),
 }
 
 /// Refuse a bad `--out` (file or directory) before any simulation runs.
@@ -318,7 +219,7 @@ fn out_file(out: Option<&Path>) -> Option<&Path> {
 }
 
 /// Run a command; `run`, `sweep` and `plan` under the run-time work budget
-/// ([`crate::work`]) of their `--max-requests`.
+/// ([`qsim_sim::work`]) of their `--max-requests`.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     let max = match &cli.cmd {
         Cmd::Plan { budget, .. } => Some(budget.max_requests),
@@ -334,10 +235,10 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Recommend { args } => args.file.display().to_string(),
         _ => "qsim plan".to_string(),
     };
-    let (r, meter) = crate::work::scope(max, || dispatch(cli));
+    let (r, meter) = qsim_sim::work::scope(max, || dispatch(cli));
     // every command checks before it writes; this is the backstop
     if meter.over() {
-        return Err(crate::work::exceeded(&source, &meter).into());
+        return Err(qsim_sim::work::exceeded(&source, &meter).into());
     }
     r
 }
@@ -353,20 +254,21 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             emit_proxy_config,
             plots,
         } => {
+            let (args, budget) = (args.spec(), budget.budget());
             check_out(out.as_deref(), force)?;
             let dir = out_dir(out.as_deref());
             let targets = plots.targets(force);
             targets.check()?;
             if let Some(p) = &emit_proxy_config {
                 output::check_target(p, force)?;
-                let (f, _) = crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
-                let text = crate::proxy::emit_config(&f.limiter, &f.source);
+                let (f, _) = qsim_sim::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
+                let text = crate::commands::proxy::emit_config(&f.limiter, &f.source);
                 emit(&text, Some(p), force)?;
             }
             let (text, records) = if format == Format::Csv {
                 let (f, model) =
-                    crate::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
-                crate::plan::budget::simulate(&f, &model)
+                    qsim_sim::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
+                qsim_sim::plan::budget::simulate(&f, &model)
                     .and_then(|c| {
                         c.times(args.seeds as f64, "seeds")
                             .check(&f.source, &budget)
@@ -375,10 +277,10 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 let mut records = report::records::Records::default();
                 for k in 0..args.seeds {
                     let seed = args.seed.wrapping_add(k);
-                    let runs = crate::plan::simulate(&f, &model, seed, true);
-                    crate::plan::seeds::records(&mut records, seed, &runs);
+                    let runs = qsim_sim::plan::simulate(&f, &model, seed, true);
+                    qsim_sim::plan::seeds::records(&mut records, seed, &runs);
                 }
-                crate::work::check(&f.source)?;
+                qsim_sim::work::check(&f.source)?;
                 if targets.wanted() {
                     crate::plot::plan_outputs(&targets, &f, &records, args.seed, args.seeds, None)?;
                 }
@@ -388,7 +290,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 }]);
                 (text, records)
             } else {
-                let r = crate::plan::run_cli_full(&args, format == Format::Json, &budget)
+                let r = qsim_sim::plan::run_cli_full(&args, format == Format::Json, &budget)
                     .map_err(|e| plan_err(e, None, &[]))?;
                 if targets.wanted() {
                     let text = (format == Format::Table).then_some(r.text.as_str());
@@ -405,27 +307,27 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             }
             emit(&text, out_file(out.as_deref()), force)
         }
-        Cmd::Recommend { args } => crate::recommend::run_cli(&args),
+        Cmd::Recommend { args } => crate::commands::recommend::run_cli(&args),
         Cmd::Proxy { args } => {
-            let cfg =
-                crate::proxy::load(&args).map_err(|e| name_fields(e, Some(&args.config), &[]))?;
+            let cfg = crate::commands::proxy::load(&args)
+                .map_err(|e| name_fields(e, Some(&args.config), &[]))?;
             let file = args.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?
-                .with_reload(Box::new(move || crate::proxy::reload(&args)))
-                .with_log_encoder(crate::whatif::encoder());
+                .with_reload(Box::new(move || crate::commands::proxy::reload(&args)))
+                .with_log_encoder(crate::commands::whatif::encoder());
             proxy.run().map_err(CliError::Io)
         }
-        Cmd::Serve { args } => crate::serve::run(&args),
-        Cmd::Whatif { args } => crate::whatif::run_cli(&args),
+        Cmd::Serve { args } => crate::commands::serve::run(&args),
+        Cmd::Whatif { args } => crate::commands::whatif::run_cli(&args),
         Cmd::Load { args } => {
             check_out(args.out.as_deref(), args.force)?;
-            let text = crate::load::run_cli(&args)?;
+            let text = crate::commands::load::run_cli(&args)?;
             emit(&text, args.out.as_deref(), args.force)
         }
-        Cmd::Replay { args } => crate::replay::run_cli(args),
-        Cmd::Compare { args } => crate::compare::run_cli(args),
-        Cmd::Calibrate(cmd) => crate::calibrate::run_cli(cmd),
+        Cmd::Replay { args } => crate::commands::replay::run_cli(args),
+        Cmd::Compare { args } => crate::commands::compare::run_cli(args),
+        Cmd::Calibrate(cmd) => crate::commands::calibrate::run_cli(cmd),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,
@@ -438,6 +340,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 budget,
                 plots,
             } = opts;
+            let budget = budget.budget();
             check_out(out.as_deref(), force)?;
             let targets = plots.targets(force);
             targets.check()?;
@@ -464,7 +367,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 None if format == Format::Csv || !shared => Some(ef.records(seed, seeds)?),
                 None => None,
             };
-            crate::work::check(&fname)?;
+            qsim_sim::work::check(&fname)?;
             let spreads = |r: &Option<report::records::Records>| {
                 r.as_ref().map(|r| r.spreads()).unwrap_or_default()
             };
@@ -472,7 +375,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 (_, Format::Csv) => {
                     let records = records.clone().unwrap_or_default();
                     if let (ExperimentFile::Shared(args), true) = (&ef, targets.wanted()) {
-                        let (f, _) = crate::plan::build(args)?;
+                        let (f, _) = qsim_sim::plan::build(args)?;
                         crate::plot::plan_outputs(&targets, &f, &records, seed, seeds, None)?;
                     }
                     report::records::to_csv(&[PointRecords {
@@ -483,12 +386,12 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 // a shared file is a plan: its full report (per-minute
                 // tables, findings) plus the spreads over seeds
                 (ExperimentFile::Shared(args), _) => {
-                    let args = crate::plan::PlanArgs {
+                    let args = qsim_sim::plan::PlanSpec {
                         seed,
                         seeds,
                         ..args.clone()
                     };
-                    let r = crate::plan::run_cli_full(&args, format == Format::Json, &budget)
+                    let r = qsim_sim::plan::run_cli_full(&args, format == Format::Json, &budget)
                         .map_err(|e| plan_err(e, Some(&file), &sets))?;
                     if targets.wanted() {
                         let text = (format == Format::Table).then_some(r.text.as_str());
@@ -565,7 +468,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                     .map_err(|e| CliError::Config(ConfigError::new(&name, "", e.to_string())))?;
                 texts.push((name, text));
             }
-            let text = crate::sweep::merge(&texts)?;
+            let text = qsim_sim::sweep::merge(&texts)?;
             emit(&text, out.as_deref(), force)
         }
         Cmd::Sweep {
@@ -586,11 +489,12 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 budget,
                 plots,
             } = opts;
+            let budget = budget.budget();
             let targets = plots.targets(force);
-            let dims = crate::sweep::parse_vary(&vary)?;
+            let dims = qsim_sim::sweep::parse_vary(&vary)?;
             let shard = shard
                 .as_deref()
-                .map(crate::sweep::Shard::parse)
+                .map(qsim_sim::sweep::Shard::parse)
                 .transpose()?;
             let dir = out_dir(out.as_deref());
             if let (Some(_), false) = (&shard, format == Format::Csv || dir.is_some()) {
@@ -612,7 +516,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             let fname = file.display().to_string();
             // every point is loaded (the whole grid validated, whatever the
             // shard) and the shard's cost added up before any runs
-            let combos = crate::sweep::grid(&dims);
+            let combos = qsim_sim::sweep::grid(&dims);
             let mine: Vec<usize> = (0..combos.len())
                 .filter(|&p| shard.is_none_or(|s| s.owns(p)))
                 .collect();
@@ -647,8 +551,8 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             }
             cost.check(&fname, &budget)?;
             let threads = threads.map(usize::from);
-            let results = crate::sweep::run_points(&efs, &mine, seed, seeds, threads)?;
-            crate::work::check(&fname)?;
+            let results = qsim_sim::sweep::run_points(&efs, &mine, seed, seeds, threads)?;
+            qsim_sim::work::check(&fname)?;
             let mut points = Vec::new();
             let mut tidy = Vec::new();
             let mut cols: &[&str] = report::hosted::SWEEP_COLS;
@@ -675,9 +579,9 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                         report::server::sweep_rows(&report::server::aggregate(suite, &s))
                     }
                     ExperimentFile::Shared(args) => {
-                        cols = crate::plan::seeds::SWEEP_COLS;
-                        let (f, _) = crate::plan::build(args)?;
-                        crate::plan::seeds::sweep_rows(&f, &s)
+                        cols = qsim_sim::plan::seeds::SWEEP_COLS;
+                        let (f, _) = qsim_sim::plan::build(args)?;
+                        qsim_sim::plan::seeds::sweep_rows(&f, &s)
                     }
                 };
                 points.push((combo, rows));
@@ -692,7 +596,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             let text = match (format, shard) {
                 (Format::Csv, Some(_)) => {
                     let axes: Vec<String> = dims.iter().map(|(k, _)| k.clone()).collect();
-                    crate::sweep::shard_csv(&axes, combos.len(), &tidy)
+                    qsim_sim::sweep::shard_csv(&axes, combos.len(), &tidy)
                 }
                 (Format::Csv, None) => {
                     let tidy: Vec<PointRecords> = tidy.into_iter().map(|(_, p)| p).collect();
@@ -713,78 +617,5 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             }
             emit(&text, out_file(out.as_deref()), force)
         }
-    }
-}
-
-/// Load an experiment file for `run` and `sweep`. A server or hosted-API
-/// profile given in its place is named as such, and field paths name array
-/// items by their `name` ([`name_fields`]).
-pub fn load_experiment(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
-    experiment::load(file, sets).map_err(|e| {
-        let src = file.display().to_string();
-        if e.source == src {
-            if let Some(w) = crate::config::read_toml(file)
-                .ok()
-                .and_then(|v| crate::config::profile_not_experiment(&src, &v))
-            {
-                return w;
-            }
-        }
-        name_fields(e, Some(file), sets)
-    })
-}
-
-/// Rewrite an error's field path to name array items (`scenario.heavy.rpm`,
-/// not `scenario.2.rpm`), reading the document it is about: `file` with the
-/// `--set` overrides if the error is about it, else the file (or embedded
-/// file) the error names.
-pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> ConfigError {
-    if !e.field.split('.').any(|s| s.parse::<usize>().is_ok()) {
-        return e;
-    }
-    let doc = match file {
-        Some(f) if f.display().to_string() == e.source => {
-            crate::config::read_toml(f).ok().map(|mut v| {
-                for s in sets {
-                    let _ = crate::config::apply_set(&mut v, s);
-                }
-                v
-            })
-        }
-        _ => {
-            let name = e
-                .source
-                .strip_suffix(" (embedded)")
-                .map(|n| PathBuf::from(format!("{}{n}", crate::embedded::PREFIX)));
-            let p = name.unwrap_or_else(|| PathBuf::from(&e.source));
-            if crate::config::source_exists(&p) {
-                crate::config::read_toml(&p).ok()
-            } else {
-                None
-            }
-        }
-    };
-    match doc {
-        Some(v) => e.named_in(&v),
-        None => e,
-    }
-}
-
-/// Clap value parser of a duration flag (`--e2e-p95`): a number with the
-/// unit `s` or `ms` (no unit: seconds); the unit is explained when wrong.
-pub fn duration_arg(s: &str) -> Result<String, String> {
-    let t = s.trim();
-    let num_end = t
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(num_end);
-    let units = "accepted units are s and ms (e.g. 2s, 1500ms; a bare number is seconds)";
-    if !matches!(unit.trim(), "" | "s" | "ms") {
-        return Err(format!("unknown unit {:?}: {units}", unit.trim()));
-    }
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(s.to_string()),
-        Ok(_) => Err(format!("must be a duration > 0; {units}")),
-        Err(_) => Err(format!("{s:?} is not a duration; {units}")),
     }
 }

@@ -35,13 +35,13 @@
 //! The limiter state starts empty at the window's start. Minutes are counted
 //! from the window's start (default: the first replayed request).
 
-use crate::cli::CliError;
-use crate::config::ConfigError;
+use crate::cli::common::CliError;
 use qsim_core::limiter::admission::{complete, decide, Decision, Limit, Params, Request, State};
 use qsim_core::time::{Nanos, NEVER};
 use qsim_live::record::Record;
 use qsim_live::OnLimit;
 use qsim_results::{NamedColumn, Values};
+use qsim_sim::config::ConfigError;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt::Write;
@@ -772,11 +772,12 @@ fn table_columns(o: &Outcome) -> Vec<NamedColumn> {
 
 /// The policy file: a proxy config (its limiter and each consumer's on_limit).
 fn load_policy(path: &Path) -> Result<(Params, Vec<OnLimit>), ConfigError> {
-    let args = crate::proxy::ProxyArgs {
+    let args = crate::commands::proxy::ProxyArgs {
         config: path.to_path_buf(),
         ..Default::default()
     };
-    let cfg = crate::proxy::load(&args).map_err(|e| crate::cli::name_fields(e, Some(path), &[]))?;
+    let cfg = crate::commands::proxy::load(&args)
+        .map_err(|e| crate::cli::common::name_fields(e, Some(path), &[]))?;
     let f = path.display().to_string();
     let mut p =
         Params::new(cfg.limiter.clone()).map_err(|r| ConfigError::new(&f, "deployment", r))?;
@@ -825,7 +826,7 @@ pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
     if let Some(d) = &args.plot {
         plot(&o, d)?;
     }
-    crate::cli::emit(&text, None, args.force)
+    crate::cli::common::emit(&text, None, args.force)
 }
 
 /// Per consumer, admitted per minute: observed vs what-if (one PNG).

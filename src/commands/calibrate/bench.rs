@@ -5,9 +5,9 @@
 //! is `qsim_live::bench`; this module draws the workload from seeded
 //! ChaCha streams (same seed, same requests and arrival times).
 
-use crate::cli::CliError;
-use crate::config::ConfigError;
-use crate::engine::rng::{component, stream, unit};
+use crate::cli::common::CliError;
+use qsim_sim::config::ConfigError;
+use qsim_sim::engine::rng::{component, stream, unit};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bench")]
     pub model: String,
     /// Real-time limit of one request.
-    #[arg(long, default_value = "120s", value_parser = crate::cli::duration_arg)]
+    #[arg(long, default_value = "120s", value_parser = crate::cli::common::duration_arg)]
     pub timeout: String,
     /// Seed of the lengths and arrival times.
     #[arg(long, default_value_t = 1)]
@@ -117,7 +117,7 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
     }
     let input = range("--input-len", &a.input_len)?;
     let output = range("--output-len", &a.output_len)?;
-    if !crate::replay::is_loopback(&a.target) && !a.yes {
+    if !crate::commands::replay::is_loopback(&a.target) && !a.yes {
         return Err(ConfigError::new(
             "--yes",
             "--yes",
@@ -129,7 +129,8 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
         .into());
     }
     crate::output::check_target(&a.out, a.force)?;
-    let timeout = Duration::from_secs_f64(crate::plan::parse_duration_s("--timeout", &a.timeout)?);
+    let timeout =
+        Duration::from_secs_f64(qsim_sim::plan::parse_duration_s("--timeout", &a.timeout)?);
     let cfg = qsim_live::bench::BenchConfig {
         target: a.target.clone(),
         model: a.model.clone(),

@@ -9,7 +9,7 @@ pub mod bench;
 pub mod hosted;
 pub mod server;
 
-use crate::cli::CliError;
+use crate::cli::common::CliError;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum CalibrateCmd {

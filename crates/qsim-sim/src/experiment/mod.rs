@@ -21,7 +21,7 @@ pub enum ExperimentFile {
     Server(ServerSuite),
     /// A shared deployment (`kind = "shared"`): the plan's arguments with the
     /// file, its `--set` overrides and `--only` (validated at load).
-    Shared(crate::plan::PlanArgs),
+    Shared(crate::plan::PlanSpec),
 }
 
 impl ExperimentFile {
@@ -85,7 +85,7 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
         .ok_or_else(|| ConfigError::new(&src, "kind", "must be a string"))?
         .to_string();
     if kind == "shared" {
-        let args = crate::plan::PlanArgs {
+        let args = crate::plan::PlanSpec {
             scenarios: Some(path.to_path_buf()),
             sets: sets.to_vec(),
             seed: 1,

@@ -1,0 +1,31 @@
+//! qsim's simulation library: everything that simulates, with no command
+//! line, no async runtime and no polars (see docs/ARCHITECTURE.md).
+//!
+//! - [`engine`]: virtual time, the event queue, random streams, statistics;
+//! - [`config`], [`embedded`]: TOML loading with errors that carry the path;
+//! - [`hosted`]: a hosted API endpoint with provider rate limits (sans-IO);
+//! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
+//! - [`client`]: client policies as configured (the state machines are in qsim-core);
+//! - [`workload`]: open-loop arrival processes and closed-loop clients;
+//! - [`experiment`]: experiment files, validation and the simulation drivers;
+//! - [`plan`]: shared-deployment scenarios and `qsim plan`;
+//! - [`sweep`]: grids of overrides run in parallel;
+//! - [`report`]: records, tables and JSON;
+//! - [`work`]: the work meter (budgets by counted units).
+
+pub mod client;
+pub mod config;
+pub mod embedded;
+pub mod engine;
+pub mod experiment;
+pub mod hosted;
+pub mod plan;
+pub mod report;
+pub mod serve_spec;
+pub mod server;
+pub mod sweep;
+pub mod work;
+pub mod workload;
+
+// The I/O-free core, re-exported under the paths the simulator has always used.
+pub use qsim_core::{limiter, time, Uniform};

@@ -1,0 +1,165 @@
+//! The plumbing every command shares, a leaf of the crate's module graph
+//! (it imports no command): errors and their exit codes, the output
+//! format, `--out` writing, clap's usage errors as one line, experiment
+//! loading with named field paths, and the duration flag's parser.
+
+use crate::output::{self, OutputError};
+use clap::ValueEnum;
+use qsim_sim::config::ConfigError;
+use qsim_sim::experiment::{self, ExperimentFile};
+use qsim_sim::plan::PlanError;
+use std::path::{Path, PathBuf};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    /// The tidy records, one per (sweep point, seed, subject, metric): CSV
+    /// for table tools (run and sweep).
+    Csv,
+}
+
+/// An error the CLI reports: configuration/usage problems exit 2, anything
+/// else 1.
+#[derive(Debug)]
+pub enum CliError {
+    Config(ConfigError),
+    Io(String),
+    /// A target that cannot be met (`qsim plan --need/--e2e-p95`): exit 1.
+    Unmet(String),
+    /// Writing the report failed: exit 2 for a bad `--out`, else 1.
+    Output(OutputError),
+}
+
+impl From<OutputError> for CliError {
+    fn from(e: OutputError) -> Self {
+        CliError::Output(e)
+    }
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> Self {
+        CliError::Config(e)
+    }
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Config(_) => 2,
+            CliError::Io(_) | CliError::Unmet(_) => 1,
+            CliError::Output(e) => e.exit_code(),
+        }
+    }
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Config(e) => write!(f, "{e}"),
+            CliError::Io(e) | CliError::Unmet(e) => write!(f, "{e}"),
+            CliError::Output(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A plan's error as the CLI reports it, field paths named after `file`.
+pub fn plan_err(e: PlanError, file: Option<&Path>, sets: &[String]) -> CliError {
+    match e {
+        PlanError::Config(c) => CliError::Config(name_fields(c, file, sets)),
+        PlanError::Unmet(m) => CliError::Unmet(m),
+    }
+}
+
+/// Write `text` to `out` (see [`crate::output`] for the rules), or to stdout.
+pub fn emit(text: &str, out: Option<&Path>, force: bool) -> Result<(), CliError> {
+    Ok(output::emit(text, out, force)?)
+}
+
+/// A clap usage error as one line (without the usage block): exit 2.
+pub fn usage_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+        })
+        .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_string())
+        .collect();
+    parts.push("try --help".into());
+    parts.join("; ")
+}
+
+/// Load an experiment file for `run` and `sweep`. A server or hosted-API
+/// profile given in its place is named as such, and field paths name array
+/// items by their `name` ([`name_fields`]).
+pub fn load_experiment(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
+    experiment::load(file, sets).map_err(|e| {
+        let src = file.display().to_string();
+        if e.source == src {
+            if let Some(w) = qsim_sim::config::read_toml(file)
+                .ok()
+                .and_then(|v| qsim_sim::config::profile_not_experiment(&src, &v))
+            {
+                return w;
+            }
+        }
+        name_fields(e, Some(file), sets)
+    })
+}
+
+/// Rewrite an error's field path to name array items (`scenario.heavy.rpm`,
+/// not `scenario.2.rpm`), reading the document it is about: `file` with the
+/// `--set` overrides if the error is about it, else the file (or embedded
+/// file) the error names.
+pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> ConfigError {
+    if !e.field.split('.').any(|s| s.parse::<usize>().is_ok()) {
+        return e;
+    }
+    let doc = match file {
+        Some(f) if f.display().to_string() == e.source => {
+            qsim_sim::config::read_toml(f).ok().map(|mut v| {
+                for s in sets {
+                    let _ = qsim_sim::config::apply_set(&mut v, s);
+                }
+                v
+            })
+        }
+        _ => {
+            let name = e
+                .source
+                .strip_suffix(" (embedded)")
+                .map(|n| PathBuf::from(format!("{}{n}", qsim_sim::embedded::PREFIX)));
+            let p = name.unwrap_or_else(|| PathBuf::from(&e.source));
+            if qsim_sim::config::source_exists(&p) {
+                qsim_sim::config::read_toml(&p).ok()
+            } else {
+                None
+            }
+        }
+    };
+    match doc {
+        Some(v) => e.named_in(&v),
+        None => e,
+    }
+}
+
+/// Clap value parser of a duration flag (`--e2e-p95`): a number with the
+/// unit `s` or `ms` (no unit: seconds); the unit is explained when wrong.
+pub fn duration_arg(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(num_end);
+    let units = "accepted units are s and ms (e.g. 2s, 1500ms; a bare number is seconds)";
+    if !matches!(unit.trim(), "" | "s" | "ms") {
+        return Err(format!("unknown unit {:?}: {units}", unit.trim()));
+    }
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(s.to_string()),
+        Ok(_) => Err(format!("must be a duration > 0; {units}")),
+        Err(_) => Err(format!("{s:?} is not a duration; {units}")),
+    }
+}

@@ -1,0 +1,11 @@
+//! One module per subcommand: each turns its arguments into plain specs for
+//! `qsim-sim` or `qsim-live` and renders what they return.
+
+pub mod calibrate;
+pub mod compare;
+pub mod load;
+pub mod proxy;
+pub mod recommend;
+pub mod replay;
+pub mod serve;
+pub mod whatif;
