@@ -5,7 +5,8 @@
 //!
 //! `cargo bench --bench plan`
 
-use qsim_sim::plan::{run_cli, PlanSpec};
+use qsim_sim::plan::run::run_cli;
+use qsim_sim::plan::PlanSpec;
 
 fn cpu_seconds() -> f64 {
     // utime + stime in clock ticks (fields 14 and 15 of /proc/self/stat)

@@ -115,9 +115,11 @@ def resolve(mods, here, path, reexports=None):
 
 def graph(src):
     mods = {}
+    has_lib = os.path.exists(os.path.join(src, "lib.rs"))
     for dp, _, fs in os.walk(src):
         for f in fs:
-            if f.endswith(".rs"):
+            # a package's main.rs uses its library by the crate's name, not crate::
+            if f.endswith(".rs") and not (has_lib and dp == src and f == "main.rs"):
                 p = os.path.join(dp, f)
                 mods[module_of(src, p)] = p
     texts = {m: strip_comments(strip_tests(open(p, encoding="utf-8").read())) for m, p in mods.items()}
@@ -142,8 +144,6 @@ def graph(src):
         # a child module named without a prefix: `child::Item`
         paths += [x for x in re.findall(r"(?<![\w:])(\w+(?:::\w+)+)", text) if m + (x.split("::")[0],) in mods]
         for path in paths:
-            if re.match(r"^\s*pub", ""):
-                pass
             t = resolve(mods, m, path, reexports)
             if t is not None and t != m and t in mods:
                 # a parent naming its own child (mod.rs re-exports) is still an import

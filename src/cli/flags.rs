@@ -2,7 +2,7 @@
 //! conversion into `qsim-sim`'s plain specs (nothing below this crate names
 //! clap).
 
-use qsim_sim::experiment::budget::{Budget, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_REQUESTS};
+use qsim_sim::budget::{Budget, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_REQUESTS};
 use qsim_sim::plan::PlanSpec;
 use std::path::PathBuf;
 

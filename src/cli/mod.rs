@@ -9,8 +9,8 @@ use flags::BudgetFlags;
 
 use crate::output;
 use clap::{Parser, Subcommand};
+use qsim_sim::budget::Cost;
 use qsim_sim::config::ConfigError;
-use qsim_sim::experiment::budget::Cost;
 use qsim_sim::experiment::ExperimentFile;
 use qsim_sim::report;
 use qsim_sim::report::records::PointRecords;
@@ -290,7 +290,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 }]);
                 (text, records)
             } else {
-                let r = qsim_sim::plan::run_cli_full(&args, format == Format::Json, &budget)
+                let r = qsim_sim::plan::run::run_cli_full(&args, format == Format::Json, &budget)
                     .map_err(|e| plan_err(e, None, &[]))?;
                 if targets.wanted() {
                     let text = (format == Format::Table).then_some(r.text.as_str());
@@ -391,8 +391,9 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                         seeds,
                         ..args.clone()
                     };
-                    let r = qsim_sim::plan::run_cli_full(&args, format == Format::Json, &budget)
-                        .map_err(|e| plan_err(e, Some(&file), &sets))?;
+                    let r =
+                        qsim_sim::plan::run::run_cli_full(&args, format == Format::Json, &budget)
+                            .map_err(|e| plan_err(e, Some(&file), &sets))?;
                     if targets.wanted() {
                         let text = (format == Format::Table).then_some(r.text.as_str());
                         crate::plot::plan_outputs(

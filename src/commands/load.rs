@@ -407,7 +407,7 @@ pub struct Predicted {
 /// Under the default work budget: refused up front on the estimate, or
 /// stopped by the run-time meter (exit 2 before any request is sent).
 pub fn simulate(p: &Prepared, seed: u64, seeds: u64) -> Result<Predicted, ConfigError> {
-    let budget = qsim_sim::experiment::budget::Budget::default();
+    let budget = qsim_sim::budget::Budget::default();
     qsim_sim::plan::budget::simulate(&p.file, &p.model)?
         .times(seeds as f64, "seeds")
         .check(&p.file.source, &budget)?;

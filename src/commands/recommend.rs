@@ -21,11 +21,11 @@
 //! between configurations are not seed noise.
 
 use crate::cli::common::{emit, CliError, Format};
+use qsim_sim::budget::Cost;
 use qsim_sim::client::managed::AimdParams;
 use qsim_sim::client::policy::{Backoff, RetryPolicy};
 use qsim_sim::client::presets::{self, ClientPolicy, PRESETS};
 use qsim_sim::config::ConfigError;
-use qsim_sim::experiment::budget::{self, Cost};
 use qsim_sim::experiment::config::{client_with, ClientKind, Experiment};
 use qsim_sim::experiment::{hosted, ExperimentFile, HostedSuite};
 use qsim_sim::report::records::Records;
@@ -826,7 +826,8 @@ pub fn grid_cost(suite: &HostedSuite, seeds: u64) -> Cost {
     let mut c = Cost::default();
     for g in grid_configs(suite) {
         c.then(
-            budget::hosted_suite(&single(suite, g.experiment(suite))).times(seeds as f64, "seeds"),
+            qsim_sim::experiment::budget::hosted_suite(&single(suite, g.experiment(suite)))
+                .times(seeds as f64, "seeds"),
         );
     }
     c

@@ -1062,34 +1062,3 @@ pub fn forest(f: Forest) -> Figure {
         panels: vec![Panel::Forest(f)],
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn front_of_a_small_set() {
-        let p = |x, y| ParetoPoint {
-            label: String::new(),
-            x,
-            y,
-        };
-        let pts = vec![
-            p(3.0, 1.0),
-            p(1.0, 3.0),
-            p(2.0, 2.0),
-            p(2.5, 2.5),
-            p(1.0, 4.0),
-            p(f64::NAN, 0.0),
-        ];
-        assert_eq!(pareto_front(&pts), vec![1, 2, 0]);
-    }
-
-    #[test]
-    fn numbers_are_short() {
-        assert_eq!(fmt_num(128.0), "128");
-        assert_eq!(fmt_num(12.5), "12.5");
-        assert_eq!(fmt_num(0.25), "0.25");
-        assert_eq!(fmt_num(2e7), "2.0e7");
-    }
-}

@@ -16,40 +16,18 @@
 //! tables), [`read::read_column`] (one column of a CSV, Parquet or JSON
 //! Lines file) and [`table::write_table`] (named columns → Parquet + CSV).
 
+pub mod error;
 pub mod manifest;
 pub mod merge;
 pub mod read;
 pub mod results;
 pub mod table;
 
+pub use error::ResultsError;
 pub use manifest::{Input, Manifest};
 pub use read::{read_column, read_parquet_text};
 pub use results::{Axis, Results, ResultsBuilder, FILE_NAMES, MANIFEST};
 pub use table::{encode_table, write_table, NamedColumn, Values};
-
-/// An error: what it is about (a file, a column, `results`) and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResultsError {
-    pub what: String,
-    pub reason: String,
-}
-
-impl ResultsError {
-    pub fn new(what: impl Into<String>, reason: impl Into<String>) -> Self {
-        ResultsError {
-            what: what.into(),
-            reason: reason.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for ResultsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.what, self.reason)
-    }
-}
-
-impl std::error::Error for ResultsError {}
 
 /// Every file of an output directory, (name, bytes): the four tables and
 /// `manifest.json` (which lists the tables' sizes and hashes).

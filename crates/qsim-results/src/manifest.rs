@@ -3,8 +3,8 @@
 //! timestamps, host names or thread counts — so the manifest is
 //! byte-identical whenever the tables are.
 
+use crate::error::ResultsError;
 use crate::results::Axis;
-use crate::ResultsError;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -163,39 +163,5 @@ impl Manifest {
             shard,
             merged,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sha256_of_abc() {
-        assert_eq!(
-            sha256_hex(b"abc"),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-
-    #[test]
-    fn manifest_round_trips() {
-        let m = Manifest {
-            version: "0.1.0".into(),
-            command: vec!["qsim".into(), "sweep".into()],
-            inputs: vec![Input::new("a.toml", b"x")],
-            seed: 1,
-            seeds: 3,
-            axes: vec![Axis {
-                path: "workers".into(),
-                values: vec!["8".into(), "16".into()],
-            }],
-            shard: Some((1, 2)),
-            merged: vec![],
-        };
-        let text = m.to_json(&[("runs.csv".into(), b"a\n".to_vec())]);
-        assert!(text.contains("\"points\": 2"), "{text}");
-        assert_eq!(Manifest::parse("m", &text).unwrap(), m);
-        assert!(Manifest::parse("m", "{}").is_err());
     }
 }

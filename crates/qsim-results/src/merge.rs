@@ -3,9 +3,9 @@
 //! from its `runs.parquet` and pushed again, so the merged tables are built
 //! by the same code, in the same order, as the unsharded ones.
 
+use crate::error::ResultsError;
 use crate::manifest::{sha256_hex, Manifest, MergedShard};
 use crate::results::{Results, ResultsBuilder, MANIFEST, RUNS_PARQUET};
-use crate::ResultsError;
 use polars::prelude::*;
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! `read_column`: one column of a CSV, Parquet or JSON Lines file, as text.
 
-use crate::ResultsError;
+use crate::error::ResultsError;
 use polars::prelude::*;
 use std::path::Path;
 
@@ -141,71 +141,4 @@ fn read_jsonl(name: &str, path: &Path, column: &str) -> Result<Vec<String>, Resu
         }
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::table::{write_table, NamedColumn, Values};
-
-    #[test]
-    fn reads_a_column_from_each_format() {
-        let d = tempfile::tempdir().unwrap();
-        let (pq, csv) = write_table(
-            &d.path().join("t"),
-            &[
-                NamedColumn::new(
-                    "prompt",
-                    Values::Str(vec![Some("hi, there".into()), Some("two\nlines".into())]),
-                ),
-                NamedColumn::new("n", Values::I64(vec![Some(1), Some(20)])),
-            ],
-        )
-        .unwrap();
-        let want = ["hi, there", "two\nlines"];
-        assert_eq!(read_column(&pq, "prompt").unwrap(), want);
-        assert_eq!(read_column(&csv, "prompt").unwrap(), want);
-        assert_eq!(read_column(&pq, "n").unwrap(), ["1", "20"]);
-        assert_eq!(read_column(&csv, "n").unwrap(), ["1", "20"]);
-        let jl = d.path().join("t.jsonl");
-        std::fs::write(
-            &jl,
-            "{\"prompt\": \"hi, there\", \"n\": 1}\n\n{\"prompt\": \"two\\nlines\", \"n\": 20}\n",
-        )
-        .unwrap();
-        assert_eq!(read_column(&jl, "prompt").unwrap(), want);
-        assert_eq!(read_column(&jl, "n").unwrap(), ["1", "20"]);
-    }
-
-    #[test]
-    fn errors_name_the_file_and_the_problem() {
-        let d = tempfile::tempdir().unwrap();
-        let (pq, csv) = write_table(
-            &d.path().join("t"),
-            &[NamedColumn::new(
-                "a",
-                Values::Str(vec![Some("x".into()), None]),
-            )],
-        )
-        .unwrap();
-        let e = read_column(&pq, "b").unwrap_err().to_string();
-        assert!(
-            e.contains("t.parquet") && e.contains("no column \"b\" (columns: a)"),
-            "{e}"
-        );
-        let e = read_column(&csv, "a").unwrap_err().to_string();
-        assert!(e.contains("row 2: no value"), "{e}");
-        let jl = d.path().join("t.jsonl");
-        std::fs::write(&jl, "{\"a\": 1}\nnot json\n").unwrap();
-        let e = read_column(&jl, "a").unwrap_err().to_string();
-        assert!(e.contains("line 2: invalid JSON"), "{e}");
-        let e = read_column(&d.path().join("t.txt"), "a")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("unknown format"), "{e}");
-        let e = read_column(&d.path().join("none.csv"), "a")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("none.csv"), "{e}");
-    }
 }

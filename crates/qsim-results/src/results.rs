@@ -10,8 +10,8 @@
 //! sharding (a merge that pushes the shards' rows back in point order builds
 //! the same tables).
 
+use crate::error::ResultsError;
 use crate::table::{encode_table, NamedColumn, Values};
-use crate::ResultsError;
 use std::collections::BTreeMap;
 
 /// One swept parameter: its path and its values, in grid order.
@@ -45,13 +45,14 @@ pub fn grid_size(axes: &[Axis]) -> usize {
 /// How a parameter's values are typed in the tables: integers when every
 /// value is one, else numbers when every value is one, else text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ParamType {
+pub enum ParamType {
     Int,
     Float,
     Text,
 }
 
-fn param_type(values: &[String]) -> ParamType {
+/// The type of a parameter's column (public for the tests).
+pub fn param_type(values: &[String]) -> ParamType {
     if values.iter().all(|v| v.parse::<i64>().is_ok()) {
         ParamType::Int
     } else if values
@@ -387,96 +388,3 @@ pub const MANIFEST: &str = "manifest.json";
 
 /// Every file name qsim writes into an `--out DIR`.
 pub const FILE_NAMES: &[&str] = &[RUNS_PARQUET, RUNS_CSV, POINTS_PARQUET, POINTS_CSV, MANIFEST];
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn axes() -> Vec<Axis> {
-        vec![
-            Axis {
-                path: "workers".into(),
-                values: vec!["8".into(), "16".into()],
-            },
-            Axis {
-                path: "policy".into(),
-                values: vec!["a".into(), "b".into(), "c".into()],
-            },
-        ]
-    }
-
-    #[test]
-    fn point_params_follow_the_grid_order() {
-        let a = axes();
-        assert_eq!(grid_size(&a), 6);
-        assert_eq!(point_params(&a, 0).unwrap(), ["8", "a"]);
-        assert_eq!(point_params(&a, 2).unwrap(), ["8", "c"]);
-        assert_eq!(point_params(&a, 3).unwrap(), ["16", "a"]);
-        assert!(point_params(&a, 6).is_none());
-        assert_eq!(point_params(&[], 0).unwrap(), Vec::<&str>::new());
-    }
-
-    #[test]
-    fn summary_matches_the_text_reports() {
-        let v: Vec<f64> = (0..=100).map(f64::from).collect();
-        assert_eq!(summary(&v), (50.0, 50.0, 5.0, 95.0));
-        assert_eq!(summary(&[3.0]), (3.0, 3.0, 3.0, 3.0));
-        let (m, mean, lo, hi) = summary(&[4.0, 1.0, 2.0]);
-        assert_eq!((m, mean), (2.0, 7.0 / 3.0));
-        assert!((lo - 1.1).abs() < 1e-12 && (hi - 3.8).abs() < 1e-12);
-    }
-
-    #[test]
-    fn runs_are_rows_and_metrics_columns() {
-        let mut b = ResultsBuilder::new(axes());
-        // pushed out of point order: rows come back in grid order
-        b.push(3, 1, "exp", "ok", 5.0).unwrap();
-        b.push(0, 1, "exp", "ok", 1.0).unwrap();
-        b.push(0, 1, "exp", "p95", 2.0).unwrap();
-        b.push(0, 2, "exp", "ok", 3.0).unwrap();
-        assert!(b.push(0, 2, "exp", "ok", 3.0).is_err(), "recorded twice");
-        assert!(b.push(6, 1, "exp", "ok", 3.0).is_err(), "outside the grid");
-        let r = b.finish();
-        assert_eq!(r.metric_names(), ["ok", "p95"]);
-        let cols = r.runs_columns();
-        let names: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["point", "workers", "policy", "seed", "subject", "ok", "p95"]
-        );
-        assert_eq!(cols[0].values, Values::U32(vec![Some(0), Some(0), Some(3)]));
-        assert_eq!(
-            cols[1].values,
-            Values::I64(vec![Some(8), Some(8), Some(16)])
-        );
-        assert_eq!(
-            cols[6].values,
-            Values::F64(vec![Some(2.0), None, None]),
-            "null where a run lacks the metric"
-        );
-        let p = r.points_columns();
-        let metric = p.iter().find(|c| c.name == "metric").unwrap();
-        assert_eq!(
-            metric.values,
-            Values::Str(vec![
-                Some("ok".into()),
-                Some("p95".into()),
-                Some("ok".into())
-            ])
-        );
-        let median = p.iter().find(|c| c.name == "median").unwrap();
-        assert_eq!(
-            median.values,
-            Values::F64(vec![Some(2.0), Some(2.0), Some(5.0)])
-        );
-        let runs = p.iter().find(|c| c.name == "runs").unwrap();
-        assert_eq!(runs.values, Values::U64(vec![Some(2), Some(1), Some(1)]));
-    }
-
-    #[test]
-    fn parameters_are_typed_from_all_the_axis_values() {
-        assert_eq!(param_type(&["8".into(), "16".into()]), ParamType::Int);
-        assert_eq!(param_type(&["0.5".into(), "1".into()]), ParamType::Float);
-        assert_eq!(param_type(&["1".into(), "full".into()]), ParamType::Text);
-    }
-}

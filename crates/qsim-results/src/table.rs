@@ -1,6 +1,6 @@
 //! Named columns of plain values → a polars DataFrame → Parquet and CSV bytes.
 
-use crate::ResultsError;
+use crate::error::ResultsError;
 use polars::prelude::*;
 use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
@@ -170,34 +170,4 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ResultsError> {
         let _ = std::fs::remove_file(&tmp);
     }
     res.map_err(io)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frame_checks_lengths_and_names() {
-        let a = NamedColumn::new("a", Values::F64(vec![Some(1.0), None]));
-        let b = NamedColumn::new("b", Values::Str(vec![Some("x".into())]));
-        assert!(frame(&[a.clone(), b]).is_err());
-        assert!(frame(&[a.clone(), a.clone()]).is_err());
-        let df = frame(&[a]).unwrap();
-        assert_eq!(df.height(), 2);
-    }
-
-    #[test]
-    fn csv_has_header_nulls_and_quotes() {
-        let enc = encode_table(&[
-            NamedColumn::new("n", Values::U64(vec![Some(1), Some(2)])),
-            NamedColumn::new("s", Values::Str(vec![Some("a,b".into()), None])),
-            NamedColumn::new("x", Values::F64(vec![Some(0.5), None])),
-        ])
-        .unwrap();
-        assert_eq!(
-            String::from_utf8(enc.csv).unwrap(),
-            "n,s,x\n1,\"a,b\",0.5\n2,,\n"
-        );
-        assert_eq!(&enc.parquet[..4], b"PAR1");
-    }
 }

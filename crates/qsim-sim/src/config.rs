@@ -189,6 +189,14 @@ pub fn files_read() -> Vec<(String, String)> {
     m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 
+/// The contents of an embedded file the binary cannot be built without
+/// (noted as read, for the manifest's inputs).
+pub fn embedded_must(name: &str) -> &'static str {
+    let text = crate::embedded::get(name).unwrap_or_else(|| panic!("{name} is not embedded"));
+    note_read(&format!("{}{name}", crate::embedded::PREFIX), text);
+    text
+}
+
 /// Read and parse a TOML file, or an embedded one (`builtin:NAME`).
 pub fn read_toml(path: &Path) -> Result<toml::Value, ConfigError> {
     let src = path.display().to_string();

@@ -25,13 +25,6 @@ pub const FILES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The contents of an embedded file the binary cannot be built without.
-pub fn must(name: &str) -> &'static str {
-    let text = get(name).unwrap_or_else(|| panic!("{name} is not embedded"));
-    crate::config::note_read(&format!("{PREFIX}{name}"), text);
-    text
-}
-
 /// The contents of `builtin:NAME`, if embedded.
 pub fn get(name: &str) -> Option<&'static str> {
     FILES.iter().find(|(n, _)| *n == name).map(|(_, c)| *c)

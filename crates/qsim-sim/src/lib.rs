@@ -13,6 +13,7 @@
 //! - [`report`]: records, tables and JSON;
 //! - [`work`]: the work meter (budgets by counted units).
 
+pub mod budget;
 pub mod client;
 pub mod config;
 pub mod embedded;

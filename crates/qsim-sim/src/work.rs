@@ -1,7 +1,7 @@
 //! The run-time work budget: what the simulation drivers actually do,
 //! counted while they do it, against `--max-requests`.
 //!
-//! The up-front estimate ([`crate::experiment::budget`]) refuses hopeless
+//! The up-front estimate ([`crate::budget`]) refuses hopeless
 //! inputs at once; this meter is the guarantee. Every driver (hosted pool
 //! and managed executor, server scenarios, shared scenarios) counts its
 //! work in the same units as the estimate — a simulated request or engine
@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// Units per simulated request or engine iteration (a hosted-API attempt
 /// is one unit: a quarter of a request, see
-/// [`HOSTED_ATTEMPT_WORK`](crate::experiment::budget::HOSTED_ATTEMPT_WORK)).
+/// [`HOSTED_ATTEMPT_WORK`](crate::budget::HOSTED_ATTEMPT_WORK)).
 pub const UNITS_PER_REQUEST: u64 = 4;
 
 /// Replicas a server driver's step looks at for the work of one request:
@@ -146,7 +146,7 @@ pub fn exceeded_advising(source: &str, m: &Meter, advice: &str) -> ConfigError {
         "",
         format!(
             "work budget: exceeded after simulating more than {} requests and engine iterations (a hosted-API attempt counts 1/4); the run was stopped and nothing written; {advice}",
-            crate::experiment::budget::count(max as f64),
+            crate::budget::count(max as f64),
         ),
     )
 }

@@ -1,7 +1,7 @@
 //! The TOML form of a retry policy (`[experiment.retry]`, `[[scenario.load]].retry`).
 
-use super::policy::{Backoff, RetryPolicy, StatusSet};
 use crate::config::{duration_s, ConfigError};
+use qsim_core::client::policy::{Backoff, RetryPolicy, StatusSet};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,14 +1,14 @@
-//! The work budget of a plan (see [`crate::experiment::budget`]): the
+//! The work budget of a plan (see [`crate::budget`]): the
 //! scenarios' loads through the limiter and without it, and each step of
 //! the inverse search.
 
 use super::config::{Arrival, SharedFile};
 use super::Model;
-use crate::config::ConfigError;
-use crate::experiment::budget::{
+use crate::budget::{
     hists_bytes, iterations, min_step_s, open_requests, replicas_bytes, Cost, IN_FLIGHT_BYTES,
     RECORD_BYTES,
 };
+use crate::config::ConfigError;
 use crate::time::{show, to_secs};
 
 /// The ideal server's TTFT and ITL (see `sim::IdealBackend::seed_nim`).

@@ -345,7 +345,7 @@ impl SharedFile {
     pub fn embedded() -> Result<Self, ConfigError> {
         let v = parse_toml(
             EMBEDDED_SCENARIOS_NAME,
-            crate::embedded::must(EMBEDDED_SCENARIOS_PATH),
+            crate::config::embedded_must(EMBEDDED_SCENARIOS_PATH),
         )?;
         Self::from_value(EMBEDDED_SCENARIOS_NAME, v)
     }

@@ -19,8 +19,8 @@
 
 use super::config::{Arrival, SharedFile};
 use super::{simulate, Model, PlanError};
+use crate::budget::{min_step_s, Budget, Cost};
 use crate::config::ConfigError;
-use crate::experiment::budget::{min_step_s, Budget, Cost};
 use crate::limiter::admission::{ConsumerSpec, BP_FULL};
 use crate::time::to_secs;
 use serde_json::{json, Value};

@@ -14,9 +14,11 @@
 pub mod metrics;
 pub mod profile;
 mod replica;
+mod request;
 
 pub use metrics::{ClusterMetrics, ReplicaMetrics, TimeAvg};
 pub use profile::{load_profile, IterationModel, ServerProfile};
+pub use request::{Completion, Request};
 
 use crate::engine::rng::{component, stream, Rng};
 use crate::time::{Nanos, NEVER};
@@ -51,29 +53,6 @@ impl RouterKind {
             RouterKind::LeastKv => "least_kv",
         }
     }
-}
-
-/// A request offered to the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
-    pub id: u64,
-    pub input_tokens: u32,
-    pub output_tokens: u32,
-}
-
-/// A request that left the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Completion {
-    pub id: u64,
-    pub arrival: Nanos,
-    pub first_token: Nanos,
-    pub finished: Nanos,
-    pub output_tokens: u32,
-    pub replica: u32,
-    /// The request could never run (empty, or longer than `max_model_len`,
-    /// or a prompt over `max_batched_tokens` without chunked prefill); it was
-    /// answered at once with no output (`first_token == finished == arrival`).
-    pub rejected: bool,
 }
 
 /// N replicas of one profile behind a router.

@@ -15,7 +15,7 @@
 
 use super::metrics::ReplicaMetrics;
 use super::profile::{IterationModel, ServerProfile};
-use super::{Completion, Request};
+use super::request::{Completion, Request};
 use crate::time::{Nanos, NEVER};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

@@ -168,7 +168,7 @@ fn twenty_thousand_experiments_within_the_memory_budget() {
         .unwrap();
     let mb = cost.memory_bytes() / 1024.0 / 1024.0;
     assert!(
-        mb > 256.0 && mb < qsim_sim::experiment::budget::DEFAULT_MAX_MEMORY_MB as f64,
+        mb > 256.0 && mb < qsim_sim::budget::DEFAULT_MAX_MEMORY_MB as f64,
         "{mb} MB"
     );
 }
@@ -233,7 +233,7 @@ fn durations_beyond_the_clock_name_field_and_range() {
 /// loaded ones; and it is far below it when samples cluster.
 #[test]
 fn replica_histograms_within_the_estimate() {
-    use qsim_sim::experiment::budget::{replicas_bytes, REPLICA_FIXED_BYTES};
+    use qsim_sim::budget::{replicas_bytes, REPLICA_FIXED_BYTES};
     use qsim_sim::experiment::{load, server::run_scenario, ExperimentFile};
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     for (file, scenario, reps) in [
@@ -282,7 +282,7 @@ fn replica_histograms_within_the_estimate() {
 /// hdrhistogram's full arrays), while thousands are still refused.
 #[test]
 fn hundreds_of_replicas_fit_the_memory_estimate() {
-    use qsim_sim::experiment::budget::DEFAULT_MAX_MEMORY_MB;
+    use qsim_sim::budget::DEFAULT_MAX_MEMORY_MB;
     use qsim_sim::experiment::load;
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/nim-load.toml");
     let mb = |reps: u32| {

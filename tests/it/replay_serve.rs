@@ -32,9 +32,7 @@
 //! shows what a single fixed pair meets (serve seed 1: exp 2's p50 +6 %
 //! over the simulated median, 2 of 40 timing-noise runs past the bound).
 
-mod common;
-#[path = "common/serve.rs"]
-mod serve_helpers;
+use crate::common::serve as serve_helpers;
 
 use serde_json::Value;
 use serve_helpers::{qsim, serve};

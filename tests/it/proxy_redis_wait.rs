@@ -8,8 +8,7 @@
 //! 127.0.0.1 only; bounded (8 requests, ≈ 10 s). Timings are compared with
 //! the limiter's own waits (seconds), never with a latency budget.
 
-mod common;
-use common::{free_port, llmock, metric, proxy, python_env, redis_server, settled, warm};
+use crate::common::{free_port, llmock, metric, proxy, python_env, redis_server, settled, warm};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -56,7 +55,7 @@ fn waiters_on_two_replicas_share_one_rate_in_redis_and_short_deadlines_are_refus
     let cfg = format!(
         "state = \"redis://127.0.0.1:{rport}\"\non_limit = \"wait\"\nmax_wait_s = 20\n\
          deadline_margin_s = 0.05\n{}",
-        common::TIGHT
+        crate::common::TIGHT
     );
     let (_p0, u0) = proxy(&dir, "r0", &up, &cfg);
     let (_p1, u1) = proxy(&dir, "r1", &up, &cfg);

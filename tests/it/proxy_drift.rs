@@ -15,11 +15,9 @@
 //!   `qsim_proxy_drift_alert{metric="ttft"}` (and e2e, itl) go to 1 within
 //!   120 model seconds of the restart, with a warning in the proxy's log.
 
-mod common;
-#[path = "common/serve.rs"]
-mod serve_helpers;
+use crate::common::serve as serve_helpers;
 
-use common::{free_port, http, metric, metrics, proxy, Proc};
+use crate::common::{free_port, http, metric, metrics, proxy, Proc};
 use serve_helpers::{model, serve_at};
 use std::path::Path;
 use std::process::Command;
@@ -281,7 +279,7 @@ fn bad_drift_settings_exit_2_naming_the_field() {
         let path = dir.path().join(format!("bad{i}.toml"));
         std::fs::write(
             &path,
-            common::proxy_config("http://127.0.0.1:9", &format!("{extra}{CONFIG}")),
+            crate::common::proxy_config("http://127.0.0.1:9", &format!("{extra}{CONFIG}")),
         )
         .unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_qsim"))

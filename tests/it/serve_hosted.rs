@@ -3,9 +3,7 @@
 //! fail loudly) as the client. Every wait is bounded; every server is killed
 //! at the end.
 
-mod common;
-#[path = "common/serve.rs"]
-mod serve_helpers;
+use crate::common::serve as serve_helpers;
 
 use serde_json::Value;
 use serve_helpers::{model, python, serve};

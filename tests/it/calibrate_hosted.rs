@@ -15,9 +15,7 @@
 //! 14,993 in 14,236–15,011; one run in 14 had the refill outside (below):
 //! the likelihood's noise model is too tight for the bucket.
 
-mod common;
-#[path = "common/serve.rs"]
-mod serve_helpers;
+use crate::common::serve as serve_helpers;
 
 use serde_json::Value;
 use std::time::Duration;

@@ -41,8 +41,7 @@
 //!   and the plan figures `qsim load --compare-with-sim` prints are those
 //!   records (seed 1 per minute, the median over seeds).
 
-mod common;
-use common::{http_json, llmock, Proc};
+use crate::common::{http_json, llmock, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
@@ -85,7 +84,7 @@ fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
         .spawn()
         .expect("start qsim proxy");
     let mut proxy = Proc(child);
-    let proxy_url = common::proxy_url(&mut proxy);
+    let proxy_url = crate::common::proxy_url(&mut proxy);
 
     let t0 = Instant::now();
     let load = qsim()

@@ -5,8 +5,7 @@
 //! configured fail mode (closed: 503; open: forwarded unlimited), logged;
 //! Redis restarted → enforcement resumes, logged.
 
-mod common;
-use common::{free_port, llmock, proxy_url, redis_server as redis, Proc};
+use crate::common::{free_port, llmock, proxy_url, redis_server as redis, Proc};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;

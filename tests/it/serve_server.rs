@@ -4,9 +4,7 @@
 //! official openai Python SDK (the venv of scripts/live-deps.sh); 127.0.0.1
 //! only, bounded in time.
 
-mod common;
-#[path = "common/serve.rs"]
-mod serve_helpers;
+use crate::common::serve as serve_helpers;
 
 use serde_json::Value;
 use serve_helpers::{model, python, python_env, serve};

@@ -19,8 +19,7 @@
 //! - the replay's attempt log agrees with llmock's own journal of the
 //!   exchanges: the same number of requests, the same statuses, row by row.
 
-mod common;
-use common::{http_json, llmock, qsim_env as qsim, read_csv};
+use crate::common::{http_json, llmock, qsim_env as qsim, read_csv};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,8 +5,7 @@
 //! the retries go through the core's `Call`, honouring the proxy's hints in
 //! scaled time.
 
-mod common;
-use common::{free_port, llmock, stop, Proc};
+use crate::common::{free_port, llmock, stop, Proc};
 use serde_json::Value;
 use std::process::{Command, Stdio};
 
@@ -149,7 +148,7 @@ fn closed_loop_with_retries_through_the_proxy() {
         .spawn()
         .unwrap();
     let mut proxy = Proc(child);
-    let url = &common::proxy_url(&mut proxy);
+    let url = &crate::common::proxy_url(&mut proxy);
 
     let o = qsim()
         .arg("load")

@@ -8,8 +8,7 @@
 //! bounded. No assertion is a speed check: timings are compared with the
 //! limiter's own waits (seconds), never with a latency budget.
 
-mod common;
-use common::{
+use crate::common::{
     http, llmock, metric, metrics, proxy, proxy_config, python_env, settled, venv_bin, warm, Proc,
 };
 use serde_json::Value;
@@ -68,7 +67,7 @@ fn waiting_consumer_is_held_in_order_and_refused_at_once_past_its_deadline() {
     warm(&up);
     let cfg = format!(
         "on_limit = \"wait\"\nmax_wait_s = 20\ndeadline_margin_s = 0.05\n{}",
-        common::TIGHT
+        crate::common::TIGHT
     );
     let (_p, url) = proxy(&dir, "wait", &up, &cfg);
     let r = python_env(SDK_WAIT, &url, &[], Duration::from_secs(60));
@@ -288,7 +287,7 @@ fn sighup_reloads_the_policy_without_dropping_requests() {
     let (p, url) = proxy(&dir, "reload", &up, open);
     // the file now says 60/min without burst; read on SIGHUP
     let path = dir.path().join("reload.toml");
-    std::fs::write(&path, proxy_config(&up, common::TIGHT)).unwrap();
+    std::fs::write(&path, proxy_config(&up, crate::common::TIGHT)).unwrap();
     let pid = p.0.id().to_string();
     let r = python_env(
         SDK_STREAMS_ACROSS_RELOAD,

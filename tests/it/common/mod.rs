@@ -481,3 +481,5 @@ pub fn http_json(base: &str, method: &str, path: &str) -> (u16, Value) {
         .unwrap_or_else(|e| panic!("{method} {path}: not JSON ({e}): {body}"));
     (status, v)
 }
+
+pub mod serve;

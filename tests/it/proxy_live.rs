@@ -5,8 +5,7 @@
 //! Every process is started here, on free ports, and killed at the end; every
 //! wait is bounded.
 
-mod common;
-use common::{http, llmock, metric, proxy, python, settled};
+use crate::common::{http, llmock, metric, proxy, python, settled};
 use serde_json::Value;
 use std::net::TcpListener;
 use std::process::Command;
@@ -106,7 +105,7 @@ fn over_limit_openai_shape_and_the_sdk_honours_retry_after() {
     let (_up, up) = llmock(&[]);
     // 20/min: one admission every 3 s (so the second request is limited
     // even when llmock's first answer is slow)
-    let cfg = common::TIGHT.replace("capacity = 60", "capacity = 20");
+    let cfg = crate::common::TIGHT.replace("capacity = 60", "capacity = 20");
     let (_p, url) = proxy(&dir, "tight", &up, &cfg);
     let r = python(SDK_OPENAI_LIMIT, &url, Duration::from_secs(60));
     let first = &r["first"];
@@ -172,7 +171,7 @@ fn over_limit_fmapi_shape_without_hint_and_the_sdk_backs_off_on_its_own() {
     // back before the refill even if llmock's first answer is slow
     let cfg = format!(
         "limit_shape = \"fmapi\"\n{}",
-        common::TIGHT.replace("capacity = 60", "capacity = 20")
+        crate::common::TIGHT.replace("capacity = 60", "capacity = 20")
     );
     let (_p, url) = proxy(&dir, "fmapi", &up, &cfg);
     let r = python(SDK_FMAPI_LIMIT, &url, Duration::from_secs(60));

@@ -23,8 +23,7 @@
 //! Also: the OpenAI Python SDK's retries (`x-stainless-retry-count`) are
 //! linked into callers, and bad `--log`/`--policy`/`--window` exit 2.
 
-mod common;
-use common::{llmock, proxy_url, stop, venv_bin, Proc};
+use crate::common::{llmock, proxy_url, stop, venv_bin, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -58,7 +57,7 @@ fn proxy(cfg: &Path, up: &str, log: &Path) -> (Proc, String) {
         .spawn()
         .expect("start qsim proxy");
     let mut p = Proc(child);
-    let url = common::proxy_url(&mut p);
+    let url = crate::common::proxy_url(&mut p);
     (p, url)
 }
 

@@ -16,9 +16,7 @@
 //! field, or a bad `--fit` → exit 2 naming the file and the field, no
 //! output file.
 
-mod common;
-#[path = "common/serve.rs"]
-mod serve_helpers;
+use crate::common::serve as serve_helpers;
 
 use serde_json::Value;
 use std::path::Path;

@@ -7,8 +7,7 @@
 //! on demand (an answer that is not JSON, a plain-HTTP port behind
 //! `https://`, a server that never answers).
 
-mod common;
-use common::{free_port, llmock, qsim_env, read_csv};
+use crate::common::{free_port, llmock, qsim_env, read_csv};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
