@@ -45,7 +45,7 @@ fn main() {
             "plan --need A=250,B=150,C=250 --e2e-p95 4s (inverse search)",
             PlanSpec {
                 need: Some("A=250,B=150,C=250".into()),
-                e2e_p95: Some("4s".into()),
+                e2e_p95: Some(4 * qsim_sim::time::NS_PER_SEC),
                 ..base.clone()
             },
             2,

@@ -145,21 +145,10 @@ pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> Conf
     }
 }
 
-/// Clap value parser of a duration flag (`--e2e-p95`): a number with the
-/// unit `s` or `ms` (no unit: seconds); the unit is explained when wrong.
-pub fn duration_arg(s: &str) -> Result<String, String> {
-    let t = s.trim();
-    let num_end = t
-        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(num_end);
-    let units = "accepted units are s and ms (e.g. 2s, 1500ms; a bare number is seconds)";
-    if !matches!(unit.trim(), "" | "s" | "ms") {
-        return Err(format!("unknown unit {:?}: {units}", unit.trim()));
-    }
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(s.to_string()),
-        Ok(_) => Err(format!("must be a duration > 0; {units}")),
-        Err(_) => Err(format!("{s:?} is not a duration; {units}")),
-    }
+/// Clap value parser of every duration flag (`--e2e-p95`, `--timeout`, ...):
+/// [`qsim_sim::time::parse_duration`], the one duration parser (a number
+/// with the unit `s` or `ms`, a bare number is seconds; the unit is
+/// explained when wrong; never zero).
+pub fn duration_arg(s: &str) -> Result<qsim_sim::time::Nanos, String> {
+    qsim_sim::time::parse_duration(s)
 }

@@ -68,7 +68,7 @@ pub struct PlanFlags {
     pub need: Option<String>,
     /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms; units s or ms).
     #[arg(long = "e2e-p95", allow_hyphen_values = true, value_parser = crate::cli::common::duration_arg)]
-    pub e2e_p95: Option<String>,
+    pub e2e_p95: Option<qsim_sim::time::Nanos>,
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub seed: u64,

@@ -54,7 +54,7 @@ pub struct LoadArgs {
     /// Real-time limit of one attempt; rows still running this long after
     /// the scenario's end are abandoned (counted as unanswered).
     #[arg(long, default_value = "60s", value_parser = crate::cli::common::duration_arg)]
-    pub timeout: String,
+    pub timeout: qsim_sim::time::Nanos,
     /// Output format: table, json, or csv (the tidy records).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
@@ -295,7 +295,6 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
     if !args.path.starts_with('/') {
         return Err(flag_err("--path", "must start with /"));
     }
-    let timeout = qsim_sim::plan::parse_duration_s("--timeout", &args.timeout)?;
     let (file, model) = scenario_file(args)?;
     let consumers = identities(&file, args)?;
     let (arrivals, workers) = compile(&file, args.seed);
@@ -323,7 +322,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
         duration: sc.duration,
         time_scale: args.time_scale,
         max_requests: args.max_requests,
-        timeout: Duration::from_secs_f64(timeout),
+        timeout: Duration::from_nanos(args.timeout),
         units,
         threads: args.threads.map(usize::from),
     };
@@ -796,7 +795,7 @@ mod tests {
             scenario: Some(scenario.into()),
             time_scale: 1.0,
             max_requests: 1_000_000,
-            timeout: "60s".into(),
+            timeout: 60 * qsim_sim::time::NS_PER_SEC,
             format: Format::Table,
             compare_with_sim: false,
             sim_seeds: 1,

@@ -17,7 +17,7 @@ use qsim_sim::experiment::hosted::HostedResult;
 use qsim_sim::experiment::HostedSuite;
 use qsim_sim::report;
 use qsim_sim::report::records::{PointRecords, Records};
-use qsim_sim::time::{secs, Nanos};
+use qsim_sim::time::Nanos;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -73,10 +73,10 @@ pub struct ReplayArgs {
     pub time_scale: f64,
     /// Stop the whole replay after this long (model time; `s` or `ms`).
     #[arg(long, default_value = "3600s", value_parser = duration_arg)]
-    pub timeout: String,
+    pub timeout: qsim_sim::time::Nanos,
     /// Longest one HTTP attempt may take (model time; the OpenAI SDK's 600 s).
     #[arg(long, default_value = "600s", value_parser = duration_arg)]
-    pub attempt_timeout: String,
+    pub attempt_timeout: qsim_sim::time::Nanos,
     /// Spend the printed budget against a target that is not on this machine.
     #[arg(long)]
     pub yes: bool,
@@ -92,16 +92,6 @@ pub struct ReplayArgs {
     /// Replay only these experiments (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
-}
-
-/// Seconds of a `duration_arg` value (validated by clap already).
-fn dur_s(s: &str) -> f64 {
-    let t = s.trim();
-    if let Some(ms) = t.strip_suffix("ms") {
-        ms.trim().parse::<f64>().unwrap_or(0.0) / 1e3
-    } else {
-        t.trim_end_matches('s').trim().parse().unwrap_or(0.0)
-    }
 }
 
 /// A results table: named, typed columns (CSV now; [`write_table`] is the
@@ -742,8 +732,8 @@ pub fn run_cli(a: ReplayArgs) -> Result<(), CliError> {
             ))
         })?;
     }
-    let total = secs(dur_s(&a.timeout));
-    let attempt_timeout = secs(dur_s(&a.attempt_timeout));
+    let total = a.timeout;
+    let attempt_timeout = a.attempt_timeout;
     let started = std::time::Instant::now();
     let mut runs: Vec<(Run, &'static str)> = Vec::new();
     for (k, (plan, e)) in plans.iter().enumerate() {

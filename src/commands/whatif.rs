@@ -331,12 +331,14 @@ fn is_admitted(d: &str) -> bool {
     matches!(d, "admitted" | "waited" | "forwarded_unlimited")
 }
 
-fn median(v: &mut [u64]) -> u64 {
+/// The median ([`qsim_core::stats::quantile`]) rounded to an integer; 0 for
+/// no values.
+fn median(v: &[u64]) -> u64 {
     if v.is_empty() {
         return 0;
     }
-    v.sort_unstable();
-    v[(v.len() - 1) / 2]
+    let s = qsim_core::stats::sorted(&v.iter().map(|&x| x as f64).collect::<Vec<_>>());
+    qsim_core::stats::quantile(&s, 0.5).round() as u64
 }
 
 /// The replay (see the module doc). `times[i]`: record i on the common
@@ -417,8 +419,8 @@ pub fn replay(
             outs[c].push(o);
         }
     }
-    let med_dur: Vec<u64> = durs.iter_mut().map(|v| median(v)).collect();
-    let med_out: Vec<u64> = outs.iter_mut().map(|v| median(v)).collect();
+    let med_dur: Vec<u64> = durs.iter().map(|v| median(v)).collect();
+    let med_out: Vec<u64> = outs.iter().map(|v| median(v)).collect();
 
     // chains: link retries (x-stainless-retry-count k) to a denied attempt k−1
     let mut parent: Vec<Option<usize>> = vec![None; sel.len()];

@@ -2,10 +2,8 @@
 //! crate so the workspace has one test binary fewer).
 
 mod read {
-    #[allow(unused_imports)]
     use qsim_results::read::*;
     use qsim_results::table::{write_table, NamedColumn, Values};
-    use qsim_results::*;
 
     #[test]
     fn reads_a_column_from_each_format() {
@@ -70,7 +68,6 @@ mod read {
 }
 
 mod results {
-    #[allow(unused_imports)]
     use qsim_results::results::*;
     use qsim_results::*;
 
@@ -164,9 +161,7 @@ mod results {
 }
 
 mod table {
-    #[allow(unused_imports)]
     use qsim_results::table::*;
-    use qsim_results::*;
 
     #[test]
     fn frame_checks_lengths_and_names() {
@@ -195,7 +190,6 @@ mod table {
 }
 
 mod manifest {
-    #[allow(unused_imports)]
     use qsim_results::manifest::*;
     use qsim_results::*;
 

@@ -8,6 +8,7 @@
 //! code in real time.
 //!
 //! - [`time`]: `Nanos`, conversions, `NEVER`;
+//! - [`stats`]: the one quantile definition (linear, type 7);
 //! - [`limiter`]: token buckets, provider rate limits, the admission limiter;
 //! - [`client`]: retry policies, the SDK's hidden retry layer, client-side
 //!   throttles, the managed executor's AIMD window and the caller state
@@ -15,6 +16,7 @@
 
 pub mod client;
 pub mod limiter;
+pub mod stats;
 pub mod time;
 
 /// A source of uniform draws in `[0, 1)`, supplied by the driver (the

@@ -99,6 +99,40 @@ pub fn try_secs_positive(s: f64) -> Result<Nanos, TimeError> {
     }
 }
 
+/// The units [`parse_duration`] accepts, as its errors explain them.
+pub const DURATION_UNITS: &str =
+    "accepted units are s and ms (e.g. 2s, 1500ms; a bare number is seconds)";
+
+/// The one parser of a duration written by a person (a command-line flag):
+/// a number with the unit `s` or `ms`, or a bare number of seconds (`2s`,
+/// `1.5`, `1500ms`). It must be above 0 and at most [`MAX_SECS`], and is
+/// rounded to the nearest nanosecond (at least 1 ns). A bad value is an
+/// error, never zero.
+pub fn parse_duration(text: &str) -> Result<Nanos, String> {
+    let t = text.trim();
+    let num_end = t
+        .find(|c: char| !(c.is_ascii_digit() || matches!(c, '.' | '-' | '+' | 'e' | 'E')))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(num_end);
+    let scale = match unit.trim() {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        u => return Err(format!("unknown unit {u:?}: {DURATION_UNITS}")),
+    };
+    let v = match num.parse::<f64>() {
+        Ok(v) if v.is_finite() => v * scale,
+        _ => return Err(format!("{text:?} is not a duration; {DURATION_UNITS}")),
+    };
+    if v <= 0.0 {
+        return Err(format!("must be a duration > 0; {DURATION_UNITS}"));
+    }
+    match try_secs(v) {
+        Ok(0) => Err(format!("must be at least 1 ns, got {text:?}")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Seconds (f64) to nanoseconds, rounded to the nearest nanosecond, clamped
 /// at 0 and saturating at [`NEVER`]. For values computed inside a
 /// simulation from validated inputs (see [`try_secs`] for input).
@@ -122,6 +156,19 @@ pub fn to_secs(n: Nanos) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_parse_with_their_unit_and_never_become_zero() {
+        assert_eq!(parse_duration("2s"), Ok(2 * NS_PER_SEC));
+        assert_eq!(parse_duration(" 1500ms "), Ok(1_500_000_000));
+        assert_eq!(parse_duration("1.5"), Ok(1_500_000_000));
+        for bad in [
+            "", "s", "abc", "2 min", "0", "-1s", "0ms", "1e-12", "nan", "inf", "1e300",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
+        }
+        assert!(parse_duration("2h").unwrap_err().contains("unknown unit"));
+    }
     #[test]
     fn round_trip() {
         assert_eq!(secs(1.5), 1_500_000_000);

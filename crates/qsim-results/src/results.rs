@@ -199,19 +199,9 @@ pub struct Results {
 /// interpolation between order statistics: the definition qsim's text
 /// reports use) of a non-empty sample.
 pub fn summary(values: &[f64]) -> (f64, f64, f64, f64) {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
+    let v = qsim_core::stats::sorted(values);
     let n = v.len();
-    let q = |p: f64| -> f64 {
-        let x = p * (n - 1) as f64;
-        let i = x.floor() as usize;
-        let f = x - i as f64;
-        if i + 1 < n {
-            v[i] * (1.0 - f) + v[i + 1] * f
-        } else {
-            v[i]
-        }
-    };
+    let q = |p: f64| qsim_core::stats::quantile(&v, p);
     let mean = values.iter().sum::<f64>() / n as f64;
     (q(0.5), mean, q(0.05), q(0.95))
 }

@@ -37,7 +37,7 @@ pub struct BenchArgs {
     pub model: String,
     /// Real-time limit of one request.
     #[arg(long, default_value = "120s", value_parser = crate::cli::common::duration_arg)]
-    pub timeout: String,
+    pub timeout: qsim_sim::time::Nanos,
     /// Seed of the lengths and arrival times.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -129,8 +129,7 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
         .into());
     }
     crate::output::check_target(&a.out, a.force)?;
-    let timeout =
-        Duration::from_secs_f64(qsim_sim::plan::parse_duration_s("--timeout", &a.timeout)?);
+    let timeout = Duration::from_nanos(a.timeout);
     let cfg = qsim_live::bench::BenchConfig {
         target: a.target.clone(),
         model: a.model.clone(),

@@ -31,6 +31,7 @@
 //! (`--bootstrap` replicates, a seeded ChaCha stream: deterministic).
 
 use crate::cli::common::{CliError, Format};
+use qsim_core::stats::quantile;
 use qsim_sim::config::ConfigError;
 use qsim_sim::engine::rng::{stream, unit, Rng};
 use qsim_sim::hosted::HostedProfile;
@@ -603,20 +604,6 @@ pub fn fit_likelihood(tl: &Timeline, fit: &mut QuotaFit) {
     fit.misclassified = m.len() as u64;
 }
 
-fn percentile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let x = q * (v.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
-    if i + 1 < v.len() {
-        v[i] * (1.0 - f) + v[i + 1] * f
-    } else {
-        v[i]
-    }
-}
-
 /// Resample counts for `n` items.
 fn resample(rng: &mut Rng, n: usize, w: &mut Vec<u32>) {
     w.clear();
@@ -674,7 +661,10 @@ pub fn fit_lognormal(xs: &[f64], b: u32, rng: &mut Rng) -> Option<LogNormalFit> 
         if v.is_empty() {
             (x, x)
         } else {
-            (percentile(v, 0.025), percentile(v, 0.975))
+            {
+                v.sort_by(f64::total_cmp);
+                (quantile(v, 0.025), quantile(v, 0.975))
+            }
         }
     };
     Some(LogNormalFit {

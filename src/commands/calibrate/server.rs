@@ -53,6 +53,7 @@
 //! the 90th percentile of completions (the batch full, before the drain).
 
 use crate::cli::common::{CliError, Format};
+use qsim_core::stats::quantile;
 use qsim_sim::config::{read_toml, ConfigError};
 use qsim_sim::engine::rng::{component, stream, unit};
 use qsim_sim::server::{Cluster, Request, RouterKind, ServerProfile};
@@ -999,23 +1000,10 @@ impl Problem {
     }
 }
 
-fn percentile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let x = q * (v.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
-    if i + 1 < v.len() {
-        v[i] * (1.0 - f) + v[i + 1] * f
-    } else {
-        v[i]
-    }
-}
-
 /// 2.5–97.5 % percentiles.
 fn ci(v: &mut [f64]) -> (f64, f64) {
     v.sort_by(f64::total_cmp);
-    (percentile(v, 0.025), percentile(v, 0.975))
+    (quantile(v, 0.025), quantile(v, 0.975))
 }
 
 fn g(x: f64) -> String {

@@ -62,7 +62,7 @@ pub struct PlanSpec {
     /// Inverse planning: the minimum each consumer needs, NAME=RPM,...
     pub need: Option<String>,
     /// Inverse planning: E2E p95 target (e.g. 2s, 1500ms; units s or ms).
-    pub e2e_p95: Option<String>,
+    pub e2e_p95: Option<crate::time::Nanos>,
     /// Seed of the simulation.
     pub seed: u64,
     /// Number of seeds (seed, seed+1, …): the report adds medians and 90 %
@@ -158,23 +158,6 @@ fn parse_num(flag: &str, s: &str) -> Result<f64, ConfigError> {
         .map_err(|_| flag_err(flag, format!("{s:?} is not a number")))?;
     if !v.is_finite() {
         return Err(flag_err(flag, format!("{s:?} is not a finite number")));
-    }
-    Ok(v)
-}
-
-/// Parse a duration like `2s`, `1500ms` or `2` (seconds).
-pub fn parse_duration_s(flag: &str, s: &str) -> Result<f64, ConfigError> {
-    let t = s.trim();
-    let (num, mul) = if let Some(x) = t.strip_suffix("ms") {
-        (x, 1e-3)
-    } else if let Some(x) = t.strip_suffix('s') {
-        (x, 1.0)
-    } else {
-        (t, 1.0)
-    };
-    let v = parse_num(flag, num)? * mul;
-    if v <= 0.0 {
-        return Err(flag_err(flag, format!("must be > 0, got {s:?}")));
     }
     Ok(v)
 }

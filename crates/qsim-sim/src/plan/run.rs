@@ -4,9 +4,7 @@
 //! findings, render) import the parent's types one way.
 
 use super::config::SharedFile;
-use super::{
-    build, findings, flag_err, inverse, parse_duration_s, parse_need, render, seeds, simulate,
-};
+use super::{build, findings, flag_err, inverse, parse_need, render, seeds, simulate};
 use super::{PlanError, PlanSpec};
 use crate::report::records::Records;
 
@@ -34,11 +32,7 @@ pub fn run_cli_full(
     budget: &crate::budget::Budget,
 ) -> Result<PlanRun, PlanError> {
     let need = args.need.as_deref().map(parse_need).transpose()?;
-    let e2e = args
-        .e2e_p95
-        .as_deref()
-        .map(|s| parse_duration_s("--e2e-p95", s))
-        .transpose()?;
+    let e2e = args.e2e_p95.map(crate::time::to_secs);
     if e2e.is_some() && need.is_none() {
         return Err(flag_err("--e2e-p95", "needs --need").into());
     }

@@ -16,20 +16,8 @@ pub struct Spread {
 
 pub fn spread(values: &[f64]) -> Spread {
     assert!(!values.is_empty());
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let q = |p: f64| -> f64 {
-        let n = v.len();
-        // nearest-rank on 0..n-1 with linear interpolation
-        let x = p * (n - 1) as f64;
-        let i = x.floor() as usize;
-        let f = x - i as f64;
-        if i + 1 < n {
-            v[i] * (1.0 - f) + v[i + 1] * f
-        } else {
-            v[i]
-        }
-    };
+    let v = qsim_core::stats::sorted(values);
+    let q = |p: f64| qsim_core::stats::quantile(&v, p);
     Spread {
         median: q(0.5),
         lo: q(0.05),
