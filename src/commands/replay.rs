@@ -9,6 +9,7 @@
 use crate::cli::common::{duration_arg, emit, CliError, Format};
 use crate::output;
 use qsim_live::replay::{self as live, Attempt, Run, Target, Wire};
+use qsim_results::Values;
 use qsim_sim::config::ConfigError;
 use qsim_sim::engine::rng::{component, draws, stream};
 use qsim_sim::engine::DurationHist;
@@ -94,73 +95,31 @@ pub struct ReplayArgs {
     pub only: Vec<String>,
 }
 
-/// A results table: named, typed columns (CSV now; [`write_table`] is the
-/// one place that chooses the file format).
-pub struct Table {
-    pub columns: Vec<(&'static str, Column)>,
-}
+/// A results table: named, typed columns (qsim-results' one table type).
+pub type Table = Vec<qsim_results::NamedColumn>;
 
-pub enum Column {
-    U64(Vec<Option<u64>>),
-    F64(Vec<Option<f64>>),
-    Str(Vec<Option<String>>),
-}
-
-impl Column {
-    fn len(&self) -> usize {
-        match self {
-            Column::U64(v) => v.len(),
-            Column::F64(v) => v.len(),
-            Column::Str(v) => v.len(),
-        }
-    }
-    fn cell(&self, i: usize) -> String {
-        match self {
-            Column::U64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
-            Column::F64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
-            Column::Str(v) => v[i].clone().unwrap_or_default(),
-        }
-    }
-}
-
-/// Write a results table to `path` (atomically, as `--out` files are):
-/// CSV with a header row, empty cells for missing values.
+/// Write a results table to `path` (atomically, as `--out` files are, by
+/// [`output::write_file`]): CSV with a header row, empty cells for missing
+/// values, and the same table as Parquet beside it, both encoded by
+/// qsim-results (the one CSV and Parquet path), written next to the
+/// target and renamed: never a half file.
 pub fn write_table(path: &Path, t: &Table, force: bool) -> Result<(), CliError> {
-    let mut w = csv::Writer::from_writer(Vec::new());
-    let io = |e: csv::Error| CliError::Io(format!("qsim: {}: {e}", path.display()));
-    w.write_record(t.columns.iter().map(|(n, _)| *n))
-        .map_err(io)?;
-    let n = t.columns.first().map_or(0, |(_, c)| c.len());
-    for i in 0..n {
-        w.write_record(t.columns.iter().map(|(_, c)| c.cell(i)))
-            .map_err(io)?;
-    }
-    let bytes = w
-        .into_inner()
-        .map_err(|e| CliError::Io(format!("qsim: {}: {e}", path.display())))?;
-    let text = String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8");
+    let bad = |p: &Path, e: String| CliError::Io(format!("qsim: {}: {e}", p.display()));
+    let enc = qsim_results::encode_table(t).map_err(|e| bad(path, e.reason))?;
+    let text = String::from_utf8(enc.csv).map_err(|e| bad(path, e.to_string()))?;
     output::write_file(path, &text, force)?;
-    // the same table as Parquet beside it (qsim-results, polars), written
-    // next to the target and renamed: never a half file
-    let cols: Vec<qsim_results::NamedColumn> = t
-        .columns
-        .iter()
-        .map(|(n, c)| {
-            let values = match c {
-                Column::U64(v) => qsim_results::Values::U64(v.clone()),
-                Column::F64(v) => qsim_results::Values::F64(v.clone()),
-                Column::Str(v) => qsim_results::Values::Str(v.clone()),
-            };
-            qsim_results::NamedColumn::new(*n, values)
-        })
-        .collect();
     let pq = path.with_extension("parquet");
-    let bad = |e: String| CliError::Io(format!("qsim: {}: {e}", pq.display()));
-    let enc = qsim_results::encode_table(&cols).map_err(|e| bad(e.reason))?;
     let tmp = pq.with_extension("parquet.tmp-qsim");
-    std::fs::write(&tmp, &enc.parquet).map_err(|e| bad(e.to_string()))?;
-    std::fs::rename(&tmp, &pq).map_err(|e| bad(e.to_string()))?;
+    std::fs::write(&tmp, &enc.parquet).map_err(|e| bad(&pq, e.to_string()))?;
+    std::fs::rename(&tmp, &pq).map_err(|e| bad(&pq, e.to_string()))?;
     Ok(())
+}
+
+/// Named columns from (name, values) pairs.
+fn cols(c: Vec<(&str, Values)>) -> Table {
+    c.into_iter()
+        .map(|(n, v)| qsim_results::NamedColumn::new(n, v))
+        .collect()
 }
 
 fn s(ns: Nanos) -> f64 {
@@ -174,36 +133,34 @@ pub fn attempts_table(runs: &[Run]) -> Table {
         .flat_map(|r| r.attempts.iter().map(move |a| (r.name.as_str(), a)))
         .collect();
     let u =
-        |f: &dyn Fn(&Attempt) -> Option<u64>| Column::U64(all.iter().map(|(_, a)| f(a)).collect());
+        |f: &dyn Fn(&Attempt) -> Option<u64>| Values::U64(all.iter().map(|(_, a)| f(a)).collect());
     let fl =
-        |f: &dyn Fn(&Attempt) -> Option<f64>| Column::F64(all.iter().map(|(_, a)| f(a)).collect());
+        |f: &dyn Fn(&Attempt) -> Option<f64>| Values::F64(all.iter().map(|(_, a)| f(a)).collect());
     let st = |f: &dyn Fn(&Attempt) -> Option<String>| {
-        Column::Str(all.iter().map(|(_, a)| f(a)).collect())
+        Values::Str(all.iter().map(|(_, a)| f(a)).collect())
     };
-    Table {
-        columns: vec![
-            (
-                "experiment",
-                Column::Str(all.iter().map(|(n, _)| Some(n.to_string())).collect()),
-            ),
-            ("row", u(&|a| Some(a.row))),
-            ("attempt", u(&|a| Some(a.attempt as u64))),
-            ("sdk_retry", u(&|a| Some(a.sdk_retry as u64))),
-            ("status", u(&|a| a.status.map(u64::from))),
-            ("retry_hint_s", fl(&|a| a.hint.map(s))),
-            ("start_s", fl(&|a| Some(s(a.start)))),
-            (
-                "ttft_s",
-                fl(&|a| a.ttft.map(|t| s(t.saturating_sub(a.start)))),
-            ),
-            ("end_s", fl(&|a| Some(s(a.end)))),
-            ("input_tokens", u(&|a| a.input_tokens)),
-            ("output_tokens", u(&|a| a.output_tokens)),
-            ("finish_reason", st(&|a| a.finish_reason.clone())),
-            ("error_kind", st(&|a| a.error_kind.map(str::to_string))),
-            ("error", st(&|a| a.error.clone())),
-        ],
-    }
+    cols(vec![
+        (
+            "experiment",
+            Values::Str(all.iter().map(|(n, _)| Some(n.to_string())).collect()),
+        ),
+        ("row", u(&|a| Some(a.row))),
+        ("attempt", u(&|a| Some(a.attempt as u64))),
+        ("sdk_retry", u(&|a| Some(a.sdk_retry as u64))),
+        ("status", u(&|a| a.status.map(u64::from))),
+        ("retry_hint_s", fl(&|a| a.hint.map(s))),
+        ("start_s", fl(&|a| Some(s(a.start)))),
+        (
+            "ttft_s",
+            fl(&|a| a.ttft.map(|t| s(t.saturating_sub(a.start)))),
+        ),
+        ("end_s", fl(&|a| Some(s(a.end)))),
+        ("input_tokens", u(&|a| a.input_tokens)),
+        ("output_tokens", u(&|a| a.output_tokens)),
+        ("finish_reason", st(&|a| a.finish_reason.clone())),
+        ("error_kind", st(&|a| a.error_kind.map(str::to_string))),
+        ("error", st(&|a| a.error.clone())),
+    ])
 }
 
 /// Every row of every experiment, finished or not.
@@ -212,50 +169,48 @@ pub fn rows_table(runs: &[Run]) -> Table {
         .iter()
         .flat_map(|r| r.rows.iter().map(move |x| (r.name.as_str(), x)))
         .collect();
-    Table {
-        columns: vec![
-            (
-                "experiment",
-                Column::Str(all.iter().map(|(n, _)| Some(n.to_string())).collect()),
+    cols(vec![
+        (
+            "experiment",
+            Values::Str(all.iter().map(|(n, _)| Some(n.to_string())).collect()),
+        ),
+        (
+            "row",
+            Values::U64(all.iter().map(|(_, r)| Some(r.row)).collect()),
+        ),
+        (
+            "status",
+            Values::U64(all.iter().map(|(_, r)| r.status.map(u64::from)).collect()),
+        ),
+        (
+            "attempts",
+            Values::U64(all.iter().map(|(_, r)| Some(r.attempts as u64)).collect()),
+        ),
+        (
+            "latency_s",
+            Values::F64(
+                all.iter()
+                    .map(|(_, r)| r.status.map(|_| s(r.latency)))
+                    .collect(),
             ),
-            (
-                "row",
-                Column::U64(all.iter().map(|(_, r)| Some(r.row)).collect()),
-            ),
-            (
-                "status",
-                Column::U64(all.iter().map(|(_, r)| r.status.map(u64::from)).collect()),
-            ),
-            (
-                "attempts",
-                Column::U64(all.iter().map(|(_, r)| Some(r.attempts as u64)).collect()),
-            ),
-            (
-                "latency_s",
-                Column::F64(
-                    all.iter()
-                        .map(|(_, r)| r.status.map(|_| s(r.latency)))
-                        .collect(),
-                ),
-            ),
-            (
-                "own_wait_s",
-                Column::F64(all.iter().map(|(_, r)| Some(s(r.own_wait))).collect()),
-            ),
-            (
-                "output_tokens",
-                Column::U64(all.iter().map(|(_, r)| Some(r.output_tokens)).collect()),
-            ),
-            (
-                "finish_reason",
-                Column::Str(all.iter().map(|(_, r)| r.finish_reason.clone()).collect()),
-            ),
-            (
-                "error",
-                Column::Str(all.iter().map(|(_, r)| r.error.clone()).collect()),
-            ),
-        ],
-    }
+        ),
+        (
+            "own_wait_s",
+            Values::F64(all.iter().map(|(_, r)| Some(s(r.own_wait))).collect()),
+        ),
+        (
+            "output_tokens",
+            Values::U64(all.iter().map(|(_, r)| Some(r.output_tokens)).collect()),
+        ),
+        (
+            "finish_reason",
+            Values::Str(all.iter().map(|(_, r)| r.finish_reason.clone()).collect()),
+        ),
+        (
+            "error",
+            Values::Str(all.iter().map(|(_, r)| r.error.clone()).collect()),
+        ),
+    ])
 }
 
 /// The error kinds a replay reports, in report order.
