@@ -10,6 +10,9 @@ cargo fmt --check
 scripts/live-deps.sh
 # Chromium (Debian) for the HTML report's headless-browser test: fails loudly if it cannot be installed
 scripts/plot-deps.sh
+# the live tests are required here: a missing part fails them (a plain
+# `cargo test` skips them and says so)
+export QSIM_REQUIRE_LIVE=1
 cargo test --release --locked --workspace
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run

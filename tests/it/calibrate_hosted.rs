@@ -43,6 +43,7 @@ fn truth_profile(dir: &std::path::Path) -> String {
 
 #[test]
 fn calibrate_hosted_recovers_the_served_profile() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_serve, url) = serve_helpers::serve(
         std::path::Path::new(&truth_profile(dir.path())),
@@ -171,6 +172,7 @@ fn calibrate_hosted_recovers_the_served_profile() {
 /// errors naming the file and field, exit 2, no profile written.
 #[test]
 fn calibrate_hosted_bad_input_exits_2() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("attempts.csv");
     std::fs::write(

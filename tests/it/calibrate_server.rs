@@ -61,6 +61,7 @@ const OUTPUT: &str = "16..256";
 
 #[test]
 fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let d = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     let truth = truth_profile(dir.path());
@@ -281,6 +282,7 @@ fn good_bench() -> Value {
 
 #[test]
 fn bad_benchmark_files_exit_2_naming_the_field() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("fitted.toml");
     let case = |name: &str, edit: &dyn Fn(&mut Value), text: Option<&str>, want: &str| {

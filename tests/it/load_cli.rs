@@ -5,15 +5,12 @@
 //! the retries go through the core's `Call`, honouring the proxy's hints in
 //! scaled time.
 
+use crate::common::qsim;
 use crate::common::{free_port, llmock, stop, Proc};
 use serde_json::Value;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 const FILE: &str = "builtin:experiments/shared-deployment.toml";
-
-fn qsim() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_qsim"))
-}
 
 fn fails(args: &[&str], code: i32, needle: &str) {
     let o = qsim().args(args).output().unwrap();
@@ -122,6 +119,7 @@ load = [{ who = "all", workers = 4, think_s = 0.5, retry = { backoff = "exponent
 
 #[test]
 fn closed_loop_with_retries_through_the_proxy() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("closed.toml");
     std::fs::write(&file, CLOSED).unwrap();

@@ -2,15 +2,8 @@
 //! `--only` and `qsim sweep` work for hosted, server and shared files, and
 //! every report is derived from the tidy records (`--format csv`).
 
-use assert_cmd::Command;
+use crate::common::qsim;
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn qsim() -> Command {
-    let mut c = Command::cargo_bin("qsim").unwrap();
-    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    c
-}
 
 fn stdout(args: &[&str]) -> String {
     let out = qsim().args(args).output().unwrap();

@@ -9,7 +9,7 @@
 //! rename over a device node would succeed: each refused target is checked
 //! to be left as it was.
 
-use assert_cmd::Command;
+use crate::common::qsim;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -17,12 +17,6 @@ use std::process::Stdio;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn qsim() -> Command {
-    let mut c = Command::cargo_bin("qsim").unwrap();
-    c.current_dir(root());
-    c
 }
 
 /// A quick run: one experiment, few rows.

@@ -1,11 +1,7 @@
 //! `qsim plan` end to end: output shape, exit codes, messages.
 
-use assert_cmd::Command;
+use crate::common::qsim;
 use serde_json::Value;
-
-fn qsim() -> Command {
-    Command::cargo_bin("qsim").unwrap()
-}
 
 fn plan_json(args: &[&str]) -> Value {
     let out = qsim()

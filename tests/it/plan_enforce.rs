@@ -41,10 +41,11 @@
 //!   and the plan figures `qsim load --compare-with-sim` prints are those
 //!   records (seed 1 per minute, the median over seeds).
 
+use crate::common::qsim;
 use crate::common::{http_json, llmock, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const SCALE: f64 = 5.0;
@@ -56,10 +57,6 @@ const MAX_LAG_S: f64 = 1.0;
 const CAPACITY: f64 = 1000.0;
 const BURST: f64 = 200.0; // (1 - threshold 0.8) × capacity
 const FLOORS: [(&str, f64); 3] = [("A", 300.0), ("B", 200.0), ("C", 300.0)];
-
-fn qsim() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_qsim"))
-}
 
 /// GET a path; the body as JSON.
 fn get_json(base: &str, path: &str) -> Value {
@@ -113,6 +110,7 @@ fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
 
 #[test]
 fn plan_then_enforce_heavy_scenario() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("proxy.toml");
 

@@ -3,13 +3,9 @@
 //! size with the stated number of series; the report on stdout unchanged;
 //! bad targets refused before any run.
 
-use assert_cmd::Command;
+use crate::common::qsim;
 use qsim_plot::check::{elements, png_palette, svg_filled_rects, svg_series, svg_size};
 use std::path::Path;
-
-fn qsim() -> Command {
-    Command::cargo_bin("qsim").unwrap()
-}
 
 /// Run qsim with `args`, expecting success; its stdout.
 fn ok(args: &[&str]) -> String {

@@ -79,6 +79,7 @@ fn qsim(args: &[&str]) {
 /// The capture works: a page that logs an error is caught.
 #[test]
 fn console_messages_are_caught() {
+    crate::live!(Browser);
     let d = tempfile::tempdir().unwrap();
     let page = d.path().join("bad.html");
     std::fs::write(
@@ -97,6 +98,7 @@ fn console_messages_are_caught() {
 
 #[test]
 fn reports_render_without_console_errors() {
+    crate::live!(Browser);
     let d = tempfile::tempdir().unwrap();
     let page = |n: &str| d.path().join(format!("{n}.html"));
     let (run, sweep, plan) = (page("run"), page("sweep"), page("plan"));

@@ -101,6 +101,7 @@ fn start(dir: &tempfile::TempDir, name: &str) -> (Proc, Proc, String, u16) {
 
 #[test]
 fn an_unchanged_upstream_raises_no_alert() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, _px, url, _) = start(&dir, "control");
     let m = metrics(&url);
@@ -146,6 +147,7 @@ fn an_unchanged_upstream_raises_no_alert() {
 
 #[test]
 fn a_doubled_latency_is_flagged_within_two_minutes() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (up, _px, url, port) = start(&dir, "drift");
     // the same profile with TTFT and per-token time ×2
@@ -242,6 +244,7 @@ fn a_doubled_latency_is_flagged_within_two_minutes() {
 /// Bad drift settings: one line naming the field, exit 2, nothing bound.
 #[test]
 fn bad_drift_settings_exit_2_naming_the_field() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let haiku = model("databricks-claude-haiku-4-5.toml");
     let cases = [

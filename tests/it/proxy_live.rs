@@ -52,6 +52,7 @@ print(json.dumps({
 
 #[test]
 fn openai_sdk_through_the_proxy_non_streaming_and_streaming_with_usage() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     let (_p, url) = proxy(&dir, "open", &up, LIMITER_OPEN);
@@ -101,6 +102,7 @@ print(json.dumps({"first": first, "retries_taken": raw.retries_taken, "elapsed":
 
 #[test]
 fn over_limit_openai_shape_and_the_sdk_honours_retry_after() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     // 20/min: one admission every 3 s (so the second request is limited
@@ -165,6 +167,7 @@ print(json.dumps(out))
 
 #[test]
 fn over_limit_fmapi_shape_without_hint_and_the_sdk_backs_off_on_its_own() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     // 20/min: 3 s between admissions, so the SDK's retry (~0.5 s) comes
@@ -201,6 +204,7 @@ fn over_limit_fmapi_shape_without_hint_and_the_sdk_backs_off_on_its_own() {
 
 #[test]
 fn bad_input_gets_openai_style_errors() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     let cfg = format!("max_body_bytes = 2048\n{LIMITER_OPEN}");
@@ -320,6 +324,7 @@ fn faults_script(mode: &str) -> String {
 
 #[test]
 fn faults_return_every_reservation_and_in_flight_slot() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let cfg = format!("stream_idle_timeout_s = 1.0\n{LIMITER_OPEN}");
     // 5xx (forced per request) and a client that disconnects mid-stream
@@ -384,6 +389,7 @@ fn faults_return_every_reservation_and_in_flight_slot() {
 
 #[test]
 fn a_bad_config_exits_2_naming_the_field_before_binding() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     // the port is taken: a config error must be reported, not a bind error
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -62,6 +62,7 @@ print(json.dumps(out))
 
 #[test]
 fn waiting_consumer_is_held_in_order_and_refused_at_once_past_its_deadline() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     warm(&up);
@@ -134,6 +135,7 @@ fn waiting_consumer_is_held_in_order_and_refused_at_once_past_its_deadline() {
 
 #[test]
 fn max_wait_and_a_configured_deadline_header_bound_the_wait() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
     warm(&up);
@@ -281,6 +283,7 @@ fn signal(p: &Proc, sig: &str) {
 
 #[test]
 fn sighup_reloads_the_policy_without_dropping_requests() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&["--stream-chunk-delay-ms", "60"]);
     let open = "[proxy.keys]\nA = [\"key-a\"]\n[deployment]\ncapacity = 100000\n[[consumer]]\nname = \"A\"\n";
@@ -363,6 +366,7 @@ print(json.dumps({"ref": ref, "text": "".join(text), "chunks": chunks, "usage": 
 
 #[test]
 fn sigterm_finishes_the_stream_in_flight_and_exits_0() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&["--stream-chunk-delay-ms", "100"]);
     let cfg = "drain_timeout_s = 20\n[proxy.keys]\nA = [\"key-a\"]\n[deployment]\ncapacity = 100000\n[[consumer]]\nname = \"A\"\n";
@@ -514,6 +518,7 @@ print(json.dumps({"content": r.choices[0].message.content, "usage": r.usage.comp
 
 #[test]
 fn tls_upstream_with_a_private_ca() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     make_certs(dir.path());
     let (_up, up) = llmock(&[]);

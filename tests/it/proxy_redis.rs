@@ -148,6 +148,7 @@ fn log_has(dir: &Path, name: &str, needle: &str) -> bool {
 
 #[test]
 fn three_replicas_share_one_budget_in_redis_fail_modes_and_recovery() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let rport = free_port();
     let mut rs = Some(redis(rport));

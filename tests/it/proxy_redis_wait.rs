@@ -47,6 +47,7 @@ print(json.dumps(out))
 
 #[test]
 fn waiters_on_two_replicas_share_one_rate_in_redis_and_short_deadlines_are_refused_at_once() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let rport = free_port();
     let _redis = redis_server(rport);

@@ -3,15 +3,8 @@
 //! same output whatever the thread count, an impossible constraint refused
 //! with exit 1 and its reason, bad input refused with exit 2.
 
-use assert_cmd::Command;
+use crate::common::qsim;
 use serde_json::Value;
-use std::path::PathBuf;
-
-fn qsim() -> Command {
-    let mut c = Command::cargo_bin("qsim").unwrap();
-    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    c
-}
 
 const PACING: &str = "experiments/fmapi-pacing.toml";
 const POLICIES: &str = "experiments/fmapi-policies.toml";

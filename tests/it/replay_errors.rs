@@ -192,6 +192,7 @@ fn tls_failure_is_recorded_per_attempt() {
 
 #[test]
 fn http_401_is_not_retried_and_its_message_is_kept() {
+    crate::live!();
     let (_p, url) = llmock(&["--error-rate", "401=1.0"]);
     let o = replay(&url, "exp2-backoff", 3, &["--token-env", "REPLAY_KEY"]);
     assert_eq!(o.attempts.len(), 3, "{:#?}", o.attempts);
@@ -227,6 +228,7 @@ fn an_answer_that_is_not_json_is_a_failed_exchange() {
 
 #[test]
 fn truncated_streams_are_failed_exchanges_and_healthy_streams_have_ttft() {
+    crate::live!();
     let (_p, url) = llmock(&["--stream-fault", "truncate=1.0"]);
     let o = replay(&url, "exp1-direct", 2, &["--stream"]);
     all_failed(&o, "truncated_stream", "599", 2 * 3);
@@ -317,6 +319,7 @@ fn the_timeout_ends_the_replay_and_keeps_every_row() {
 
 #[test]
 fn prompts_from_a_rows_file_and_a_missing_column_exits_2_naming_it() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("reviews.csv");
     std::fs::write(
@@ -416,6 +419,7 @@ fn prompts_from_a_rows_file_and_a_missing_column_exits_2_naming_it() {
 
 #[test]
 fn the_managed_executor_replays_through_its_aimd_window() {
+    crate::live!();
     let (_p, url) = llmock(&[]);
     let o = replay(&url, "exp3-ai-query", 12, &[]);
     assert_eq!(o.metric("ok"), 12.0);

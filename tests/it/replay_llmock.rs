@@ -93,6 +93,7 @@ fn row_of(body: &Value) -> u64 {
 
 #[test]
 fn replay_of_experiments_1_and_2_against_llmock_matches_the_simulation_and_the_journal() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (_llmock, url) = llmock(&[
         "--tpm",

@@ -52,6 +52,7 @@ const DRAWS: u64 = 5;
 
 #[test]
 fn replay_against_qsim_serve_agrees_with_the_simulation() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let exp = format!("{ROOT}/experiments/fmapi-pacing.toml");
     let profile = format!("{ROOT}/models/databricks-claude-haiku-4-5.toml");

@@ -56,6 +56,7 @@ print(json.dumps(out))
 /// same length, input tokens = ceil(chars / 4) + 4 per message.
 #[test]
 fn haiku_answers_with_usage_streaming_or_not() {
+    crate::live!();
     let (_p, url) = serve(&model("databricks-claude-haiku-4-5.toml"), 20.0, 1);
     let r = python(BASIC, &url, Duration::from_secs(120));
     // "Summarise in three sentences: a review of a kettle." = 52 chars
@@ -133,6 +134,7 @@ print(json.dumps({"a": a, "b": b}))
 /// answers complete, their unused reservations are back (reserve/refund).
 #[test]
 fn haiku_burst_gets_fmapi_429s_and_refunds_on_completion() {
+    crate::live!();
     let prof = model("databricks-claude-haiku-4-5.toml");
     let (_p, url) = serve(&prof, 1.0, 3);
     let r = python(BURSTS, &url, Duration::from_secs(120));
@@ -229,6 +231,7 @@ print(json.dumps(out))
 /// request, in real milliseconds (model time / time scale), rounded up.
 #[test]
 fn azure_429_carries_the_exact_retry_after_ms() {
+    crate::live!();
     let x = 10.0;
     let (_p, url) = serve(&model("azure-openai-gpt-4o-30k-tpm.toml"), x, 1);
     let r = python(HINT, &url, Duration::from_secs(60));
@@ -254,6 +257,7 @@ fn azure_429_carries_the_exact_retry_after_ms() {
 /// Bad requests get OpenAI-style 400s (the SDK raises BadRequestError).
 #[test]
 fn bad_requests_get_openai_style_400s() {
+    crate::live!();
     let (_p, url) = serve(&model("databricks-claude-haiku-4-5.toml"), 20.0, 1);
     let script = r#"
 import json, os, openai, urllib.request, urllib.error
@@ -306,6 +310,7 @@ print(json.dumps(out))
 /// binding (the port is held by this test: a bind would fail otherwise).
 #[test]
 fn bad_profile_exits_2_naming_the_field_before_binding() {
+    crate::live!();
     let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = held.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();

@@ -148,6 +148,7 @@ clients = {clients}
 /// (ITL), one iteration late per token, or with the time scale misapplied.
 #[test]
 fn closed_loop_latencies_agree_with_the_simulation() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let (clients, duration, scale) = (8, 8.0, 0.5);
     let sim = simulate(dir.path(), clients, duration);
@@ -178,6 +179,7 @@ fn closed_loop_latencies_agree_with_the_simulation() {
 /// vLLM answers it.
 #[test]
 fn over_the_context_length_is_a_400() {
+    crate::live!();
     let (_p, url) = serve(&model("llama-3.1-8b-h100-vllm.toml"), 1.0, 1);
     let script = r#"
 import json, os, openai

@@ -2,14 +2,8 @@
 //! thread count, shards merged equal to a single-machine run, and bad
 //! `--vary` / `--shard` refused with exit 2 before anything is written.
 
-use assert_cmd::Command;
+use crate::common::qsim;
 use std::path::{Path, PathBuf};
-
-fn qsim() -> Command {
-    let mut c = Command::cargo_bin("qsim").unwrap();
-    c.current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    c
-}
 
 const PACING: &str = "experiments/fmapi-pacing.toml";
 

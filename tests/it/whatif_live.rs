@@ -23,6 +23,7 @@
 //! Also: the OpenAI Python SDK's retries (`x-stainless-retry-count`) are
 //! linked into callers, and bad `--log`/`--policy`/`--window` exit 2.
 
+use crate::common::qsim;
 use crate::common::{llmock, proxy_url, stop, venv_bin, Proc};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -38,10 +39,6 @@ const KEY: &str = "key-"; // the emitted config's keys: key-A, key-B, …
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static M: std::sync::Mutex<()> = std::sync::Mutex::new(());
     M.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn qsim() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_qsim"))
 }
 
 /// `qsim proxy` with this config and log directory (time-scaled); its URL.
@@ -142,6 +139,7 @@ fn plan(dir: &Path, reserve: &str) -> std::path::PathBuf {
 
 #[test]
 fn whatif_reproduces_and_predicts() {
+    crate::live!();
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let p30 = plan(dir.path(), "30,20,30");
@@ -216,6 +214,7 @@ fn whatif_reproduces_and_predicts() {
 /// (c) a small cap, a kill -9 and a restart on the same directory.
 #[test]
 fn the_log_is_bounded_and_survives_kill_9() {
+    crate::live!();
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let p30 = plan(dir.path(), "30,20,30");
@@ -301,6 +300,7 @@ fn names(dir: &Path) -> Vec<String> {
 /// same policy, reproduces the log.
 #[test]
 fn sdk_retries_are_linked_into_callers() {
+    crate::live!();
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let (_up, up) = llmock(&[]);
@@ -405,6 +405,7 @@ print(json.dumps({{"ok": ok}}))
 
 #[test]
 fn bad_inputs_exit_2_naming_them() {
+    crate::live!();
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
         let o = qsim().arg("whatif").args(args).output().unwrap();

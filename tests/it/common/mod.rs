@@ -17,13 +17,98 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub fn venv_bin(name: &str) -> PathBuf {
-    let venv = std::env::var_os("QSIM_VENV")
+/// The live tests' Python environment (`QSIM_VENV`, default
+/// `~/.cache/qsim-venv`).
+fn venv() -> PathBuf {
+    std::env::var_os("QSIM_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/qsim-venv")
-        });
-    let p = venv.join("bin").join(name);
+        })
+}
+
+/// What a live test needs from outside the repository.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Part {
+    /// The venv with llmock (upstream) and the openai SDK (client), and
+    /// redis-server: `scripts/live-deps.sh`.
+    Live,
+    /// Chromium for the HTML report's browser test: `scripts/plot-deps.sh`.
+    Browser,
+}
+
+fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}
+
+/// Is `part` installed? If not: under the README's test command
+/// (`scripts/test.sh` sets `QSIM_REQUIRE_LIVE=1`) the test fails, saying how
+/// to install it; under a plain `cargo test` the test is skipped, and says
+/// so on the terminal (written past libtest's capture, so it shows). Use
+/// through [`live!`](crate::live).
+pub fn ready(part: Part, module: &str) -> bool {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or(module);
+    let (missing, how): (Vec<String>, &str) = match part {
+        Part::Live => {
+            let py = venv().join("bin").join("python");
+            let mut m = Vec::new();
+            let mods_ok = py.exists()
+                && Command::new(&py)
+                    .args(["-c", "import llmock, openai"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+            if !mods_ok {
+                m.push(format!("{} with llmock and openai", venv().display()));
+            }
+            if !on_path("redis-server") {
+                m.push("redis-server".into());
+            }
+            (m, "scripts/live-deps.sh")
+        }
+        Part::Browser => {
+            let c = std::env::var_os("QSIM_CHROMIUM")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+            let m = if c.exists() {
+                vec![]
+            } else {
+                vec![c.display().to_string()]
+            };
+            (m, "scripts/plot-deps.sh")
+        }
+    };
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("{} missing: install with {how}", missing.join(", "));
+    if std::env::var_os("QSIM_REQUIRE_LIVE").is_some_and(|v| v != "0") {
+        panic!("{test}: {msg} (QSIM_REQUIRE_LIVE is set: the live tests are required)");
+    }
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {msg}");
+    false
+}
+
+/// At the top of a test that needs a live part (default [`Part::Live`]):
+/// returns from the test, visibly, when the part is missing and not
+/// required (see [`ready`]).
+#[macro_export]
+macro_rules! live {
+    () => {
+        $crate::live!(Live)
+    };
+    ($part:ident) => {
+        if !$crate::common::ready($crate::common::Part::$part, module_path!()) {
+            return;
+        }
+    };
+}
+
+pub fn venv_bin(name: &str) -> PathBuf {
+    let p = venv().join("bin").join(name);
     assert!(
         p.exists(),
         "{} is missing: run scripts/live-deps.sh (scripts/test.sh does)",
@@ -407,8 +492,17 @@ pub fn read_csv(p: &Path) -> Vec<BTreeMap<String, String>> {
 
 /// Run qsim with extra environment variables, killed (and the test failed,
 /// with its stderr) if it runs past `timeout`: (exit code, stdout, stderr).
+/// The `qsim` binary under test as a command (working directory: the
+/// repository root, as every test's relative paths assume). The one "run
+/// qsim" helper: tests add arguments and `.output()` or `.spawn()` it.
+pub fn qsim() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qsim"));
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
 pub fn qsim_env(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qsim"));
+    let mut cmd = qsim();
     cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
