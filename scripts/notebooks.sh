@@ -21,7 +21,10 @@ fi
 
 QSIM="${QSIM:-}"
 if [ -z "$QSIM" ]; then
-  cargo build --release --locked --quiet --bin qsim
+  # the test command's own build (same packages, same features: `cargo build
+  # --bin qsim` resolves fewer features and would compile polars again);
+  # after scripts/test.sh's `cargo test` this builds nothing
+  cargo test --release --locked --workspace --no-run --quiet
   QSIM="$CARGO_TARGET_DIR/release/qsim"
 fi
 DATA=notebooks/data

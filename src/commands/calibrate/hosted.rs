@@ -22,6 +22,18 @@
 //! timing jitter) with a likelihood-ratio 95 % interval: see
 //! [`fit_likelihood`].
 //!
+//! **Continuous bucket, core rules.** The charge and need at admission and
+//! the settlement at completion are the core's own
+//! (`LimitSpec::admit_charge`, `LimitSpec::settle`, through [`Mode::spec`]);
+//! only the bucket's level is kept here, as an `f64` refilled at `r` per
+//! second of the log's (fractional) seconds. The core's integer bucket
+//! (`qsim_core::limiter::bucket`) holds whole units in integer nanoseconds
+//! and admits iff `level >= need`; the continuous level differs from it by
+//! less than one unit, far inside the decision noise σ the likelihood
+//! fits, and a continuous level is what makes the likelihood smooth in
+//! (C, r). A profile written from the fit is then simulated and served with
+//! the core's integer bucket.
+//!
 //! **Latency.** Service time = TTFT + output × per-token time (the hosted
 //! model), so per admitted streamed answer TTFT is observed and the
 //! per-token time is (end − start − TTFT) / output. Each is fitted as a
@@ -35,6 +47,7 @@ use qsim_core::stats::quantile;
 use qsim_sim::config::ConfigError;
 use qsim_sim::engine::rng::{stream, unit, Rng};
 use qsim_sim::hosted::HostedProfile;
+use qsim_sim::limiter::rates::{Cost, Counts, LimitSpec, OutputAccounting};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -125,21 +138,42 @@ impl Mode {
             Some(a) => format!("output_tokens {a}"),
         }
     }
-    /// (charge at admission, need to admit), as `LimitSpec::admit_charge`.
-    fn admit(self, max_tokens: f64) -> (f64, f64) {
-        match self {
-            Mode::Requests => (1.0, 1.0),
-            Mode::ReserveRefund | Mode::ReserveNoRefund => (max_tokens, max_tokens),
-            Mode::OnCompletion => (0.0, 1.0),
+    /// The mode as the core's limit (its counter and accounting; the size
+    /// and window play no part in charges).
+    pub fn spec(self) -> LimitSpec {
+        let (counts, accounting) = match self {
+            Mode::Requests => (Counts::Requests, OutputAccounting::default()),
+            Mode::ReserveRefund => (Counts::OutputTokens, OutputAccounting::ReserveRefund),
+            Mode::ReserveNoRefund => (Counts::OutputTokens, OutputAccounting::ReserveNoRefund),
+            Mode::OnCompletion => (Counts::OutputTokens, OutputAccounting::OnCompletion),
+        };
+        LimitSpec {
+            name: self.label(),
+            counts,
+            limit: 1,
+            window: 1,
+            accounting,
         }
     }
-    /// Net level change at completion, as `LimitSpec::settle`.
-    fn settle(self, max_tokens: f64, output: f64) -> f64 {
-        match self {
-            Mode::Requests | Mode::ReserveNoRefund => 0.0,
-            Mode::ReserveRefund => (max_tokens - output).max(0.0),
-            Mode::OnCompletion => -output,
-        }
+    /// (charge at admission, need to admit): `LimitSpec::admit_charge`.
+    fn admit(self, max_tokens: u64) -> (f64, f64) {
+        let (charge, need) = self.spec().admit_charge(Cost {
+            input_tokens: 0,
+            max_tokens,
+        });
+        (charge as f64, need as f64)
+    }
+    /// Net level change at completion (refund minus extra charge):
+    /// `LimitSpec::settle`.
+    fn settle(self, max_tokens: u64, output: u64) -> f64 {
+        let (refund, extra) = self.spec().settle(
+            Cost {
+                input_tokens: 0,
+                max_tokens,
+            },
+            output,
+        );
+        refund as f64 - extra as f64
     }
 }
 
@@ -153,7 +187,7 @@ enum Ev {
 pub struct Timeline {
     obs: Vec<Obs>,
     exps: Vec<Vec<(f64, Ev)>>,
-    max_tokens: f64,
+    max_tokens: u64,
 }
 
 impl Timeline {
@@ -182,7 +216,7 @@ impl Timeline {
         Timeline {
             obs,
             exps,
-            max_tokens: max_tokens as f64,
+            max_tokens,
         }
     }
 
@@ -208,7 +242,7 @@ impl Timeline {
                         }
                     }
                     Ev::Complete(i) => {
-                        level += mode.settle(self.max_tokens, self.obs[i as usize].output as f64);
+                        level += mode.settle(self.max_tokens, self.obs[i as usize].output);
                     }
                 }
             }
@@ -255,7 +289,7 @@ impl Timeline {
                 match ev {
                     Ev::Arrive(i) if self.obs[i as usize].admitted => used += charge,
                     Ev::Complete(i) => {
-                        used -= mode.settle(self.max_tokens, self.obs[i as usize].output as f64)
+                        used -= mode.settle(self.max_tokens, self.obs[i as usize].output)
                     }
                     _ => {}
                 }
