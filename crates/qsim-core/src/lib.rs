@@ -15,6 +15,7 @@
 
 pub mod client;
 pub mod limiter;
+pub mod model;
 pub mod time;
 
 /// A source of uniform draws in `[0, 1)`, supplied by the driver (the
