@@ -43,6 +43,11 @@ impl Clock {
         self.scale
     }
 
+    /// Real time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
     /// Model `now`: monotonic nanoseconds (below `NEVER`).
     pub fn now(&self) -> Nanos {
         let real = self.base as u128 + self.start.elapsed().as_nanos();
