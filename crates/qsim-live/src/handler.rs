@@ -146,7 +146,40 @@ async fn proxy(
     let arrived = Instant::now();
     let gen = app.current();
     let (parts, body) = req.into_parts();
-    let consumer = identify(&gen, &parts.headers);
+    let asked = match read(&app, &gen, &parts, body, rec).await {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let (guard, held) = match admission(&app, &gen, &parts.headers, &asked, arrived, id, rec).await
+    {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    forward(&app, &gen, &parts, asked, guard, arrived, held, id).await
+}
+
+/// A request read and checked: who asks, and for what.
+struct Asked {
+    consumer: usize,
+    /// The body as parsed (the drift shadow hashes its prompt).
+    body: Value,
+    /// The body as forwarded (`stream_options.include_usage` added to a
+    /// stream that did not ask for it).
+    forward: Bytes,
+    max_tokens: u64,
+    input_tokens: u64,
+    stream: bool,
+}
+
+/// Identify the consumer and read the body (401, 413, 400 otherwise).
+async fn read(
+    app: &App,
+    gen: &Gen,
+    parts: &hyper::http::request::Parts,
+    body: Incoming,
+    rec: &mut Pending,
+) -> Result<Asked, Response<RespBody>> {
+    let consumer = identify(gen, &parts.headers);
     rec.set(|r| {
         r.generation = gen.id;
         r.consumer = consumer.map_or(String::new(), |c| gen.names[c].clone());
@@ -156,17 +189,17 @@ async fn proxy(
             .and_then(|v| v.to_str().ok()?.trim().parse().ok());
     });
     let Some(consumer) = consumer else {
-        return invalid(
-            &app,
+        return Err(invalid(
+            app,
             StatusCode::UNAUTHORIZED,
             "unknown_consumer",
             "missing or unknown consumer key",
-        );
+        ));
     };
     let max = gen.cfg.max_body_bytes;
     let too_large = || {
         invalid(
-            &app,
+            app,
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
             &format!("request body over {max} bytes"),
@@ -179,38 +212,38 @@ async fn proxy(
         .and_then(|v| v.parse::<u64>().ok())
     {
         if len > max as u64 {
-            return too_large();
+            return Err(too_large());
         }
     }
     let bytes = match Limited::new(body, max).collect().await {
         Ok(c) => c.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
         Err(e) => {
-            return invalid(
-                &app,
+            return Err(invalid(
+                app,
                 StatusCode::BAD_REQUEST,
                 "body_read",
                 &format!("cannot read the request body: {e}"),
-            )
+            ))
         }
     };
     let mut body: Value = match serde_json::from_slice(&bytes) {
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => {
-            return invalid(
-                &app,
+            return Err(invalid(
+                app,
                 StatusCode::BAD_REQUEST,
                 "invalid_json",
                 "the request body must be a JSON object",
-            )
+            ))
         }
         Err(e) => {
-            return invalid(
-                &app,
+            return Err(invalid(
+                app,
                 StatusCode::BAD_REQUEST,
                 "invalid_json",
                 &format!("malformed JSON: {e}"),
-            )
+            ))
         }
     };
     let stated = body
@@ -221,12 +254,12 @@ async fn proxy(
         Some(v) => match v.as_i64() {
             Some(n) if n > 0 => n as u64,
             _ => {
-                return invalid(
-                    &app,
+                return Err(invalid(
+                    app,
                     StatusCode::BAD_REQUEST,
                     "invalid_max_tokens",
                     &format!("max_tokens must be a positive integer, got {v}"),
-                )
+                ))
             }
         },
     };
@@ -252,6 +285,35 @@ async fn proxy(
             forward = Bytes::from(body.to_string());
         }
     }
+    Ok(Asked {
+        consumer,
+        body,
+        forward,
+        max_tokens,
+        input_tokens,
+        stream,
+    })
+}
+
+/// The admission decision (at once, or held by `wait.rs`): the admitted
+/// request's settlement guard and how long it was held, or the answer (a
+/// 429, a 400, a 503 when the shared state is down and fails closed).
+async fn admission(
+    app: &Arc<App>,
+    gen: &Arc<Gen>,
+    headers: &HeaderMap,
+    asked: &Asked,
+    arrived: Instant,
+    id: u64,
+    rec: &mut Pending,
+) -> Result<(Settle, Duration), Response<RespBody>> {
+    let Asked {
+        consumer,
+        input_tokens,
+        max_tokens,
+        stream,
+        ..
+    } = *asked;
     let lreq = LimRequest {
         consumer,
         input_tokens,
@@ -265,21 +327,21 @@ async fn proxy(
     let waits = matches!(gen.cfg.on_limit[consumer], OnLimit::Wait { .. });
     let deciding = waits.then(Instant::now);
     let outcome = match gen.cfg.on_limit[consumer] {
-        OnLimit::Reject => decide_once(&app, &gen, lreq, arrived, id).await,
+        OnLimit::Reject => decide_once(app, gen, lreq, arrived, id).await,
         OnLimit::Wait { max_wait } => {
-            let d = deadline(gen.cfg.deadline_header.as_deref(), &parts.headers);
-            crate::wait::admit(&app, &gen, lreq, arrived, id, max_wait, d).await
+            let d = deadline(gen.cfg.deadline_header.as_deref(), headers);
+            crate::wait::admit(app, gen, lreq, arrived, id, max_wait, d).await
         }
     };
     // a consumer that waits: its time in the limiter is a wait, not the
     // proxy's own time (see the overhead histogram)
     let held = deciding.map_or(Duration::ZERO, |d| d.elapsed());
-    let mut guard = match outcome {
+    let guard = match outcome {
         Outcome::Admit(mut g) => {
             if g.has_grant() {
                 app.metrics
                     .admitted
-                    .get_or_create(&app.consumer_label(&gen, consumer))
+                    .get_or_create(&app.consumer_label(gen, consumer))
                     .inc();
             }
             let decided = g.decided;
@@ -328,7 +390,7 @@ async fn proxy(
             );
             r.headers_mut()
                 .insert("retry-after", HeaderValue::from_static("1"));
-            return r;
+            return Err(r);
         }
         Outcome::Deny {
             limit,
@@ -354,7 +416,7 @@ async fn proxy(
                     OnLimit::Reject => "limited",
                     OnLimit::Wait { max_wait } => {
                         // the bound wait.rs held it to: the deadline's or max_wait
-                        let d = deadline(gen.cfg.deadline_header.as_deref(), &parts.headers);
+                        let d = deadline(gen.cfg.deadline_header.as_deref(), headers);
                         match d {
                             Some(d) if d.saturating_sub(gen.cfg.deadline_margin) < max_wait => {
                                 "refused_deadline"
@@ -365,13 +427,35 @@ async fn proxy(
                 }
                 .into();
             });
-            let r = limited(&gen, consumer, limit, retry_at, now, input_tokens);
+            let r = limited(gen, consumer, limit, retry_at, now, input_tokens);
             let own = arrived.elapsed().saturating_sub(held);
             app.metrics.overhead.observe(own.as_secs_f64());
-            return r;
+            return Err(r);
         }
     };
 
+    Ok((guard, held))
+}
+
+/// Send an admitted request upstream; its answer, wrapped in the guard.
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    app: &Arc<App>,
+    gen: &Gen,
+    parts: &hyper::http::request::Parts,
+    asked: Asked,
+    mut guard: Settle,
+    arrived: Instant,
+    held: Duration,
+    id: u64,
+) -> Response<RespBody> {
+    let Asked {
+        body,
+        forward,
+        max_tokens,
+        input_tokens,
+        ..
+    } = asked;
     let pq = parts
         .uri
         .path_and_query()

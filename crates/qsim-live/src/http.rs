@@ -322,7 +322,7 @@ fn decimal_ns(s: &str, unit_ns: u64) -> Option<Nanos> {
         1
     } else {
         let d = 10u128.pow((-shift) as u32);
-        v.div_ceil(d) + u128::from(sticky && v % d == 0)
+        v.div_ceil(d) + u128::from(sticky && v.is_multiple_of(d))
     };
     Some(ns.min(NEVER as u128) as Nanos)
 }
