@@ -24,6 +24,30 @@ pub enum Outcome {
     Unavailable(FailMode, String),
 }
 
+/// A decision taken at `now` under `gen`: an admission's settlement guard
+/// (made at once: it settles the grant whatever happens next), or the denial.
+fn outcome(
+    app: &Arc<App>,
+    gen: &Arc<Gen>,
+    d: Decision,
+    now: Nanos,
+    arrived: Instant,
+    id: u64,
+) -> Outcome {
+    match d {
+        Decision::Admit(g) => {
+            let mut s = Settle::new(app.clone(), gen.clone(), Some(g), arrived, id);
+            s.decided = now;
+            Outcome::Admit(s)
+        }
+        Decision::Deny { limit, retry_at } => Outcome::Deny {
+            limit,
+            retry_at,
+            now,
+        },
+    }
+}
+
 /// One decision by the core's `decide`, in-process or on the shared state.
 /// `gen`/`req`: the request's generation and consumer index in it.
 pub async fn decide_once(
@@ -54,20 +78,10 @@ pub async fn decide_once(
                     }
                 }
             };
-            match decide(&cur.params, state, now, &req) {
-                Decision::Admit(g) => {
-                    let cur = cur.clone();
-                    drop(l);
-                    let mut s = Settle::new(app.clone(), cur, Some(g), arrived, id);
-                    s.decided = now;
-                    Outcome::Admit(s)
-                }
-                Decision::Deny { limit, retry_at } => Outcome::Deny {
-                    limit,
-                    retry_at,
-                    now,
-                },
-            }
+            let d = decide(&cur.params, state, now, &req);
+            let cur = cur.clone();
+            drop(l);
+            outcome(app, &cur, d, now, arrived, id)
         }
         Store::Redis(r) => {
             // in its own task: a client leaving must neither cancel a batch
@@ -79,18 +93,7 @@ pub async fn decide_once(
                     return Err("internal: not a shared state".to_string());
                 };
                 let (d, now) = r.decide(&g.params, &|| a.now(), &req).await?;
-                Ok(match d {
-                    Decision::Admit(gr) => {
-                        let mut s = Settle::new(a.clone(), g.clone(), Some(gr), arrived, id);
-                        s.decided = now;
-                        Outcome::Admit(s)
-                    }
-                    Decision::Deny { limit, retry_at } => Outcome::Deny {
-                        limit,
-                        retry_at,
-                        now,
-                    },
-                })
+                Ok(outcome(&a, &g, d, now, arrived, id))
             });
             match task.await {
                 Ok(Ok(o)) => o,

@@ -40,11 +40,7 @@ fn route(path: &str) -> Option<Route> {
         "/v1/chat/completions" => Some(Route::Proxy("chat")),
         "/v1/completions" => Some(Route::Proxy("completions")),
         "/serving-endpoints/chat/completions" => Some(Route::Proxy("serving_chat")),
-        p => {
-            let rest = p.strip_prefix("/serving-endpoints/")?;
-            let name = rest.strip_suffix("/invocations")?;
-            (!name.is_empty() && !name.contains('/')).then_some(Route::Proxy("invocations"))
-        }
+        p => http::invocations(p).map(|_| Route::Proxy("invocations")),
     }
 }
 
@@ -336,6 +332,14 @@ async fn admission(
     // a consumer that waits: its time in the limiter is a wait, not the
     // proxy's own time (see the overhead histogram)
     let held = deciding.map_or(Duration::ZERO, |d| d.elapsed());
+    let unavailable = |reason: &str| {
+        app.metrics
+            .state_unavailable
+            .get_or_create(&ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc()
+    };
     let guard = match outcome {
         Outcome::Admit(mut g) => {
             if g.has_grant() {
@@ -361,12 +365,7 @@ async fn admission(
             g
         }
         Outcome::Unavailable(FailMode::Open, e) => {
-            app.metrics
-                .state_unavailable
-                .get_or_create(&ReasonLabel {
-                    reason: "fail_open".into(),
-                })
-                .inc();
+            unavailable("fail_open");
             tracing::warn!(id, error = %e, "limiter state unavailable: forwarded unlimited (fail open)");
             let mut g = Settle::new(app.clone(), gen.clone(), None, arrived, id);
             rec.set(|r| r.decision = "forwarded_unlimited".into());
@@ -374,12 +373,7 @@ async fn admission(
             g
         }
         Outcome::Unavailable(FailMode::Closed, e) => {
-            app.metrics
-                .state_unavailable
-                .get_or_create(&ReasonLabel {
-                    reason: "fail_closed".into(),
-                })
-                .inc();
+            unavailable("fail_closed");
             tracing::warn!(id, error = %e, "limiter state unavailable: refused (fail closed)");
             rec.set(|r| r.decision = "unavailable".into());
             let mut r = error(

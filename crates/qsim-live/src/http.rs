@@ -96,6 +96,14 @@ pub fn not_found() -> Response<RespBody> {
     )
 }
 
+/// The endpoint name of a Databricks serving-endpoints invocation path,
+/// `/serving-endpoints/{name}/invocations` (a name without `/`).
+pub fn invocations(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/serving-endpoints/")?;
+    let name = rest.strip_suffix("/invocations")?;
+    (!name.is_empty() && !name.contains('/')).then_some(name)
+}
+
 /// Tag an answer with its request id (`x-request-id`).
 pub fn with_request_id(mut r: Response<RespBody>, id: u64) -> Response<RespBody> {
     if let Ok(v) = HeaderValue::from_str(&id.to_string()) {

@@ -217,12 +217,7 @@ fn route(path: &str) -> Option<Route> {
             Some(Route::Generate(Some(Api::Chat), None))
         }
         "/v1/completions" => Some(Route::Generate(Some(Api::Completions), None)),
-        p => {
-            let rest = p.strip_prefix("/serving-endpoints/")?;
-            let name = rest.strip_suffix("/invocations")?;
-            (!name.is_empty() && !name.contains('/'))
-                .then(|| Route::Generate(None, Some(name.to_string())))
-        }
+        p => http::invocations(p).map(|name| Route::Generate(None, Some(name.to_string()))),
     }
 }
 
@@ -707,8 +702,8 @@ impl Sse {
             }
             Event::Failed { .. } => {
                 // cannot happen after the first token; end the stream with an error event
-                self.pending.push_back(Bytes::from_static(
-                    b"data: {\"error\":{\"message\":\"the model failed mid-stream\",\"type\":\"server_error\"}}\n\n",
+                self.pending.push_back(sse::event(
+                    r#"{"error":{"message":"the model failed mid-stream","type":"server_error"}}"#,
                 ));
                 self.finished = true;
             }
