@@ -18,6 +18,26 @@
 //! Configuration is parsed and validated by the root crate (`qsim proxy`
 //! reads the same `[deployment]`/`[defaults]`/`[[consumer]]` tables as a
 //! shared-deployment file); this crate receives a validated [`ProxyConfig`].
+//!
+//! Modules (none imports one that imports it back; `scripts/module-cycles.py`):
+//!
+//! - the proxy: `config` (the validated configuration), `app` (the shared
+//!   state: the policy generation in force, the limiter state's home, what
+//!   every request shares), `admit` (one decision, in-process or shared),
+//!   `queue` and `wait` (`on_limit = "wait"`: the per-consumer queues and
+//!   their driver), `body` (the settlement guard and the tracked answer),
+//!   `respond` (the 429 answer), `handler` (routes and the request handler),
+//!   `reload` (SIGHUP), `server` (start-up and shutdown), `store` (the
+//!   state in Redis), `record` (the decision log), `drift` (the shadow
+//!   model), `metrics`, `estimate` (input tokens);
+//! - the other drivers: [`serve`] (`qsim serve`), [`load`] (`qsim load`),
+//!   [`replay`] (`qsim replay`), [`bench`](mod@bench) (the benchmark client);
+//! - shared by all: `clock` (the one clock: model time ↔ real time), `http`
+//!   (response bodies and errors, the accept loop, the one client builder
+//!   with its TLS connector, retry hints), `sse` (the one SSE reader and
+//!   writer), `sync` (poison-tolerant locking), [`tls`] (the CA-file path
+//!   the root crate reads). The sans-IO model interface is
+//!   `qsim_core::model`, re-exported from [`serve`].
 
 mod admit;
 mod app;

@@ -396,7 +396,7 @@ fn recover(dir: &Path) -> Result<(), String> {
 }
 
 /// A request's record while the request is decided: filled as the request
-/// goes, moved into the admitted request's [`crate::body::Settle`] (which
+/// goes, moved into the admitted request's `Settle` (`body.rs`) (which
 /// logs it when settled), or logged here when the request ends earlier (an
 /// invalid request, a 429, the client leaving before a decision).
 pub struct Pending {

@@ -71,7 +71,7 @@ pub enum Source {
     Shared { credit: u64 },
 }
 
-/// What an admission returns; hand it back to [`complete`].
+/// What an admission returns; hand it back to [`complete`](super::complete).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Grant {
     pub consumer: usize,
