@@ -12,10 +12,14 @@
 //! - [`limiter`]: token buckets, provider rate limits, the admission limiter;
 //! - [`client`]: retry policies, the SDK's hidden retry layer, client-side
 //!   throttles, the managed executor's AIMD window and the caller state
-//!   machine that combines them.
+//!   machine that combines them;
+//! - [`model`]: the sans-IO model interface (`Backend`: a simulated endpoint
+//!   answering generation requests in model time), which `qsim serve` and
+//!   the proxy's drift shadow drive and the root crate implements.
 
 pub mod client;
 pub mod limiter;
+pub mod model;
 pub mod stats;
 pub mod time;
 

@@ -16,12 +16,13 @@
 //! times faster than real time): arrivals are sent at model time / X, and
 //! measured real durations are reported × X, in model seconds.
 
+use crate::clock::Clock;
+use crate::http::{self, HttpClient};
+use crate::sse;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use qsim_core::time::Nanos;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,9 +53,7 @@ struct Out {
     error: String,
 }
 
-type Http = Client<HttpConnector, Full<Bytes>>;
-
-async fn one(client: &Http, url: &str, body: Bytes, scale: f64, timeout: Duration) -> Out {
+async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: Duration) -> Out {
     let mut o = Out::default();
     let req = match Request::builder()
         .method(Method::POST)
@@ -85,27 +84,24 @@ async fn one(client: &Http, url: &str, body: Bytes, scale: f64, timeout: Duratio
             let t: String = String::from_utf8_lossy(&b).chars().take(200).collect();
             return Err(format!("HTTP {status}: {t}"));
         }
-        let mut buf: Vec<u8> = Vec::new();
+        let mut lines = sse::Reader::default();
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| format!("reading the stream: {e}"))?;
             let Ok(data) = frame.into_data() else {
                 continue;
             };
             let now = Instant::now();
-            buf.extend_from_slice(&data);
-            while let Some(p) = buf.iter().position(|&c| c == b'\n') {
-                let line: Vec<u8> = buf.drain(..=p).collect();
-                let line = String::from_utf8_lossy(&line);
-                let Some(d) = line.trim().strip_prefix("data:") else {
+            lines.push(&data);
+            while let Some(d) = lines.next_data() {
+                let sse::Data::Event(d) = d else {
                     continue;
                 };
-                let d = d.trim();
-                if d == "[DONE]" {
-                    continue;
-                }
-                let v: Value = serde_json::from_str(d).map_err(|e| format!("bad chunk: {e}"))?;
+                let v: Value = serde_json::from_slice(d).map_err(|e| format!("bad chunk: {e}"))?;
                 if v.get("error").is_some() {
-                    return Err(format!("error in the stream: {d}"));
+                    return Err(format!(
+                        "error in the stream: {}",
+                        String::from_utf8_lossy(d)
+                    ));
                 }
                 let text = v
                     .pointer("/choices/0/text")
@@ -183,11 +179,7 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     if cfg.requests.is_empty() {
         return Err("no request to send".into());
     }
-    let mut conn = HttpConnector::new();
-    conn.set_nodelay(true);
-    let client: Http = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(conn);
+    let client = http::client(&cfg.target, None)?;
     let url = format!("{}/v1/completions", cfg.target.trim_end_matches('/'));
     let body = |input: u32, out: u32| -> Bytes {
         let prompt: Vec<u32> = (1..=input.max(1)).collect();
@@ -205,10 +197,11 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     }
     let client = Arc::new(client);
     let url = Arc::new(url);
-    let start = tokio::time::Instant::now();
+    let clock = Clock::new(0, x);
     let mut tasks = Vec::with_capacity(cfg.requests.len());
     for &(at, input, out) in &cfg.requests {
-        tokio::time::sleep_until(start + Duration::from_secs_f64(at.max(0.0) / x)).await;
+        let at = (at.max(0.0) * 1e9).min(Nanos::MAX as f64) as Nanos;
+        tokio::time::sleep_until(clock.instant_at(at)).await;
         let (c, u, b) = (client.clone(), url.clone(), body(input, out));
         let timeout = cfg.timeout;
         tasks.push(tokio::spawn(
@@ -219,7 +212,7 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     for t in tasks {
         outs.push(t.await.map_err(|e| e.to_string())?);
     }
-    let dur = start.elapsed().as_secs_f64() * x;
+    let dur = clock.elapsed().as_secs_f64() * x;
     let good: Vec<(&Out, u32)> = outs
         .iter()
         .zip(&cfg.requests)

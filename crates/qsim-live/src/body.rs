@@ -13,7 +13,13 @@
 //! body, or the SSE chunk carrying `usage`), and the guard is dropped at the
 //! end of the stream.
 
-use crate::server::{lock, App, Gen, Local, Store};
+use crate::app::{App, Gen, Local, Store};
+use crate::drift::Track;
+use crate::http::BoxError;
+use crate::metrics::ReasonLabel;
+use crate::record::Record;
+use crate::sse;
+use crate::sync::lock;
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use hyper::body::Incoming;
@@ -25,8 +31,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::time::Sleep;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub struct Settle {
     pub app: Arc<App>,
@@ -44,11 +48,11 @@ pub struct Settle {
     pub first_byte: bool,
     /// The decision log's record (when the log is on), completed and
     /// handed to the log writer when the request is settled.
-    pub rec: Option<Box<crate::record::Record>>,
+    pub rec: Option<Box<Record>>,
     /// The core's time of the admission decision.
     pub decided: qsim_core::time::Nanos,
     /// Set when the request is sent upstream if `--profile` is on (drift.rs).
-    pub drift: Option<crate::drift::Track>,
+    pub drift: Option<Track>,
 }
 
 impl Settle {
@@ -186,8 +190,8 @@ enum Scan {
     Nothing,
     /// A JSON body, kept (up to a cap) until its end to read `usage`.
     Json(Vec<u8>),
-    /// An SSE stream: the current incomplete line.
-    Sse(Vec<u8>),
+    /// An SSE stream, split into its data lines.
+    Sse(sse::Reader),
 }
 
 const JSON_CAP: usize = 16 << 20;
@@ -212,7 +216,7 @@ impl Tracked {
     pub fn new(inner: Incoming, guard: Settle, ok: bool, sse: bool, idle: Duration) -> Tracked {
         let scan = match (ok, sse) {
             (false, _) => Scan::Nothing,
-            (true, true) => Scan::Sse(Vec::new()),
+            (true, true) => Scan::Sse(sse::Reader::default()),
             (true, false) => Scan::Json(Vec::new()),
         };
         Tracked {
@@ -237,22 +241,16 @@ impl Tracked {
                     buf.extend_from_slice(d);
                 }
             }
-            Scan::Sse(line) => {
-                for &b in d.iter() {
-                    if b != b'\n' {
-                        line.push(b);
-                        continue;
-                    }
-                    let l = std::mem::take(line);
-                    let l = l.strip_suffix(b"\r").unwrap_or(&l);
-                    let Some(data) = l.strip_prefix(b"data:") else {
-                        continue;
+            Scan::Sse(r) => {
+                r.push(d);
+                while let Some(data) = r.next_data() {
+                    let data = match data {
+                        sse::Data::Done => {
+                            self.done = true;
+                            continue;
+                        }
+                        sse::Data::Event(data) => data,
                     };
-                    let data = data.trim_ascii();
-                    if data == b"[DONE]" {
-                        self.done = true;
-                        continue;
-                    }
                     // only chunks that mention usage are parsed; the rest
                     // count as ~one output token each if they carry content
                     if memchr(data, b"\"usage\"") {
@@ -287,7 +285,7 @@ impl Tracked {
             g.app
                 .metrics
                 .upstream_errors
-                .get_or_create(&crate::metrics::ReasonLabel {
+                .get_or_create(&ReasonLabel {
                     reason: reason.into(),
                 })
                 .inc();

@@ -45,11 +45,11 @@
 //! few samples changes nothing.
 
 use crate::clock::Clock;
-use crate::serve::{Backend, Event, Failure, GenRequest};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use qsim_core::model::{Backend, Event, Failure, GenRequest};
 use qsim_core::time::Nanos;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -726,11 +726,11 @@ mod tests {
             id: u64,
             req: &GenRequest,
             _out: &mut Vec<Event>,
-        ) -> Result<(), crate::serve::Invalid> {
+        ) -> Result<(), qsim_core::model::Invalid> {
             if self.inflight >= self.limit {
                 let failure = Failure::RateLimited {
                     limit: "c".into(),
-                    hint: crate::serve::RetryHint::None,
+                    hint: qsim_core::model::RetryHint::None,
                     body: None,
                 };
                 self.due.insert((now, id), Event::Failed { id, failure });
@@ -744,7 +744,7 @@ mod tests {
                 id,
                 prompt_tokens: req.input_tokens,
                 completion_tokens: n,
-                finish: crate::serve::Finish::Stop,
+                finish: qsim_core::model::Finish::Stop,
             };
             self.due
                 .insert((now + self.ttft + (n - 1) * self.tpot, id), done);

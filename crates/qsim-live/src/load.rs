@@ -15,30 +15,30 @@
 //! dispatcher task at their arrival times; a closed-loop worker is a task
 //! that runs its rows one after another with its think time between them.
 //!
-//! Time is virtual: `now = real elapsed × time_scale` in integer ns, and a
-//! virtual deadline `at` is slept until `start + at / time_scale`. Retry
-//! hints read from the answer (`retry-after-ms`, `retry-after`) are taken as
-//! virtual time: a `qsim proxy` run with the same `--time-scale` states them
-//! so (with scale 1 it is plain real time).
+//! Time is virtual (`clock.rs`): `now = real elapsed × time_scale` in
+//! integer ns, and a virtual deadline `at` is slept until
+//! `start + at / time_scale` (rounded up). Retry hints read from the answer
+//! (`retry-after-ms`, `retry-after`: `http::retry_hint`) are taken as
+//! virtual time: a `qsim proxy` run with the same `--time-scale` states
+//! them so (with scale 1 it is plain real time).
 //!
 //! Bounded: no attempt is sent at or after the scenario's end (the
 //! simulation stops there too) or after `max_requests` attempts; each
 //! attempt has a real-time `timeout`; rows still in flight `timeout` after
 //! the end are abandoned and counted as unanswered.
 
+use crate::clock::Clock;
+use crate::http::{self, HttpClient};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use qsim_core::client::{Call, CallerPolicy, Next, PoolShared, Reply, Send};
 use qsim_core::limiter::rates::OutputAccounting;
 use qsim_core::time::{Nanos, NS_PER_SEC};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MINUTE: Nanos = 60 * NS_PER_SEC;
 
@@ -201,8 +201,8 @@ impl LoadReport {
 
 struct Shared {
     cfg: LoadConfig,
-    start: Instant,
-    client: Client<HttpConnector, Full<Bytes>>,
+    clock: Clock,
+    client: HttpClient,
     draws: Mutex<Box<dyn Draws>>,
     pools: Vec<Mutex<PoolShared>>,
     obs: Mutex<(Vec<ConsumerObs>, Vec<bool>)>,
@@ -229,22 +229,13 @@ impl Drop for Live<'_> {
 }
 
 impl Shared {
-    /// Virtual now: real elapsed × time_scale.
+    /// Virtual now.
     fn now(&self) -> Nanos {
-        let real = self.start.elapsed().as_nanos();
-        let x = self.cfg.time_scale;
-        let t = if x == 1.0 {
-            real
-        } else {
-            (real as f64 * x) as u128
-        };
-        t.min(u64::MAX as u128 - 1) as Nanos
+        self.clock.now()
     }
     /// The real instant of virtual time `at`.
     fn real(&self, at: Nanos) -> tokio::time::Instant {
-        let x = self.cfg.time_scale;
-        let ns = if x == 1.0 { at } else { (at as f64 / x) as u64 };
-        tokio::time::Instant::from_std(self.start) + Duration::from_nanos(ns)
+        self.clock.instant_at(at)
     }
     fn lag(&self, lag: Nanos) {
         self.lag_sum.fetch_add(lag, Ordering::Relaxed);
@@ -278,18 +269,6 @@ enum Answer {
     },
     /// No answer (connection error or timeout), and why.
     None(#[allow(dead_code)] String),
-}
-
-fn hint_of(h: &hyper::HeaderMap) -> Option<Nanos> {
-    let num = |k: &str| {
-        h.get(k)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|x| x.is_finite() && *x >= 0.0)
-    };
-    num("retry-after-ms")
-        .map(|ms| (ms * 1e6) as Nanos)
-        .or_else(|| num("retry-after").map(|s| (s * 1e9) as Nanos))
 }
 
 /// The body of one row: a single user message whose length makes the
@@ -329,7 +308,7 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
     let fut = async {
         let resp = sh.client.request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
-        let hint = hint_of(resp.headers());
+        let hint = http::retry_hint(resp.headers(), None);
         let bytes = resp
             .into_body()
             .collect()
@@ -519,11 +498,7 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
             ..Default::default()
         })
         .collect();
-    let mut conn = HttpConnector::new();
-    conn.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(conn);
+    let client = http::client(&cfg.target, None)?;
     // the target must answer before the clock starts
     let probe = Request::builder()
         .method(Method::GET)
@@ -541,7 +516,7 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
         .map(|_| Mutex::new(PoolShared::default()))
         .collect();
     let sh = Arc::new(Shared {
-        start: Instant::now(),
+        clock: Clock::new(0, cfg.time_scale),
         client,
         draws: Mutex::new(draws),
         pools,
@@ -613,7 +588,7 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
     }
     sh.stopped.store(true, Ordering::SeqCst);
     let abandoned = sh.live.load(Ordering::SeqCst);
-    let wall = sh.start.elapsed();
+    let wall = sh.clock.elapsed();
     // attempts still without an answer are unanswered (their rows abandoned;
     // the runtime's shutdown cancels them)
     let (consumers, limited_sec) = sh.obs(|o, l| {
@@ -646,7 +621,6 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hyper::header::HeaderValue;
 
     #[test]
     fn body_length_gives_the_proxy_estimate() {
@@ -654,15 +628,5 @@ mod tests {
             let b = request_body("m", n, 256);
             assert_eq!(crate::estimate::input_tokens(&b), n as u64);
         }
-    }
-
-    #[test]
-    fn hints_from_headers() {
-        let mut h = hyper::HeaderMap::new();
-        h.insert("retry-after", HeaderValue::from_static("2"));
-        assert_eq!(hint_of(&h), Some(2 * NS_PER_SEC));
-        h.insert("retry-after-ms", HeaderValue::from_static("1500"));
-        assert_eq!(hint_of(&h), Some(1_500_000_000));
-        assert_eq!(hint_of(&hyper::HeaderMap::new()), None);
     }
 }

@@ -26,6 +26,8 @@
 //! Records not yet in a finished file when the process is killed (at most
 //! one rotation's worth) are lost; a graceful shutdown finishes the file.
 
+use crate::clock::Clock;
+use crate::sync::lock;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::io::Write;
@@ -201,7 +203,7 @@ impl DecisionLog {
     /// Finish the current file and stop the writer (at shutdown).
     pub fn close(&self) {
         let _ = self.tx.send(Msg::Close);
-        if let Some(t) = crate::server::lock(&self.thread).take() {
+        if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
     }
@@ -394,7 +396,7 @@ fn recover(dir: &Path) -> Result<(), String> {
 }
 
 /// A request's record while the request is decided: filled as the request
-/// goes, moved into the admitted request's [`crate::body::Settle`] (which
+/// goes, moved into the admitted request's `Settle` (`body.rs`) (which
 /// logs it when settled), or logged here when the request ends earlier (an
 /// invalid request, a 429, the client leaving before a decision).
 pub struct Pending {
@@ -403,20 +405,21 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub fn new(app: &crate::server::App, id: u64) -> Pending {
-        let rec = app.log.as_ref().map(|l| {
+    /// A request's record (`log`: the decision log, if on), arriving now.
+    pub fn new(log: Option<&Arc<DecisionLog>>, clock: &Clock, id: u64) -> Pending {
+        let rec = log.map(|l| {
             Box::new(Record {
                 id,
                 run_unix_ms: l.run_unix_ms,
-                time_scale: app.time_scale,
-                arrival_ns: app.now(),
+                time_scale: clock.scale(),
+                arrival_ns: clock.now(),
                 arrival_unix_ms: unix_ms(),
                 ..Default::default()
             })
         });
         Pending {
             rec,
-            log: app.log.clone(),
+            log: log.cloned(),
         }
     }
     /// Fill the record (when the log is on).

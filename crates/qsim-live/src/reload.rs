@@ -1,7 +1,7 @@
 //! Policy reload on SIGHUP, without dropping a request.
 //!
 //! The config file is read and validated again (by the caller's
-//! [`Reloader`]: the same `load` as at start). Invalid → logged, counted
+//! [`Reloader`](crate::app::Reloader): the same `load` as at start). Invalid → logged, counted
 //! (`qsim_proxy_reloads_total{result="error"}`), and the policy in force
 //! stays. Valid → a new generation ([`Gen`]) is put in force at once:
 //! requests already admitted keep going (they hold their own generation) and
@@ -22,14 +22,12 @@
 //! switch together): such a reload is refused and logged; the other
 //! settings (keys, shapes, waiting, timeouts) are reloaded.
 
+use crate::app::{compile, App, Gen, Store};
+use crate::config::ProxyConfig;
 use crate::metrics::ResultLabel;
-use crate::server::{compile, lock, App, Gen, Store};
-use crate::ProxyConfig;
+use crate::sync::lock;
 use qsim_core::limiter::admission::carry_over;
 use std::sync::Arc;
-
-/// Reads and validates the config again; `Err` is the one-line reason.
-pub type Reloader = Box<dyn Fn() -> Result<ProxyConfig, String> + Send + Sync>;
 
 pub async fn on_sighup(app: Arc<App>) {
     #[cfg(unix)]

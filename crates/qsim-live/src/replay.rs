@@ -12,8 +12,8 @@
 //! `Next::SendAt { at, .. }` or `Next::Done(..)` and the coordinator sleeps
 //! until `at`.
 //!
-//! Time is model time: `now = (Instant::now() − start) × time_scale` in
-//! integer nanoseconds, so every client-side duration the state machines
+//! Time is model time (`clock.rs`): `now = (Instant::now() − start) ×
+//! time_scale` in integer nanoseconds, so every client-side duration the state machines
 //! ask for (backoff, the SDK's delays, the per-attempt timeout, the replay's
 //! deadline) lasts `1/time_scale` of itself in real time, and every observed
 //! duration is reported ×`time_scale`. A retry hint the endpoint sends is a
@@ -28,13 +28,13 @@
 //! so layers that retry 5xx retry it, as the OpenAI SDK retries connection
 //! errors. Every row of the plan ends in the output, finished or not.
 
+use crate::clock::Clock;
+use crate::http::{self, chain, HttpClient};
+use crate::sse;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::{Request, Response};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::rt::TokioExecutor;
+use hyper::Request;
 use qsim_core::client::managed::AimdParams;
 use qsim_core::client::{
     Call, CallerPolicy, Managed, ManagedNext, Next, Outcome, PoolShared, Reply, Send as CallSend,
@@ -226,62 +226,6 @@ pub struct Run {
     pub final_window: Option<f64>,
 }
 
-/// The HTTP client: plain, or rustls for `https` targets.
-#[derive(Clone)]
-enum Http {
-    Plain(HttpClient<HttpConnector, Full<Bytes>>),
-    Tls(HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>),
-}
-
-impl Http {
-    fn new(base: &str) -> Result<Http, String> {
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(Duration::from_secs(10)));
-        let b = HttpClient::builder(TokioExecutor::new());
-        if base.starts_with("https://") {
-            conn.enforce_http(false);
-            let https = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_native_roots()
-                .map_err(|e| format!("TLS: cannot load the platform's root certificates: {e}"))?
-                .https_only()
-                .enable_http1()
-                .wrap_connector(conn);
-            Ok(Http::Tls(b.build(https)))
-        } else {
-            Ok(Http::Plain(b.build(conn)))
-        }
-    }
-
-    async fn request(
-        &self,
-        req: Request<Full<Bytes>>,
-    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
-        match self {
-            Http::Plain(c) => c.request(req).await,
-            Http::Tls(c) => c.request(req).await,
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-struct Clock {
-    start: Instant,
-    scale: f64,
-}
-
-impl Clock {
-    fn now(&self) -> Nanos {
-        (self.start.elapsed().as_nanos() as f64 * self.scale) as Nanos
-    }
-    fn instant(&self, at: Nanos) -> Instant {
-        self.start + Duration::from_nanos((at as f64 / self.scale).min(1e18) as u64)
-    }
-    fn real(&self, d: Nanos) -> Duration {
-        Duration::from_nanos((d as f64 / self.scale).min(1e18) as u64)
-    }
-}
-
 /// What came back from one exchange (times in model ns since start).
 #[derive(Debug, Default)]
 struct Exchange {
@@ -310,20 +254,6 @@ fn short(s: &str) -> String {
     out.replace(['\n', '\r'], " ")
 }
 
-/// The message of an error chain, outermost first.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut src = e.source();
-    while let Some(s) = src {
-        let t = s.to_string();
-        if !parts.iter().any(|p| p.contains(&t)) {
-            parts.push(t);
-        }
-        src = s.source();
-    }
-    parts.join(": ")
-}
-
 fn classify_client_error(e: &hyper_util::client::legacy::Error, https: bool) -> &'static str {
     let text = chain(e).to_ascii_lowercase();
     if https
@@ -339,28 +269,6 @@ fn classify_client_error(e: &hyper_util::client::legacy::Error, https: bool) -> 
     } else {
         "http"
     }
-}
-
-/// A retry hint: `retry-after-ms`, else `Retry-After` (seconds), else a
-/// body field `retry_after` (seconds); real time as sent.
-fn hint_of(headers: &hyper::HeaderMap, body: Option<&Value>) -> Option<Nanos> {
-    let h = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0)
-    };
-    if let Some(ms) = h("retry-after-ms") {
-        return Some((ms * 1e6) as Nanos);
-    }
-    if let Some(s) = h("retry-after") {
-        return Some((s * 1e9) as Nanos);
-    }
-    body.and_then(|b| b.get("retry_after"))
-        .and_then(Value::as_f64)
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map(|s| (s * 1e9) as Nanos)
 }
 
 /// The human part of an error answer: `error.message`, `message`, or the text.
@@ -391,7 +299,7 @@ fn usage(v: &Value, x: &mut Exchange) {
 }
 
 async fn exchange(
-    http: &Http,
+    client: &HttpClient,
     target: &Target,
     body: Bytes,
     clock: Clock,
@@ -425,7 +333,7 @@ async fn exchange(
         }
     };
     let fut = async {
-        let resp = match http.request(req).await {
+        let resp = match client.request(req).await {
             Ok(r) => r,
             Err(e) => {
                 let kind = classify_client_error(&e, https);
@@ -441,10 +349,7 @@ async fn exchange(
         let status = resp.status().as_u16();
         x.status = Some(status);
         let headers = resp.headers().clone();
-        let sse = headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let sse = http::is_event_stream(&headers);
         let mut body = resp.into_body();
         if (200..300).contains(&status) && target.stream && sse {
             read_stream(&mut body, &mut x, clock).await;
@@ -459,7 +364,7 @@ async fn exchange(
         };
         let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
         if !(200..300).contains(&status) {
-            x.hint = hint_of(&headers, parsed.as_ref());
+            x.hint = http::retry_hint(&headers, parsed.as_ref());
             x.error = Some(("status", error_text(status, &bytes)));
             return;
         }
@@ -503,7 +408,7 @@ async fn exchange(
 /// `usage` from the events; no `data: [DONE]` before the end is a truncated
 /// stream.
 async fn read_stream(body: &mut Incoming, x: &mut Exchange, clock: Clock) {
-    let mut buf: Vec<u8> = Vec::new();
+    let mut lines = sse::Reader::default();
     let mut done = false;
     let mut chunks = 0u64;
     loop {
@@ -521,25 +426,24 @@ async fn read_stream(body: &mut Incoming, x: &mut Exchange, clock: Clock) {
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        buf.extend_from_slice(&data);
-        while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=pos).collect();
-            let line = String::from_utf8_lossy(&line);
-            let line = line.trim();
-            let Some(payload) = line.strip_prefix("data:") else {
-                continue;
+        lines.push(&data);
+        while let Some(d) = lines.next_data() {
+            let payload = match d {
+                sse::Data::Done => {
+                    done = true;
+                    continue;
+                }
+                sse::Data::Event(p) => p,
             };
-            let payload = payload.trim();
-            if payload == "[DONE]" {
-                done = true;
-                continue;
-            }
-            let v: Value = match serde_json::from_str(payload) {
+            let v: Value = match serde_json::from_slice(payload) {
                 Ok(v) => v,
                 Err(_) => {
                     x.error = Some((
                         "non_json",
-                        format!("stream event is not JSON: {:?}", short(payload)),
+                        format!(
+                            "stream event is not JSON: {:?}",
+                            short(&String::from_utf8_lossy(payload))
+                        ),
                     ));
                     return;
                 }
@@ -581,7 +485,7 @@ struct Active {
 }
 
 struct Driver {
-    http: Http,
+    http: HttpClient,
     target: Target,
     clock: Clock,
     opts: Options,
@@ -640,7 +544,8 @@ impl Driver {
                 Some(s) if s >= 400 => s,
                 _ => EXCHANGE_FAILED,
             };
-            let hint = x.hint.map(|h| (h as f64 * self.clock.scale) as Nanos);
+            // the hint is real time (a time-scaled endpoint scales its own)
+            let hint = x.hint.map(|h| self.clock.model(h));
             Reply::Error { status, hint }
         }
     }
@@ -700,7 +605,7 @@ pub fn run(
     if !(opts.time_scale.is_finite() && opts.time_scale > 0.0) {
         return Err(format!("time scale must be > 0, got {}", opts.time_scale));
     }
-    let http = Http::new(&target.base)?;
+    let http = http::client(&target.base, None)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -715,10 +620,7 @@ pub fn run(
         let mut d = Driver {
             http,
             target: target.clone(),
-            clock: Clock {
-                start: Instant::now(),
-                scale: opts.time_scale,
-            },
+            clock: Clock::new(0, opts.time_scale),
             opts,
             tx,
             inflight: Vec::new(),
@@ -736,7 +638,7 @@ pub fn run(
             },
             bodies,
         };
-        let deadline = d.clock.instant(opts.deadline);
+        let deadline = d.clock.at(opts.deadline);
         let mut uniform = || rng();
         match &plan.client {
             Client::Pool {
@@ -861,7 +763,7 @@ async fn pool(
         }
         let wake = timers
             .peek()
-            .map(|Reverse((at, _, _))| d.clock.instant(*at))
+            .map(|Reverse((at, _, _))| d.clock.at(*at))
             .unwrap_or(deadline)
             .min(deadline);
         tokio::select! {
@@ -940,7 +842,7 @@ async fn managed(
         let wake = exec
             .poll_timeout()
             .filter(|_| exec.has_room())
-            .map(|t| d.clock.instant(t))
+            .map(|t| d.clock.at(t))
             .unwrap_or(deadline)
             .min(deadline);
         tokio::select! {

@@ -7,9 +7,10 @@
 //! (tokens, completions, failures) for request ids. This module is only the
 //! real-time driver around it:
 //!
-//! - the clock: model time `now = (Instant::now() − start) × time_scale` in
-//!   integer ns, so every modelled duration (latencies, limit windows,
-//!   retry hints) lasts `1/time_scale` of itself in real time;
+//! - the clock (`clock.rs`, the one clock of the real-time drivers): model
+//!   time `now = (Instant::now() − start) × time_scale` in integer ns, so
+//!   every modelled duration (latencies, limit windows, retry hints) lasts
+//!   `1/time_scale` of itself in real time;
 //! - one driver thread owns the deadline: it sleeps on a condition variable
 //!   until the backend's `poll_timeout()` (converted to an `Instant`), or
 //!   until a submission wakes it, then calls `handle_timeout(now)` and hands
@@ -25,20 +26,20 @@
 //! first advances the model to `now` (so events are processed in time order
 //! whoever triggers them), then submits.
 
-use crate::body::BoxError;
+use crate::clock::Clock;
 use crate::estimate;
+use crate::http::{self, error, BoxError, RespBody};
+use crate::sse;
+use crate::sync::lock;
 use bytes::Bytes;
 use http_body::{Body, Frame};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use qsim_core::time::{Nanos, NEVER};
+use qsim_core::time::Nanos;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
-use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -48,122 +49,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
-type RespBody = UnsyncBoxBody<Bytes, BoxError>;
+pub use qsim_core::model::{Backend, Event, Failure, Finish, GenRequest, Invalid, RetryHint};
 
 /// Request bodies above this are answered 413.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
-
-/// What the model is asked for, as the HTTP side parsed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GenRequest {
-    /// Estimated from the prompt (see [`input_tokens`]).
-    pub input_tokens: u64,
-    /// `max_tokens` (or `max_completion_tokens`) if the request states it.
-    pub max_tokens: Option<u64>,
-    /// FNV-1a of the prompt's JSON text: the same prompt gets the same
-    /// answer length (temperature 0), whatever else differs.
-    pub prompt_hash: u64,
-    /// The answer's length when it is already known (the proxy's drift
-    /// shadow replays what the upstream produced); `None`: the model decides.
-    pub output_tokens: Option<u64>,
-}
-
-/// Why an answer ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// The model stopped on its own.
-    Stop,
-    /// `max_tokens` cut it.
-    Length,
-}
-
-impl Finish {
-    fn name(self) -> &'static str {
-        match self {
-            Finish::Stop => "stop",
-            Finish::Length => "length",
-        }
-    }
-}
-
-/// Where a 429 carries its retry hint, with the model-time duration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RetryHint {
-    None,
-    /// `Retry-After: <whole seconds>` header.
-    RetryAfter(Nanos),
-    /// `retry-after-ms: <whole ms>` header.
-    RetryAfterMs(Nanos),
-    /// `"retry_after": <seconds>` in the JSON body.
-    BodyRetryAfter(Nanos),
-}
-
-/// A request the model refused (after its own delay).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Failure {
-    /// 429: `limit` names the binding limit; `body` is the profile's body
-    /// verbatim (a JSON object), if it gives one.
-    RateLimited {
-        limit: String,
-        hint: RetryHint,
-        body: Option<String>,
-    },
-    /// 500 (fault injection).
-    ServerError,
-}
-
-/// What the model emits for a request id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// `n` more output tokens exist (the first marks the time to first token).
-    Tokens { id: u64, n: u64 },
-    /// The answer is complete (after every token).
-    Done {
-        id: u64,
-        prompt_tokens: u64,
-        completion_tokens: u64,
-        finish: Finish,
-    },
-    /// Refused; nothing else follows.
-    Failed { id: u64, failure: Failure },
-}
-
-impl Event {
-    fn id(&self) -> u64 {
-        match self {
-            Event::Tokens { id, .. } | Event::Done { id, .. } | Event::Failed { id, .. } => *id,
-        }
-    }
-    fn terminal(&self) -> bool {
-        !matches!(self, Event::Tokens { .. })
-    }
-}
-
-/// A request that can never be answered: 400 with this code and message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Invalid {
-    pub code: &'static str,
-    pub message: String,
-}
-
-/// A sans-IO model answering generation requests in model time (ns).
-pub trait Backend: Send + 'static {
-    /// The model's name (`GET /v1/models`).
-    fn name(&self) -> &str;
-    /// A request arrives at `now` (the driver has advanced the model to
-    /// `now` first). Events for any request may be pushed to `out`.
-    fn submit(
-        &mut self,
-        now: Nanos,
-        id: u64,
-        req: &GenRequest,
-        out: &mut Vec<Event>,
-    ) -> Result<(), Invalid>;
-    /// The next internal deadline.
-    fn poll_timeout(&self) -> Option<Nanos>;
-    /// Process everything due at or before `now`, in time order.
-    fn handle_timeout(&mut self, now: Nanos, out: &mut Vec<Event>);
-}
 
 /// How to serve.
 #[derive(Debug, Clone)]
@@ -172,29 +61,6 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     /// Model seconds per real second (> 0).
     pub time_scale: f64,
-}
-
-/// Real time ↔ model time.
-#[derive(Debug, Clone, Copy)]
-struct Clock {
-    start: Instant,
-    scale: f64,
-}
-
-impl Clock {
-    fn now(&self) -> Nanos {
-        let real = self.start.elapsed().as_nanos() as f64;
-        (real * self.scale).min((NEVER - 1) as f64) as Nanos
-    }
-    /// The instant model time `t` is reached (rounded up).
-    fn instant_of(&self, t: Nanos) -> Instant {
-        let real = (t as f64 / self.scale).ceil().min(1e18);
-        self.start + Duration::from_nanos(real as u64)
-    }
-    /// A model duration in real nanoseconds.
-    fn real_ns(&self, d: Nanos) -> f64 {
-        d as f64 / self.scale
-    }
 }
 
 struct Core<B> {
@@ -231,7 +97,7 @@ struct App<B> {
 
 impl<B> App<B> {
     fn lock(&self) -> MutexGuard<'_, Core<B>> {
-        self.core.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.core)
     }
 }
 
@@ -260,10 +126,7 @@ fn driver<B: Backend>(app: Arc<App<B>>) {
         c.dispatch();
         g = match g.backend.poll_timeout() {
             Some(t) => {
-                let wait = app
-                    .clock
-                    .instant_of(t)
-                    .saturating_duration_since(Instant::now());
+                let wait = app.clock.at(t).saturating_duration_since(Instant::now());
                 if wait.is_zero() {
                     continue;
                 }
@@ -291,10 +154,7 @@ async fn serve<B: Backend>(cfg: ServeConfig, backend: B) -> Result<(), String> {
             stop: false,
         }),
         wake: Condvar::new(),
-        clock: Clock {
-            start: Instant::now(),
-            scale: cfg.time_scale,
-        },
+        clock: Clock::new(0, cfg.time_scale),
         next_id: AtomicU64::new(1),
     });
     let d = app.clone();
@@ -308,26 +168,8 @@ async fn serve<B: Backend>(cfg: ServeConfig, backend: B) -> Result<(), String> {
         let _ = out.flush();
     }
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown_signal());
-    loop {
-        tokio::select! {
-            r = listener.accept() => {
-                let Ok((stream, _)) = r else { continue };
-                let _ = stream.set_nodelay(true);
-                let app = app.clone();
-                let svc = hyper::service::service_fn(move |req| {
-                    let app = app.clone();
-                    async move { Ok::<_, Infallible>(handle(app, req).await) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .serve_connection(TokioIo::new(stream), svc);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move { let _ = conn.await; });
-            }
-            _ = &mut shutdown => break,
-        }
-    }
+    let a = app.clone();
+    http::accept_until_shutdown(&listener, &graceful, move |req| handle(a.clone(), req)).await;
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}
@@ -339,48 +181,9 @@ async fn serve<B: Backend>(cfg: ServeConfig, backend: B) -> Result<(), String> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-fn full(b: impl Into<Bytes>) -> RespBody {
-    Full::new(b.into())
-        .map_err(|never: Infallible| match never {})
-        .boxed_unsync()
-}
-
+/// A JSON answer.
 fn json_response(status: StatusCode, v: &Value) -> Response<RespBody> {
-    let mut r = Response::new(full(v.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-/// An OpenAI-style error.
-fn error(status: StatusCode, kind: &str, code: &str, message: &str) -> Response<RespBody> {
-    json_response(
-        status,
-        &json!({"error": {"message": message, "type": kind, "param": null, "code": code}}),
-    )
+    http::json_response(status, v.to_string())
 }
 
 fn bad(code: &str, message: &str) -> Response<RespBody> {
@@ -414,19 +217,14 @@ fn route(path: &str) -> Option<Route> {
             Some(Route::Generate(Some(Api::Chat), None))
         }
         "/v1/completions" => Some(Route::Generate(Some(Api::Completions), None)),
-        p => {
-            let rest = p.strip_prefix("/serving-endpoints/")?;
-            let name = rest.strip_suffix("/invocations")?;
-            (!name.is_empty() && !name.contains('/'))
-                .then(|| Route::Generate(None, Some(name.to_string())))
-        }
+        p => http::invocations(p).map(|name| Route::Generate(None, Some(name.to_string()))),
     }
 }
 
 async fn handle<B: Backend>(app: Arc<App<B>>, req: Request<Incoming>) -> Response<RespBody> {
     let id = app.next_id.fetch_add(1, Ordering::Relaxed);
-    let mut resp = match (route(req.uri().path()), req.method()) {
-        (Some(Route::Health), &Method::GET) => Response::new(full("ok\n")),
+    let resp = match (route(req.uri().path()), req.method()) {
+        (Some(Route::Health), &Method::GET) => Response::new(http::full("ok\n")),
         (Some(Route::Models), &Method::GET) => json_response(
             StatusCode::OK,
             &json!({"object": "list", "data": [
@@ -435,23 +233,10 @@ async fn handle<B: Backend>(app: Arc<App<B>>, req: Request<Incoming>) -> Respons
         (Some(Route::Generate(api, endpoint)), &Method::POST) => {
             generate(&app, req, id, api, endpoint).await
         }
-        (Some(_), _) => error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "invalid_request_error",
-            "method_not_allowed",
-            "method not allowed on this route",
-        ),
-        (None, _) => error(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            "not_found",
-            "unknown route",
-        ),
+        (Some(_), _) => http::method_not_allowed(),
+        (None, _) => http::not_found(),
     };
-    if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
-        resp.headers_mut().insert("x-request-id", v);
-    }
-    resp
+    http::with_request_id(resp, id)
 }
 
 /// FNV-1a, 64 bit.
@@ -839,7 +624,7 @@ impl Meta {
         if let Some(u) = usage {
             m.insert("usage".into(), u);
         }
-        Bytes::from(format!("data: {}\n\n", Value::Object(m)))
+        sse::event(&Value::Object(m).to_string())
     }
 
     /// One chunk per token `k` (the first carries the role).
@@ -877,7 +662,7 @@ impl Meta {
         } else {
             b.extend_from_slice(&self.chunk(json!([choice]), Some(usage(p, c))));
         }
-        b.extend_from_slice(b"data: [DONE]\n\n");
+        b.extend_from_slice(sse::DONE);
         Bytes::from(b)
     }
 }
@@ -917,8 +702,8 @@ impl Sse {
             }
             Event::Failed { .. } => {
                 // cannot happen after the first token; end the stream with an error event
-                self.pending.push_back(Bytes::from_static(
-                    b"data: {\"error\":{\"message\":\"the model failed mid-stream\",\"type\":\"server_error\"}}\n\n",
+                self.pending.push_back(sse::event(
+                    r#"{"error":{"message":"the model failed mid-stream","type":"server_error"}}"#,
                 ));
                 self.finished = true;
             }
@@ -957,7 +742,8 @@ fn failed(f: &Failure, meta: &Meta, clock: &Clock) -> Response<RespBody> {
         Failure::ServerError => return server_error(),
         Failure::RateLimited { limit, hint, body } => (limit, hint, body),
     };
-    let secs = |d: Nanos| clock.real_ns(d) / 1e9;
+    // the hint in real nanoseconds, rounded up to `unit` nanoseconds
+    let real = |d: Nanos, unit: u128| clock.real(d).as_nanos().div_ceil(unit);
     let parsed: Option<Map<String, Value>> = body
         .as_deref()
         .and_then(|b| serde_json::from_str::<Value>(b).ok())
@@ -978,8 +764,8 @@ fn failed(f: &Failure, meta: &Meta, clock: &Clock) -> Response<RespBody> {
     };
     if let (RetryHint::BodyRetryAfter(d), Value::Object(m)) = (hint, &mut v) {
         // seconds with millisecond precision, rounded up
-        let ms = (secs(*d) * 1e3).ceil();
-        m.insert("retry_after".into(), json!(ms / 1e3));
+        let ms = real(*d, 1_000_000);
+        m.insert("retry_after".into(), json!(ms as f64 / 1e3));
     }
     let mut r = json_response(StatusCode::TOO_MANY_REQUESTS, &v);
     let mut set = |k: &'static str, val: String| {
@@ -988,11 +774,8 @@ fn failed(f: &Failure, meta: &Meta, clock: &Clock) -> Response<RespBody> {
         }
     };
     match hint {
-        RetryHint::RetryAfter(d) => set("retry-after", format!("{}", secs(*d).ceil() as u64)),
-        RetryHint::RetryAfterMs(d) => set(
-            "retry-after-ms",
-            format!("{}", (secs(*d) * 1e3).ceil() as u64),
-        ),
+        RetryHint::RetryAfter(d) => set("retry-after", real(*d, 1_000_000_000).to_string()),
+        RetryHint::RetryAfterMs(d) => set("retry-after-ms", real(*d, 1_000_000).to_string()),
         RetryHint::None | RetryHint::BodyRetryAfter(_) => {}
     }
     r
@@ -1104,16 +887,5 @@ mod tests {
         let pa = parse(&a, Some(Api::Chat), None).unwrap();
         let pb = parse(&b, Some(Api::Chat), None).unwrap();
         assert_eq!(pa.req.prompt_hash, pb.req.prompt_hash);
-    }
-
-    #[test]
-    fn clock_scales_and_rounds_up() {
-        let c = Clock {
-            start: Instant::now(),
-            scale: 10.0,
-        };
-        assert_eq!(c.instant_of(10_000) - c.start, Duration::from_nanos(1_000));
-        assert_eq!(c.instant_of(10_001) - c.start, Duration::from_nanos(1_001));
-        assert_eq!(c.real_ns(60_000_000_000), 6e9);
     }
 }

@@ -32,125 +32,18 @@
 //! has no predictable time (it ends with a completion): such a request
 //! waits, woken by completions, up to its bound.
 
+use crate::admit::{decide_once, snapshot, Outcome};
+use crate::app::{App, Gen};
 use crate::metrics::WaitLabel;
-use crate::server::{decide_once, lock, snapshot, App, Gen, Outcome};
+use crate::respond::wait_ms;
 use qsim_core::limiter::admission::{decide, Decision, Limit, Request};
 use qsim_core::time::{Nanos, NEVER};
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
 
 /// How often a head denied by `concurrent` looks again without a wake-up
 /// (completions on other replicas sharing the state do not wake it).
 const CONCURRENT_POLL: Nanos = 100_000_000;
-
-struct Entry {
-    ticket: u64,
-    wake: Arc<Notify>,
-    req: Request,
-}
-
-/// The waiting requests, one FIFO queue per consumer (by name, so a reload
-/// that reorders consumers keeps the queues).
-#[derive(Default)]
-pub struct Waits {
-    count: AtomicUsize,
-    next: AtomicU64,
-    queues: Mutex<BTreeMap<String, VecDeque<Entry>>>,
-}
-
-impl Waits {
-    fn has(&self, name: &str) -> bool {
-        self.count.load(Ordering::Acquire) > 0
-            && lock(&self.queues).get(name).is_some_and(|q| !q.is_empty())
-    }
-
-    /// The requests queued ahead of `ticket` (all of them for `None`).
-    fn ahead(&self, name: &str, ticket: Option<u64>) -> Vec<Request> {
-        lock(&self.queues).get(name).map_or(Vec::new(), |q| {
-            q.iter()
-                .take_while(|e| Some(e.ticket) != ticket)
-                .map(|e| e.req)
-                .collect()
-        })
-    }
-
-    fn join(&self, app: &Arc<App>, name: &str, req: Request) -> Ticket {
-        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
-        let wake = Arc::new(Notify::new());
-        lock(&self.queues)
-            .entry(name.to_string())
-            .or_default()
-            .push_back(Entry {
-                ticket,
-                wake: wake.clone(),
-                req,
-            });
-        self.count.fetch_add(1, Ordering::AcqRel);
-        app.metrics.waiting.inc();
-        Ticket {
-            app: app.clone(),
-            name: name.to_string(),
-            ticket,
-            wake,
-        }
-    }
-
-    /// Wake every queue's head (capacity may have freed up: a completion,
-    /// a reload).
-    pub fn wake_heads(&self) {
-        if self.count.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        for q in lock(&self.queues).values() {
-            if let Some(h) = q.front() {
-                h.wake.notify_one();
-            }
-        }
-    }
-}
-
-/// A place in a consumer's queue; leaving it (admitted, refused, or the
-/// client gone: the future dropped) hands the head to the next one.
-struct Ticket {
-    app: Arc<App>,
-    name: String,
-    ticket: u64,
-    wake: Arc<Notify>,
-}
-
-impl Ticket {
-    fn is_head(&self) -> bool {
-        lock(&self.app.waits.queues)
-            .get(&self.name)
-            .and_then(|q| q.front())
-            .is_some_and(|e| e.ticket == self.ticket)
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        let w = &self.app.waits;
-        let mut qs = lock(&w.queues);
-        if let Some(q) = qs.get_mut(&self.name) {
-            if let Some(i) = q.iter().position(|e| e.ticket == self.ticket) {
-                q.remove(i);
-                if i == 0 {
-                    if let Some(h) = q.front() {
-                        h.wake.notify_one();
-                    }
-                }
-            }
-            if q.is_empty() {
-                qs.remove(&self.name);
-            }
-        }
-        w.count.fetch_sub(1, Ordering::AcqRel);
-        self.app.metrics.waiting.dec();
-    }
-}
 
 /// A predicted admission time.
 enum Pred {
@@ -236,7 +129,7 @@ pub async fn admit(
     let refuse = |limit, retry_at, now, outcome| {
         count(app, gen, req.consumer, outcome);
         tracing::debug!(id, consumer = %name, outcome, hold_ms = hold.as_millis() as u64,
-            retry_in_ms = crate::server::wait_ms(retry_at, now), "not held");
+            retry_in_ms = wait_ms(retry_at, now), "not held");
         Outcome::Deny {
             limit,
             retry_at,
@@ -269,7 +162,7 @@ pub async fn admit(
             _ => {}
         }
     }
-    let ticket = app.waits.join(app, &name, req);
+    let ticket = app.waits.join(&name, req, &app.metrics.waiting);
     loop {
         if ticket.is_head() {
             match decide_once(app, gen, req, arrived, id).await {

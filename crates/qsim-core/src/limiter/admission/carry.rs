@@ -19,8 +19,10 @@
 //! before the reload completes against the new state: it frees its lease
 //! and gets its refund into the bucket of the same role.
 
+use super::config::Semantics;
+use super::decision::{Grant, Limit, Source};
 use super::params::Params;
-use super::{Grant, Limit, Semantics, Source, State};
+use super::state::State;
 use crate::time::Nanos;
 
 /// What a bucket is for, independent of its index.

@@ -11,9 +11,10 @@
 //! above it (not work-conserving).
 
 use super::config::{LimiterConfig, BP_FULL};
-use super::params::{Layout, Params, Sizing, MINUTE};
-use super::state::Window;
-use super::{Source, State};
+use super::decision::Source;
+use super::layout::{Layout, Sizing, MINUTE};
+use super::params::Params;
+use super::state::{State, Window};
 use crate::time::{Nanos, NEVER};
 
 pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {

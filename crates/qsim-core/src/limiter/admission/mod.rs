@@ -60,17 +60,29 @@
 //! the slot is free again when the lease expires. Tokens reserved by a
 //! request whose completion never comes are never refunded (conservative).
 
+//!
+//! Modules (each imports only those below it): `config`, `decision` (the
+//! request and the answer) and `layout` (bucket sizing) are leaves;
+//! `params` and `state`; the four semantics (`rate_limit_only`,
+//! `strict_floors`, `litellm_priority`, `partitioned`); `semantics`, which
+//! dispatches to them (`Params::new`'s layout, the capacity rule); `carry`
+//! (reloads); and this module, which decides and completes.
+
 mod carry;
 mod config;
+mod decision;
+mod layout;
 mod litellm_priority;
 mod params;
 mod partitioned;
 mod rate_limit_only;
+mod semantics;
 mod state;
 mod strict_floors;
 
 pub use carry::{carry_over, translate_grant};
 pub use config::{ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit, BP_FULL};
+pub use decision::{Decision, Grant, Limit, Request, Source};
 pub use params::{Params, DEFAULT_LEASE};
 pub use state::{State, Window};
 pub use strict_floors::CREDIT_SECONDS;
@@ -78,103 +90,8 @@ pub use strict_floors::CREDIT_SECONDS;
 use crate::limiter::bucket::BucketSpec;
 use crate::limiter::rates::Cost;
 use crate::time::{Nanos, NEVER};
-use serde::{Deserialize, Serialize};
+use semantics::capacity;
 use std::sync::Arc;
-
-/// Per-consumer limits that can deny, and the deployment's capacity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Limit {
-    MaxInputTokens,
-    Concurrent,
-    Rpm,
-    TokensPerHour,
-    Capacity,
-}
-
-impl Limit {
-    pub const ALL: [Limit; 5] = [
-        Limit::MaxInputTokens,
-        Limit::Concurrent,
-        Limit::Rpm,
-        Limit::TokensPerHour,
-        Limit::Capacity,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            Limit::MaxInputTokens => "max_input_tokens",
-            Limit::Concurrent => "concurrent",
-            Limit::Rpm => "rpm",
-            Limit::TokensPerHour => "tokens_per_hour",
-            Limit::Capacity => "capacity",
-        }
-    }
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
-
-/// One request as the limiter sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Request {
-    /// Index into the configuration's consumers.
-    pub consumer: usize,
-    pub input_tokens: u64,
-    /// Declared `max_tokens` (reserved under reserve-refund accounting).
-    pub max_tokens: u64,
-}
-
-impl Request {
-    fn cost(&self) -> Cost {
-        Cost {
-            input_tokens: self.input_tokens,
-            max_tokens: self.max_tokens,
-        }
-    }
-}
-
-/// Which capacity bucket an admitted request was charged to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Source {
-    /// The consumer's own floor bucket.
-    Own,
-    /// The unreserved pool.
-    Pool,
-    /// Another consumer's floor bucket.
-    Borrowed(usize),
-    /// strict-floors: the deployment bucket, using `credit` units of the
-    /// consumer's own floor credits (the rest is borrowed).
-    Shared { credit: u64 },
-}
-
-/// What an admission returns; hand it back to [`complete`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Grant {
-    pub consumer: usize,
-    pub source: Source,
-    pub input_tokens: u64,
-    pub max_tokens: u64,
-    /// The effective time of the admission plus the lease: if no completion
-    /// arrives, the concurrency slot is free again at this time.
-    pub lease_until: Nanos,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Decision {
-    Admit(Grant),
-    /// Denied by `limit`; the same request would pass at `retry_at` if
-    /// nothing else happened (`NEVER`: not by the passage of time alone).
-    Deny {
-        limit: Limit,
-        retry_at: Nanos,
-    },
-}
-
-impl Decision {
-    pub fn is_admit(&self) -> bool {
-        matches!(self, Decision::Admit(_))
-    }
-}
 
 /// An admission worked out on a read-only state, applied by [`apply`].
 struct Admission {
@@ -182,17 +99,6 @@ struct Admission {
     grant: Grant,
     cost: Cost,
     charge: u64,
-}
-
-/// Earliest time ≥ `from` at which `need` units can come out of capacity
-/// for consumer `c` under the semantics, and the source if that is `from`.
-fn capacity(p: &Params, s: &State, from: Nanos, c: usize, need: u64) -> (Option<Source>, Nanos) {
-    match p.cfg.semantics {
-        Semantics::RateLimitOnly => rate_limit_only::capacity(p, s, from, need),
-        Semantics::StrictFloors => strict_floors::capacity(p, s, from, c, need),
-        Semantics::LitellmPriority => litellm_priority::capacity(p, s, from, c, need),
-        Semantics::Partitioned => partitioned::capacity(p, s, from, c, need),
-    }
 }
 
 /// The consumer's own limits at `x`: `Err((first failing, earliest time all pass))`.
@@ -452,7 +358,7 @@ impl Limiter {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::limiter::rates::OutputAccounting;
     use crate::time::NS_PER_SEC;

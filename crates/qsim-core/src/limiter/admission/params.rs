@@ -3,13 +3,13 @@
 //! (their capacity and refill window) and what each one means; the
 //! [`State`](super::State) holds only their levels.
 
-use super::config::{LimiterConfig, Semantics, Unit, BP_FULL};
-use super::{litellm_priority, partitioned, rate_limit_only, strict_floors, Limit};
+use super::config::{LimiterConfig, Semantics, Unit};
+use super::decision::Limit;
+use super::layout::{Layout, MINUTE};
 use crate::limiter::bucket::BucketSpec;
 use crate::limiter::rates::{Counts, LimitSpec};
 use crate::time::{Nanos, NS_PER_SEC};
 
-pub(super) const MINUTE: Nanos = 60 * NS_PER_SEC;
 const HOUR: Nanos = 3600 * NS_PER_SEC;
 
 /// How long an admitted request holds a concurrency slot at most when its
@@ -25,56 +25,6 @@ pub(super) struct OwnLimit {
     pub kind: Limit,
     /// Index of its bucket in the state's levels.
     pub slot: usize,
-}
-
-/// Which capacity buckets exist, filled in by the semantics' `layout`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(super) struct Layout {
-    pub buckets: Vec<BucketSpec>,
-    /// Per consumer: its floor bucket (litellm-priority) or its floor
-    /// credits (strict-floors, partitioned).
-    pub floor: Vec<Option<usize>>,
-    /// The unreserved pool (litellm-priority, partitioned) or the one
-    /// bucket (rate-limit-only).
-    pub pool: Option<usize>,
-    /// strict-floors / partitioned: the deployment bucket `G` of the credit
-    /// holders.
-    pub shared: Option<usize>,
-}
-
-impl Layout {
-    pub fn add(&mut self, b: BucketSpec) -> usize {
-        self.buckets.push(b);
-        self.buckets.len() - 1
-    }
-}
-
-/// Capacity arithmetic shared by the layouts.
-pub(super) struct Sizing {
-    /// Units per minute.
-    pub c: u128,
-    pub burst: u128,
-}
-
-impl Sizing {
-    /// A bucket's depth for a share of `bp` basis points: its share of the
-    /// burst, but at least one second of its own rate and at least one unit.
-    pub fn depth(&self, bp: u32) -> u64 {
-        let d = self.burst * bp as u128 / BP_FULL as u128;
-        let one_sec = (self.c * bp as u128).div_ceil(BP_FULL as u128 * 60);
-        d.max(one_sec).max(1) as u64
-    }
-    /// A bucket with rate `bp` basis points of capacity and depth `depth`.
-    /// The window is rounded *up* so the real rate never exceeds the
-    /// nominal one.
-    pub fn bucket(&self, depth: u64, bp: u32) -> Result<BucketSpec, String> {
-        let num = self.c * bp as u128;
-        if num == 0 {
-            return Err("a capacity bucket needs a rate > 0".into());
-        }
-        let w = (MINUTE as u128 * depth as u128 * BP_FULL as u128).div_ceil(num);
-        BucketSpec::new(depth, w.min(u64::MAX as u128 - 1) as u64)
-    }
 }
 
 /// The limiter's immutable parameters.
@@ -98,25 +48,11 @@ pub struct Params {
 }
 
 impl Params {
-    /// Compile a configuration (checked with [`LimiterConfig::validate`]),
-    /// with the [`DEFAULT_LEASE`].
-    pub fn new(cfg: LimiterConfig) -> Result<Params, String> {
-        cfg.validate()?;
+    /// The parameters of a validated configuration whose capacity buckets
+    /// the semantics laid out (`Params::new`, in `semantics.rs`, dispatches
+    /// the layout): the consumers' own limits are added after them.
+    pub(super) fn assemble(cfg: LimiterConfig, lay: Layout) -> Result<Params, String> {
         let n = cfg.consumers.len();
-        let sizing = Sizing {
-            c: cfg.capacity as u128,
-            burst: cfg.burst_units() as u128,
-        };
-        let mut lay = Layout {
-            floor: vec![None; n],
-            ..Layout::default()
-        };
-        match cfg.semantics {
-            Semantics::RateLimitOnly => rate_limit_only::layout(&cfg, &sizing, &mut lay)?,
-            Semantics::StrictFloors => strict_floors::layout(&cfg, &sizing, &mut lay)?,
-            Semantics::LitellmPriority => litellm_priority::layout(&cfg, &sizing, &mut lay)?,
-            Semantics::Partitioned => partitioned::layout(&cfg, &sizing, &mut lay)?,
-        }
         let deploy = LimitSpec {
             name: "capacity".into(),
             counts: match cfg.unit {

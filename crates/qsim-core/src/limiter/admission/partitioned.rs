@@ -8,8 +8,11 @@
 //! when floors are idle).
 
 use super::config::{LimiterConfig, BP_FULL};
-use super::params::{Layout, Params, Sizing};
-use super::{rate_limit_only, strict_floors, Source, State};
+use super::decision::Source;
+use super::layout::{Layout, Sizing};
+use super::params::Params;
+use super::state::State;
+use super::{rate_limit_only, strict_floors};
 use crate::time::Nanos;
 
 pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {

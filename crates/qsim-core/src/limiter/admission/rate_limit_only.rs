@@ -3,8 +3,10 @@
 //! consumer gets a share proportional to its demand.
 
 use super::config::{LimiterConfig, BP_FULL};
-use super::params::{Layout, Params, Sizing};
-use super::{Source, State};
+use super::decision::Source;
+use super::layout::{Layout, Sizing};
+use super::params::Params;
+use super::state::State;
 use crate::time::Nanos;
 
 pub(super) fn layout(_cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {

@@ -3,7 +3,8 @@
 //! update with compare-and-set: one clock, the bucket levels, the leases of
 //! the occupied concurrency slots and, for litellm-priority, the window.
 
-use super::params::{Params, MINUTE};
+use super::layout::MINUTE;
+use super::params::Params;
 use crate::time::Nanos;
 use serde::{Deserialize, Serialize};
 

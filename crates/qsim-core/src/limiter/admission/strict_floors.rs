@@ -20,8 +20,10 @@
 //! reserved consumers, with `G` of rate `Σ r_i·C`.
 
 use super::config::{LimiterConfig, BP_FULL};
-use super::params::{Layout, Params, Sizing};
-use super::{Source, State};
+use super::decision::Source;
+use super::layout::{Layout, Sizing};
+use super::params::Params;
+use super::state::State;
 use crate::time::{Nanos, NEVER};
 
 /// How many seconds of its floor rate a consumer's credits keep.

@@ -1,0 +1,123 @@
+//! The proxy's over-limit answer: a 429 in the configured shape (OpenAI,
+//! with retry hints and `x-ratelimit-*` headers from the limiter's exact
+//! retry time; or Databricks FMAPI), or a 400 for a prompt over
+//! `max_input_tokens`.
+
+use crate::app::Gen;
+use crate::config::LimitShape;
+use crate::http::{error, json_response, json_str, RespBody};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Response, StatusCode};
+use qsim_core::limiter::admission::{Limit, Unit};
+use qsim_core::time::{Nanos, NEVER};
+
+/// Milliseconds from `now` to `retry_at`, rounded up.
+pub fn wait_ms(retry_at: Nanos, now: Nanos) -> u64 {
+    retry_at.saturating_sub(now).div_ceil(1_000_000)
+}
+
+/// The answer to a request denied by `limit` until `retry_at`.
+pub fn limited(
+    gen: &Gen,
+    consumer: usize,
+    limit: Limit,
+    retry_at: Nanos,
+    now: Nanos,
+    input_tokens: u64,
+) -> Response<RespBody> {
+    let name = &gen.names[consumer];
+    if limit == Limit::MaxInputTokens {
+        let m = gen.cfg.limiter.consumers[consumer]
+            .policy
+            .max_input_tokens
+            .unwrap_or(0);
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "max_input_tokens",
+            &format!("{name}: the prompt (~{input_tokens} tokens) exceeds max_input_tokens = {m}"),
+        );
+    }
+    match gen.cfg.limit_shape {
+        LimitShape::Fmapi => {
+            let mut b = Vec::with_capacity(128);
+            b.extend_from_slice(b"{\"error_code\":\"REQUEST_LIMIT_EXCEEDED\",\"message\":");
+            json_str(
+                &mut b,
+                &format!("Exceeded {} limit for consumer {name}", limit.name()),
+            );
+            b.push(b'}');
+            json_response(StatusCode::TOO_MANY_REQUESTS, b)
+        }
+        LimitShape::OpenAi => {
+            let ms = wait_ms(retry_at, now);
+            let msg = format!(
+                "Rate limit reached for consumer {name} on {}: retry in {}.{:03} s",
+                limit.name(),
+                ms / 1000,
+                ms % 1000
+            );
+            let mut r = error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "requests",
+                "rate_limit_exceeded",
+                &msg,
+            );
+            let h = r.headers_mut();
+            if retry_at != NEVER {
+                h.insert(
+                    HeaderName::from_static("retry-after"),
+                    HeaderValue::from(ms.div_ceil(1000).max(1)),
+                );
+                h.insert(
+                    HeaderName::from_static("retry-after-ms"),
+                    HeaderValue::from(ms),
+                );
+            }
+            let pol = gen.cfg.limiter.consumers[consumer].policy;
+            let (kind, lim) = match limit {
+                Limit::Rpm => ("requests", pol.rpm),
+                Limit::TokensPerHour => ("tokens", pol.tokens_per_hour),
+                Limit::Concurrent => ("requests", pol.concurrent.map(u64::from)),
+                _ => match gen.cfg.limiter.unit {
+                    Unit::Rpm => ("requests", Some(gen.cfg.limiter.capacity)),
+                    Unit::Tpm => ("tokens", Some(gen.cfg.limiter.capacity)),
+                },
+            };
+            let (kl, kr, ks) = if kind == "requests" {
+                (
+                    "x-ratelimit-limit-requests",
+                    "x-ratelimit-remaining-requests",
+                    "x-ratelimit-reset-requests",
+                )
+            } else {
+                (
+                    "x-ratelimit-limit-tokens",
+                    "x-ratelimit-remaining-tokens",
+                    "x-ratelimit-reset-tokens",
+                )
+            };
+            if let Some(l) = lim {
+                h.insert(HeaderName::from_static(kl), HeaderValue::from(l));
+            }
+            h.insert(HeaderName::from_static(kr), HeaderValue::from_static("0"));
+            if retry_at != NEVER {
+                if let Ok(v) = HeaderValue::from_str(&format!("{ms}ms")) {
+                    h.insert(HeaderName::from_static(ks), v);
+                }
+            }
+            r
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_rounds_up() {
+        assert_eq!(wait_ms(1_000_001, 0), 2);
+        assert_eq!(wait_ms(5, 10), 0);
+    }
+}
