@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
 export CARGO_TERM_COLOR=never
 cargo fmt --check
+# no module imports a module that imports it back, in any crate
+python3 scripts/module-cycles.py
 # the live proxy tests' real parts (llmock upstream, openai SDK client): fails loudly if they cannot be installed
 scripts/live-deps.sh
 # Chromium (Debian) for the HTML report's headless-browser test: fails loudly if it cannot be installed
