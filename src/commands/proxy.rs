@@ -587,8 +587,8 @@ fn drift_config(
     at: &str,
     raw: RawDrift,
 ) -> Result<qsim_live::DriftConfig, ConfigError> {
-    use crate::commands::serve::{load_profile, HostedBackend, Profile, ServerBackend};
     use qsim_live::serve::Backend;
+    use qsim_sim::serve_model::{load_profile, HostedBackend, Profile, ServerBackend};
     let profile = load_profile(path).map_err(|e| {
         if path.exists() {
             e

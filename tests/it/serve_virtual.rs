@@ -21,13 +21,13 @@
 //! `tests/replay_serve.rs` runs at once must disagree in at most 5 % of the
 //! runs (asserted; 0 of 40 when written).
 
-use qsim::commands::serve::{load_profile, HostedBackend, Profile};
 use qsim_core::client::{Call, Next, Reply};
 use qsim_live::replay::{Target, Wire};
 use qsim_live::serve::{Backend, Event, Failure, GenRequest};
 use qsim_sim::engine::rng::{component, draws, stream};
 use qsim_sim::engine::DurationHist;
 use qsim_sim::experiment::config::{ClientKind, Experiment};
+use qsim_sim::serve_model::{load_profile, HostedBackend, Profile};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 

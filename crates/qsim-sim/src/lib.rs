@@ -22,6 +22,7 @@ pub mod experiment;
 pub mod hosted;
 pub mod plan;
 pub mod report;
+pub mod serve_model;
 pub mod serve_spec;
 pub mod server;
 pub mod sweep;
