@@ -14,7 +14,8 @@
 //!
 //! Times: `time_scale` X is the server's `--time-scale` (the server runs X
 //! times faster than real time): arrivals are sent at model time / X, and
-//! measured real durations are reported × X, in model seconds.
+//! durations are read on the same clock in model time (`clock.rs`: real
+//! time × X), reported in model seconds.
 
 use crate::clock::Clock;
 use crate::http::{self, HttpClient};
@@ -25,7 +26,7 @@ use hyper::{Method, Request};
 use qsim_core::time::Nanos;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What to send.
 #[derive(Debug, Clone)]
@@ -53,7 +54,8 @@ struct Out {
     error: String,
 }
 
-async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: Duration) -> Out {
+/// One streamed request; times read on `clock` (model time).
+async fn one(client: &HttpClient, url: &str, body: Bytes, clock: Clock, timeout: Duration) -> Out {
     let mut o = Out::default();
     let req = match Request::builder()
         .method(Method::POST)
@@ -67,7 +69,7 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: D
             return o;
         }
     };
-    let st = Instant::now();
+    let st = clock.now();
     let mut last = st;
     let mut first = None;
     let mut usage = None;
@@ -90,7 +92,7 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: D
             let Ok(data) = frame.into_data() else {
                 continue;
             };
-            let now = Instant::now();
+            let now = clock.now();
             lines.push(&data);
             while let Some(d) = lines.next_data() {
                 let sse::Data::Event(d) = d else {
@@ -110,7 +112,7 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: D
                 if text {
                     match first {
                         None => first = Some(now),
-                        Some(_) => o.itl.push((now - last).as_secs_f64() * scale),
+                        Some(_) => o.itl.push(secs(now - last)),
                     }
                     last = now;
                 }
@@ -128,8 +130,8 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: D
         Ok(Ok(())) => match first {
             Some(f) => {
                 o.ok = true;
-                o.ttft = (f - st).as_secs_f64() * scale;
-                o.latency = (last - st).as_secs_f64() * scale;
+                o.ttft = secs(f - st);
+                o.latency = secs(last - st);
                 o.output = usage.unwrap_or(o.itl.len() as u64 + 1);
             }
             None => o.error = "no token in the answer".into(),
@@ -141,6 +143,11 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, scale: f64, timeout: D
         o.itl.clear();
     }
     o
+}
+
+/// Model nanoseconds in seconds.
+fn secs(ns: Nanos) -> f64 {
+    ns as f64 / 1e9
 }
 
 fn stats(xs: &[f64]) -> (f64, f64, f64, f64) {
@@ -191,7 +198,14 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     };
     let x = cfg.time_scale;
     // the initial single-prompt test run (as benchmark_serving does)
-    let t = one(&client, &url, body(cfg.requests[0].1, 2), x, cfg.timeout).await;
+    let t = one(
+        &client,
+        &url,
+        body(cfg.requests[0].1, 2),
+        Clock::new(0, x),
+        cfg.timeout,
+    )
+    .await;
     if !t.ok {
         return Err(format!("the initial test request failed: {}", t.error));
     }
@@ -205,14 +219,14 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
         let (c, u, b) = (client.clone(), url.clone(), body(input, out));
         let timeout = cfg.timeout;
         tasks.push(tokio::spawn(
-            async move { one(&c, &u, b, x, timeout).await },
+            async move { one(&c, &u, b, clock, timeout).await },
         ));
     }
     let mut outs = Vec::with_capacity(tasks.len());
     for t in tasks {
         outs.push(t.await.map_err(|e| e.to_string())?);
     }
-    let dur = clock.elapsed().as_secs_f64() * x;
+    let dur = secs(clock.now());
     let good: Vec<(&Out, u32)> = outs
         .iter()
         .zip(&cfg.requests)
