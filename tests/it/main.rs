@@ -14,6 +14,7 @@ mod hist_props;
 mod hosted_swarm;
 mod limiter_props;
 mod limiter_shared_state;
+mod live_end_to_end;
 mod load_cli;
 mod one_interface;
 mod output_safety;

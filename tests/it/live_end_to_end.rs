@@ -1,4 +1,4 @@
-//! One round trip through every driver's HTTP side: the benchmark client
+//! (qsim-live) One round trip through every driver's HTTP side: the benchmark client
 //! (`bench.rs`) streams through a `qsim proxy` (`server.rs`, the handler,
 //! the settlement's SSE scan) to a `qsim serve` endpoint (`serve.rs`) whose
 //! model answers at once; then the proxy's limit answers a 429 whose retry
