@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
 SECS="${1:-5}"
-cargo build --release --quiet --bin qsim
+scripts/qsim-bin.sh >/dev/null
 cargo build --release --quiet -p qsim-live --example loadgen
 QSIM="$CARGO_TARGET_DIR/release/qsim"
 LG="$CARGO_TARGET_DIR/release/examples/loadgen"

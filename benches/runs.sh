@@ -15,8 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
 T="${1:-2}"
-cargo build --release --quiet --bin qsim
-QSIM="$CARGO_TARGET_DIR/release/qsim"
+QSIM="$(scripts/qsim-bin.sh)"
 [ -x /usr/bin/time ] || { echo "/usr/bin/time missing (apt-get install time)" >&2; exit 1; }
 BIG=(--max-requests 1000000000 --max-memory-mb 100000)
 

@@ -21,11 +21,7 @@ fi
 
 QSIM="${QSIM:-}"
 if [ -z "$QSIM" ]; then
-  # the test command's own build (same packages, same features: `cargo build
-  # --bin qsim` resolves fewer features and would compile polars again);
-  # after scripts/test.sh's `cargo test` this builds nothing
-  cargo test --release --locked --workspace --no-run --quiet
-  QSIM="$CARGO_TARGET_DIR/release/qsim"
+  QSIM="$(scripts/qsim-bin.sh)"
 fi
 DATA=notebooks/data
 rm -rf "$DATA"

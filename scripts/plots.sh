@@ -5,8 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
-cargo build --release --locked --bin qsim
-QSIM="$CARGO_TARGET_DIR/release/qsim"
+QSIM="$(scripts/qsim-bin.sh)"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 OUT=docs/img
