@@ -14,8 +14,11 @@
 pub mod check;
 pub mod html;
 
+use plotters::chart::MeshStyle;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Once;
 
@@ -352,6 +355,89 @@ fn pad(lo: f64, hi: f64, from_zero: bool) -> (f64, f64) {
     (if from_zero && lo == 0.0 { 0.0 } else { lo - d }, hi + d)
 }
 
+/// A chart's coordinates: f64 on both axes.
+type Xy = Cartesian2d<RangedCoordf64, RangedCoordf64>;
+
+/// The frame of every chart: the caption (`title_size` px), a 12 px margin,
+/// the x tick labels' area 48 px high, the y tick labels' `y_area` px wide.
+fn frame<'c, DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    title_size: u32,
+    y_area: u32,
+    x: Range<f64>,
+    y: Range<f64>,
+) -> Result<ChartContext<'c, DB, Xy>, PlotError> {
+    ChartBuilder::on(area)
+        .caption(title, (FAMILY, title_size))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(y_area)
+        .build_cartesian_2d(x, y)
+        .map_err(err)
+}
+
+/// How a chart's axes look: tick labels and axis titles (px), and the bold
+/// grid lines' colour, with at most one light line between two (None: no
+/// grid).
+#[derive(Clone, Copy)]
+struct Look {
+    labels: u32,
+    titles: u32,
+    grid: Option<RGBColor>,
+}
+
+/// Line charts and the Pareto scatter.
+const CHART: Look = Look {
+    labels: 14,
+    titles: 16,
+    grid: Some(RGBColor(0xdd, 0xdd, 0xdd)),
+};
+
+/// The forest plot: smaller text, a paler grid.
+const FOREST: Look = Look {
+    labels: 13,
+    titles: 14,
+    grid: Some(RGBColor(0xee, 0xee, 0xee)),
+};
+
+/// The heatmap: no grid over its cells.
+const CELLS: Look = Look {
+    grid: None,
+    ..CHART
+};
+
+/// The axes of `chart`: their titles (no y title: None), tick label
+/// formatters (x, y) and look; the caller adds tick counts and draws.
+fn axes<'a, 'b, DB: DrawingBackend>(
+    chart: &'b mut ChartContext<'a, DB, Xy>,
+    x_desc: &str,
+    y_desc: Option<&str>,
+    [xf, yf]: [&'b dyn Fn(&f64) -> String; 2],
+    look: Look,
+) -> MeshStyle<'a, 'b, RangedCoordf64, RangedCoordf64, DB> {
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_desc)
+        .x_label_formatter(xf)
+        .y_label_formatter(yf)
+        .label_style((FAMILY, look.labels))
+        .axis_desc_style((FAMILY, look.titles));
+    if let Some(y) = y_desc {
+        mesh.y_desc(y);
+    }
+    match look.grid {
+        Some(bold) => {
+            mesh.light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+                .max_light_lines(1)
+                .bold_line_style(bold);
+        }
+        None => {
+            mesh.disable_mesh();
+        }
+    }
+    mesh
+}
+
 fn draw_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     c: &LineChart,
@@ -400,13 +486,7 @@ fn draw_lines<DB: DrawingBackend>(
             pad(a, b, true)
         }
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(&c.title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(err)?;
+    let mut chart = frame(area, &c.title, 20, 72, x0..x1, y0..y1)?;
     let cats = match &c.x_axis {
         XAxis::Categories(v) => v.clone(),
         _ => vec![],
@@ -416,7 +496,7 @@ fn draw_lines<DB: DrawingBackend>(
         && c.series
             .iter()
             .all(|s| s.points.iter().all(|p| p.0.fract() == 0.0));
-    let xfmt = |v: &f64| -> String {
+    let xf = |v: &f64| -> String {
         if !cats.is_empty() {
             let i = v.round();
             if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < cats.len() {
@@ -432,17 +512,8 @@ fn draw_lines<DB: DrawingBackend>(
             fmt_num(*v)
         }
     };
-    let yfmt = |v: &f64| fmt_num(*v);
-    let mut mesh = chart.configure_mesh();
-    mesh.x_desc(c.x_label.as_str())
-        .y_desc(c.y_label.as_str())
-        .x_label_formatter(&xfmt)
-        .y_label_formatter(&yfmt)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
-        .max_light_lines(1)
-        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd));
+    let yf = |v: &f64| fmt_num(*v);
+    let mut mesh = axes(&mut chart, &c.x_label, Some(&c.y_label), [&xf, &yf], CHART);
     if !cats.is_empty() {
         mesh.x_labels(cats.len().max(2) * 2 + 1);
     } else if log {
@@ -582,13 +653,8 @@ fn draw_heatmap<DB: DrawingBackend>(
     } else {
         h.title.clone()
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FAMILY, 18))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(80)
-        .build_cartesian_2d(-0.5..nx as f64 - 0.5, -0.5..ny as f64 - 0.5)
-        .map_err(err)?;
+    let (xr, yr) = (-0.5..nx as f64 - 0.5, -0.5..ny as f64 - 0.5);
+    let mut chart = frame(area, &title, 18, 80, xr, yr)?;
     let cat = |names: &[String], v: f64| -> String {
         let i = v.round();
         if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
@@ -599,17 +665,9 @@ fn draw_heatmap<DB: DrawingBackend>(
     };
     let xf = |v: &f64| cat(&h.x_values, *v);
     let yf = |v: &f64| cat(&h.y_values, *v);
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc(h.x_label.as_str())
-        .y_desc(h.y_label.as_str())
+    axes(&mut chart, &h.x_label, Some(&h.y_label), [&xf, &yf], CELLS)
         .x_labels(nx * 2 + 1)
         .y_labels(ny * 2 + 1)
-        .x_label_formatter(&xf)
-        .y_label_formatter(&yf)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
         .draw()
         .map_err(err)?;
     let span = if vmax > vmin { vmax - vmin } else { 1.0 };
@@ -674,13 +732,8 @@ fn draw_forest<DB: DrawingBackend>(
         });
     let (x0, x1) = pad(x0, x1, false);
     let width = f.rows.iter().map(|r| r.label.chars().count()).max();
-    let mut chart = ChartBuilder::on(area)
-        .caption(&f.title, (FAMILY, 18))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size((width.unwrap_or(8) as u32 * 8 + 16).clamp(80, 420))
-        .build_cartesian_2d(x0..x1, -0.5..n as f64 - 0.5)
-        .map_err(err)?;
+    let y_area = (width.unwrap_or(8) as u32 * 8 + 16).clamp(80, 420);
+    let mut chart = frame(area, &f.title, 18, y_area, x0..x1, -0.5..n as f64 - 0.5)?;
     // row 0 at the top
     let y = |i: usize| (n - 1 - i) as f64;
     let yf = |v: &f64| {
@@ -692,17 +745,8 @@ fn draw_forest<DB: DrawingBackend>(
         }
     };
     let xf = |v: &f64| fmt_num(*v);
-    chart
-        .configure_mesh()
-        .x_desc(f.x_label.as_str())
-        .x_label_formatter(&xf)
+    axes(&mut chart, &f.x_label, None, [&xf, &yf], FOREST)
         .y_labels(n * 2 + 1)
-        .y_label_formatter(&yf)
-        .label_style((FAMILY, 13))
-        .axis_desc_style((FAMILY, 14))
-        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
-        .max_light_lines(1)
-        .bold_line_style(RGBColor(0xee, 0xee, 0xee))
         .draw()
         .map_err(err)?;
     if let Some(t) = tol {
@@ -789,25 +833,9 @@ fn draw_pareto<DB: DrawingBackend>(
         });
     let (x0, x1) = pad(x0, x1, false);
     let (y0, y1) = pad(y0, y1, false);
-    let mut chart = ChartBuilder::on(area)
-        .caption(&s.title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(err)?;
+    let mut chart = frame(area, &s.title, 20, 72, x0..x1, y0..y1)?;
     let f = |v: &f64| fmt_num(*v);
-    chart
-        .configure_mesh()
-        .x_desc(s.x_label.as_str())
-        .y_desc(s.y_label.as_str())
-        .x_label_formatter(&f)
-        .y_label_formatter(&f)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
-        .max_light_lines(1)
-        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+    axes(&mut chart, &s.x_label, Some(&s.y_label), [&f, &f], CHART)
         .draw()
         .map_err(err)?;
     let grey = rgb(DOMINATED);
