@@ -18,6 +18,7 @@ use plotters::chart::MeshStyle;
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Once;
@@ -438,6 +439,38 @@ fn axes<'a, 'b, DB: DrawingBackend>(
     mesh
 }
 
+/// `text` at `at`, `size` px in `ink`, its `h` and `v` sides on the point.
+fn anchored(
+    text: String,
+    at: (f64, f64),
+    size: u32,
+    ink: RGBColor,
+    (h, v): (HPos, VPos),
+) -> Text<'static, (f64, f64), String> {
+    let style = (FAMILY, size).into_font().color(&ink).pos(Pos::new(h, v));
+    Text::new(text, at, style)
+}
+
+/// A series' mark in the legend: a box in its colour.
+fn key(col: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+    move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled())
+}
+
+/// The legend (the series' names and keys) in a box at `pos`.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Xy>,
+    pos: SeriesLabelPosition,
+) -> Result<(), PlotError> {
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+        .label_font((FAMILY, 14))
+        .draw()
+        .map_err(err)
+}
+
 fn draw_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     c: &LineChart,
@@ -539,7 +572,7 @@ fn draw_lines<DB: DrawingBackend>(
             .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
             .map_err(err)?
             .label(s.name.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+            .legend(key(col));
         if c.markers {
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
@@ -568,32 +601,16 @@ fn draw_lines<DB: DrawingBackend>(
         if !h.label.is_empty() {
             let label = h.label.clone();
             let anchor = (x0 + span * 0.01, h.y);
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    label,
-                    anchor,
-                    (FAMILY, 12).into_font().color(&col).pos(
-                        plotters::style::text_anchor::Pos::new(
-                            plotters::style::text_anchor::HPos::Left,
-                            plotters::style::text_anchor::VPos::Bottom,
-                        ),
-                    ),
-                )))
-                .map_err(err)?;
+            let text = anchored(label, anchor, 12, col, (HPos::Left, VPos::Bottom));
+            chart.draw_series([text]).map_err(err)?;
         }
     }
     if !c.series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(match c.legend {
-                Legend::UpperRight => SeriesLabelPosition::UpperRight,
-                Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
-            })
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
-            .label_font((FAMILY, 14))
-            .draw()
-            .map_err(err)?;
+        let pos = match c.legend {
+            Legend::UpperRight => SeriesLabelPosition::UpperRight,
+            Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+        };
+        legend(&mut chart, pos)?;
     }
     Ok(())
 }
@@ -697,20 +714,13 @@ fn draw_heatmap<DB: DrawingBackend>(
     }
     chart.draw_series(cells).map_err(err)?;
     let fs = if nx * ny > 150 { 11 } else { 16 };
+    let mid = (HPos::Center, VPos::Center);
     chart
-        .draw_series(labels.into_iter().map(|(t, p, ink)| {
-            Text::new(
-                t,
-                p,
-                (FAMILY, fs)
-                    .into_font()
-                    .color(&ink)
-                    .pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Center,
-                        plotters::style::text_anchor::VPos::Center,
-                    )),
-            )
-        }))
+        .draw_series(
+            labels
+                .into_iter()
+                .map(|(t, p, ink)| anchored(t, p, fs, ink, mid)),
+        )
         .map_err(err)?;
     Ok(())
 }
@@ -847,7 +857,7 @@ fn draw_pareto<DB: DrawingBackend>(
         )
         .map_err(err)?
         .label(format!("all configurations ({})", fin.len()))
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], grey.filled()));
+        .legend(key(grey));
     let col = color(0);
     let fp: Vec<(f64, f64)> = front
         .iter()
@@ -857,35 +867,18 @@ fn draw_pareto<DB: DrawingBackend>(
         .draw_series(LineSeries::new(fp.clone(), col.stroke_width(2)))
         .map_err(err)?
         .label(format!("Pareto front ({})", fp.len()))
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+        .legend(key(col));
     chart
         .draw_series(fp.iter().map(|&p| Circle::new(p, 6, col.filled())))
         .map_err(err)?;
+    let corner = (HPos::Left, VPos::Bottom);
     chart
         .draw_series(front.iter().take(PARETO_LABELS).map(|&i| {
             let p = &s.points[i];
-            Text::new(
-                p.label.clone(),
-                (p.x, p.y),
-                (FAMILY, 12)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Bottom,
-                    )),
-            )
+            anchored(p.label.clone(), (p.x, p.y), 12, BLACK, corner)
         }))
         .map_err(err)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
-        .label_font((FAMILY, 14))
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 // ---- the figures qsim draws, from plain data ----
