@@ -356,6 +356,26 @@ fn pad(lo: f64, hi: f64, from_zero: bool) -> (f64, f64) {
     (if from_zero && lo == 0.0 { 0.0 } else { lo - d }, hi + d)
 }
 
+/// The least and the greatest of `values` (∞ and −∞ when there are none).
+fn extent(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    values
+        .into_iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        })
+}
+
+/// The tick label at `v` on a categorical axis (category i at i): its name
+/// at a category, none between or beyond them.
+fn category(names: &[String], v: f64) -> String {
+    let i = v.round();
+    if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+        names[i as usize].clone()
+    } else {
+        String::new()
+    }
+}
+
 /// A chart's coordinates: f64 on both axes.
 type Xy = Cartesian2d<RangedCoordf64, RangedCoordf64>;
 
@@ -483,9 +503,7 @@ fn draw_lines<DB: DrawingBackend>(
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .filter(|x| x.is_finite() && (!log || *x > 0.0))
         .map(tx);
-    let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-        (a.min(x), b.max(x))
-    });
+    let (mut x0, mut x1) = extent(xs);
     if let XAxis::Categories(cats) = &c.x_axis {
         x0 = -0.5;
         x1 = cats.len().max(1) as f64 - 0.5;
@@ -513,9 +531,7 @@ fn draw_lines<DB: DrawingBackend>(
                 })
                 .chain(c.hlines.iter().map(|h| h.y))
                 .filter(|y| y.is_finite());
-            let (a, b) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
-                (a.min(y), b.max(y))
-            });
+            let (a, b) = extent(ys);
             pad(a, b, true)
         }
     };
@@ -531,13 +547,8 @@ fn draw_lines<DB: DrawingBackend>(
             .all(|s| s.points.iter().all(|p| p.0.fract() == 0.0));
     let xf = |v: &f64| -> String {
         if !cats.is_empty() {
-            let i = v.round();
-            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < cats.len() {
-                return cats[i as usize].clone();
-            }
-            return String::new();
-        }
-        if log {
+            category(&cats, *v)
+        } else if log {
             fmt_sig(10f64.powf(*v))
         } else if whole && (v - v.round()).abs() > 1e-9 {
             String::new()
@@ -650,15 +661,14 @@ fn draw_heatmap<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     let nx = h.x_values.len().max(1);
     let ny = h.y_values.len().max(1);
-    let (vmin, vmax) = h
-        .cells
-        .iter()
-        .flatten()
-        .flatten()
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
-            (a.min(v), b.max(v))
-        });
+    let (vmin, vmax) = extent(
+        h.cells
+            .iter()
+            .flatten()
+            .flatten()
+            .copied()
+            .filter(|v| v.is_finite()),
+    );
     let title = if vmin.is_finite() {
         format!(
             "{} — colour: {} from {} (dark) to {} (light)",
@@ -672,16 +682,8 @@ fn draw_heatmap<DB: DrawingBackend>(
     };
     let (xr, yr) = (-0.5..nx as f64 - 0.5, -0.5..ny as f64 - 0.5);
     let mut chart = frame(area, &title, 18, 80, xr, yr)?;
-    let cat = |names: &[String], v: f64| -> String {
-        let i = v.round();
-        if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
-            names[i as usize].clone()
-        } else {
-            String::new()
-        }
-    };
-    let xf = |v: &f64| cat(&h.x_values, *v);
-    let yf = |v: &f64| cat(&h.y_values, *v);
+    let xf = |v: &f64| category(&h.x_values, *v);
+    let yf = |v: &f64| category(&h.y_values, *v);
     axes(&mut chart, &h.x_label, Some(&h.y_label), [&xf, &yf], CELLS)
         .x_labels(nx * 2 + 1)
         .y_labels(ny * 2 + 1)
@@ -731,29 +733,21 @@ fn draw_forest<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     let n = f.rows.len().max(1);
     let tol = f.tolerance.filter(|t| t.is_finite() && *t > 0.0);
-    let (x0, x1) = f
-        .rows
-        .iter()
-        .flat_map(|r| [r.lo, r.median, r.hi, r.observed])
-        .chain(tol.into_iter().flat_map(|t| [-t, t]))
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(v), b.max(v))
-        });
+    let (x0, x1) = extent(
+        f.rows
+            .iter()
+            .flat_map(|r| [r.lo, r.median, r.hi, r.observed])
+            .chain(tol.into_iter().flat_map(|t| [-t, t]))
+            .filter(|v| v.is_finite()),
+    );
     let (x0, x1) = pad(x0, x1, false);
     let width = f.rows.iter().map(|r| r.label.chars().count()).max();
     let y_area = (width.unwrap_or(8) as u32 * 8 + 16).clamp(80, 420);
     let mut chart = frame(area, &f.title, 18, y_area, x0..x1, -0.5..n as f64 - 0.5)?;
     // row 0 at the top
     let y = |i: usize| (n - 1 - i) as f64;
-    let yf = |v: &f64| {
-        let k = v.round();
-        if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < f.rows.len() {
-            f.rows[n - 1 - k as usize].label.clone()
-        } else {
-            String::new()
-        }
-    };
+    let names: Vec<String> = f.rows.iter().rev().map(|r| r.label.clone()).collect();
+    let yf = |v: &f64| category(&names, *v);
     let xf = |v: &f64| fmt_num(*v);
     axes(&mut chart, &f.x_label, None, [&xf, &yf], FOREST)
         .y_labels(n * 2 + 1)
@@ -831,16 +825,8 @@ fn draw_pareto<DB: DrawingBackend>(
         .iter()
         .filter(|p| p.x.is_finite() && p.y.is_finite())
         .collect();
-    let (x0, x1) = fin
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(p.x), b.max(p.x))
-        });
-    let (y0, y1) = fin
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(p.y), b.max(p.y))
-        });
+    let (x0, x1) = extent(fin.iter().map(|p| p.x));
+    let (y0, y1) = extent(fin.iter().map(|p| p.y));
     let (x0, x1) = pad(x0, x1, false);
     let (y0, y1) = pad(y0, y1, false);
     let mut chart = frame(area, &s.title, 20, 72, x0..x1, y0..y1)?;
@@ -908,13 +894,12 @@ pub fn heatmap(h: Heatmap) -> Figure {
 /// of rows ≤ it)]). The x axis is logarithmic when latencies span more than
 /// a factor of 20.
 pub fn latency_cdf(title: &str, x_label: &str, series: Vec<(String, Vec<(f64, f64)>)>) -> Figure {
-    let (lo, hi) = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .filter(|x| *x > 0.0 && x.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-            (a.min(x), b.max(x))
-        });
+    let (lo, hi) = extent(
+        series
+            .iter()
+            .flat_map(|s| s.1.iter().map(|p| p.0))
+            .filter(|x| *x > 0.0 && x.is_finite()),
+    );
     let log = lo.is_finite() && hi / lo > 20.0;
     Figure::single(Panel::Lines(LineChart {
         title: title.into(),
@@ -950,31 +935,33 @@ pub struct ServerSeries {
 
 /// Two panels sharing the time axis: the waiting queue, and E2E.
 pub fn server_over_time(title: &str, scenarios: &[ServerSeries]) -> Figure {
-    let mk = |f: &dyn Fn(&ServerSeries) -> &Vec<f64>| -> Vec<Series> {
-        scenarios
+    // one panel: `what` of every scenario over time
+    let panel = |what: &str, y_label: &str, f: &dyn Fn(&ServerSeries) -> &Vec<f64>| {
+        let series = scenarios
             .iter()
             .map(|s| Series {
                 name: s.name.clone(),
                 points: s.t_s.iter().copied().zip(f(s).iter().copied()).collect(),
                 band: vec![],
             })
-            .collect()
+            .collect();
+        Panel::Lines(LineChart {
+            title: format!("{title}: {what}"),
+            x_label: "time (s)".into(),
+            y_label: y_label.into(),
+            series,
+            ..Default::default()
+        })
     };
-    let queue = LineChart {
-        title: format!("{title}: requests waiting"),
-        x_label: "time (s)".into(),
-        y_label: "waiting queue (requests)".into(),
-        series: mk(&|s| &s.waiting),
-        ..Default::default()
-    };
-    let e2e = LineChart {
-        title: format!("{title}: E2E p50 of requests finished in each interval"),
-        x_label: "time (s)".into(),
-        y_label: "E2E p50 (s)".into(),
-        series: mk(&|s| &s.e2e_p50_s),
-        ..Default::default()
-    };
-    Figure::grid(vec![Panel::Lines(queue), Panel::Lines(e2e)], 1, WIDTH, 460)
+    let queue = panel("requests waiting", "waiting queue (requests)", &|s| {
+        &s.waiting
+    });
+    let e2e = panel(
+        "E2E p50 of requests finished in each interval",
+        "E2E p50 (s)",
+        &|s| &s.e2e_p50_s,
+    );
+    Figure::grid(vec![queue, e2e], 1, WIDTH, 460)
 }
 
 /// One consumer of a plan scenario: its admitted units per minute and its
