@@ -23,6 +23,7 @@ use crate::sse;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
+use qsim_core::stats::{quantile, sorted};
 use qsim_core::time::Nanos;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -157,19 +158,9 @@ fn stats(xs: &[f64]) -> (f64, f64, f64, f64) {
     let n = xs.len() as f64;
     let mean = xs.iter().sum::<f64>() / n;
     let std = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
-    let mut s = xs.to_vec();
-    s.sort_by(f64::total_cmp);
-    // numpy's default (linear) percentile
-    let pct = |q: f64| {
-        let x = q * (s.len() - 1) as f64;
-        let (i, f) = (x.floor() as usize, x - x.floor());
-        if i + 1 < s.len() {
-            s[i] * (1.0 - f) + s[i + 1] * f
-        } else {
-            s[i]
-        }
-    };
-    (mean, pct(0.5), std, pct(0.99))
+    // numpy's default (linear) percentile: the workspace's one quantile
+    let s = sorted(xs);
+    (mean, quantile(&s, 0.5), std, quantile(&s, 0.99))
 }
 
 /// Run the benchmark; returns benchmark_serving's result JSON.

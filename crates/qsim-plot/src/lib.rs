@@ -14,8 +14,12 @@
 pub mod check;
 pub mod html;
 
+use plotters::chart::MeshStyle;
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Once;
 
@@ -352,6 +356,141 @@ fn pad(lo: f64, hi: f64, from_zero: bool) -> (f64, f64) {
     (if from_zero && lo == 0.0 { 0.0 } else { lo - d }, hi + d)
 }
 
+/// The least and the greatest of `values` (∞ and −∞ when there are none).
+fn extent(values: impl IntoIterator<Item = f64>) -> (f64, f64) {
+    values
+        .into_iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        })
+}
+
+/// The tick label at `v` on a categorical axis (category i at i): its name
+/// at a category, none between or beyond them.
+fn category(names: &[String], v: f64) -> String {
+    let i = v.round();
+    if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
+        names[i as usize].clone()
+    } else {
+        String::new()
+    }
+}
+
+/// A chart's coordinates: f64 on both axes.
+type Xy = Cartesian2d<RangedCoordf64, RangedCoordf64>;
+
+/// The frame of every chart: the caption (`title_size` px), a 12 px margin,
+/// the x tick labels' area 48 px high, the y tick labels' `y_area` px wide.
+fn frame<'c, DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    title: &str,
+    title_size: u32,
+    y_area: u32,
+    x: Range<f64>,
+    y: Range<f64>,
+) -> Result<ChartContext<'c, DB, Xy>, PlotError> {
+    ChartBuilder::on(area)
+        .caption(title, (FAMILY, title_size))
+        .margin(12)
+        .x_label_area_size(48)
+        .y_label_area_size(y_area)
+        .build_cartesian_2d(x, y)
+        .map_err(err)
+}
+
+/// How a chart's axes look: tick labels and axis titles (px), and the bold
+/// grid lines' colour, with at most one light line between two (None: no
+/// grid).
+#[derive(Clone, Copy)]
+struct Look {
+    labels: u32,
+    titles: u32,
+    grid: Option<RGBColor>,
+}
+
+/// Line charts and the Pareto scatter.
+const CHART: Look = Look {
+    labels: 14,
+    titles: 16,
+    grid: Some(RGBColor(0xdd, 0xdd, 0xdd)),
+};
+
+/// The forest plot: smaller text, a paler grid.
+const FOREST: Look = Look {
+    labels: 13,
+    titles: 14,
+    grid: Some(RGBColor(0xee, 0xee, 0xee)),
+};
+
+/// The heatmap: no grid over its cells.
+const CELLS: Look = Look {
+    grid: None,
+    ..CHART
+};
+
+/// The axes of `chart`: their titles (no y title: None), tick label
+/// formatters (x, y) and look; the caller adds tick counts and draws.
+fn axes<'a, 'b, DB: DrawingBackend>(
+    chart: &'b mut ChartContext<'a, DB, Xy>,
+    x_desc: &str,
+    y_desc: Option<&str>,
+    [xf, yf]: [&'b dyn Fn(&f64) -> String; 2],
+    look: Look,
+) -> MeshStyle<'a, 'b, RangedCoordf64, RangedCoordf64, DB> {
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(x_desc)
+        .x_label_formatter(xf)
+        .y_label_formatter(yf)
+        .label_style((FAMILY, look.labels))
+        .axis_desc_style((FAMILY, look.titles));
+    if let Some(y) = y_desc {
+        mesh.y_desc(y);
+    }
+    match look.grid {
+        Some(bold) => {
+            mesh.light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
+                .max_light_lines(1)
+                .bold_line_style(bold);
+        }
+        None => {
+            mesh.disable_mesh();
+        }
+    }
+    mesh
+}
+
+/// `text` at `at`, `size` px in `ink`, its `h` and `v` sides on the point.
+fn anchored(
+    text: String,
+    at: (f64, f64),
+    size: u32,
+    ink: RGBColor,
+    (h, v): (HPos, VPos),
+) -> Text<'static, (f64, f64), String> {
+    let style = (FAMILY, size).into_font().color(&ink).pos(Pos::new(h, v));
+    Text::new(text, at, style)
+}
+
+/// A series' mark in the legend: a box in its colour.
+fn key(col: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+    move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled())
+}
+
+/// The legend (the series' names and keys) in a box at `pos`.
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut ChartContext<'a, DB, Xy>,
+    pos: SeriesLabelPosition,
+) -> Result<(), PlotError> {
+    chart
+        .configure_series_labels()
+        .position(pos)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
+        .label_font((FAMILY, 14))
+        .draw()
+        .map_err(err)
+}
+
 fn draw_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     c: &LineChart,
@@ -364,9 +503,7 @@ fn draw_lines<DB: DrawingBackend>(
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .filter(|x| x.is_finite() && (!log || *x > 0.0))
         .map(tx);
-    let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-        (a.min(x), b.max(x))
-    });
+    let (mut x0, mut x1) = extent(xs);
     if let XAxis::Categories(cats) = &c.x_axis {
         x0 = -0.5;
         x1 = cats.len().max(1) as f64 - 0.5;
@@ -394,19 +531,11 @@ fn draw_lines<DB: DrawingBackend>(
                 })
                 .chain(c.hlines.iter().map(|h| h.y))
                 .filter(|y| y.is_finite());
-            let (a, b) = ys.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| {
-                (a.min(y), b.max(y))
-            });
+            let (a, b) = extent(ys);
             pad(a, b, true)
         }
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(&c.title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(err)?;
+    let mut chart = frame(area, &c.title, 20, 72, x0..x1, y0..y1)?;
     let cats = match &c.x_axis {
         XAxis::Categories(v) => v.clone(),
         _ => vec![],
@@ -416,15 +545,10 @@ fn draw_lines<DB: DrawingBackend>(
         && c.series
             .iter()
             .all(|s| s.points.iter().all(|p| p.0.fract() == 0.0));
-    let xfmt = |v: &f64| -> String {
+    let xf = |v: &f64| -> String {
         if !cats.is_empty() {
-            let i = v.round();
-            if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < cats.len() {
-                return cats[i as usize].clone();
-            }
-            return String::new();
-        }
-        if log {
+            category(&cats, *v)
+        } else if log {
             fmt_sig(10f64.powf(*v))
         } else if whole && (v - v.round()).abs() > 1e-9 {
             String::new()
@@ -432,17 +556,8 @@ fn draw_lines<DB: DrawingBackend>(
             fmt_num(*v)
         }
     };
-    let yfmt = |v: &f64| fmt_num(*v);
-    let mut mesh = chart.configure_mesh();
-    mesh.x_desc(c.x_label.as_str())
-        .y_desc(c.y_label.as_str())
-        .x_label_formatter(&xfmt)
-        .y_label_formatter(&yfmt)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
-        .max_light_lines(1)
-        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd));
+    let yf = |v: &f64| fmt_num(*v);
+    let mut mesh = axes(&mut chart, &c.x_label, Some(&c.y_label), [&xf, &yf], CHART);
     if !cats.is_empty() {
         mesh.x_labels(cats.len().max(2) * 2 + 1);
     } else if log {
@@ -468,7 +583,7 @@ fn draw_lines<DB: DrawingBackend>(
             .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
             .map_err(err)?
             .label(s.name.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+            .legend(key(col));
         if c.markers {
             chart
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
@@ -497,32 +612,16 @@ fn draw_lines<DB: DrawingBackend>(
         if !h.label.is_empty() {
             let label = h.label.clone();
             let anchor = (x0 + span * 0.01, h.y);
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    label,
-                    anchor,
-                    (FAMILY, 12).into_font().color(&col).pos(
-                        plotters::style::text_anchor::Pos::new(
-                            plotters::style::text_anchor::HPos::Left,
-                            plotters::style::text_anchor::VPos::Bottom,
-                        ),
-                    ),
-                )))
-                .map_err(err)?;
+            let text = anchored(label, anchor, 12, col, (HPos::Left, VPos::Bottom));
+            chart.draw_series([text]).map_err(err)?;
         }
     }
     if !c.series.is_empty() {
-        chart
-            .configure_series_labels()
-            .position(match c.legend {
-                Legend::UpperRight => SeriesLabelPosition::UpperRight,
-                Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
-            })
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(0xbb, 0xbb, 0xbb))
-            .label_font((FAMILY, 14))
-            .draw()
-            .map_err(err)?;
+        let pos = match c.legend {
+            Legend::UpperRight => SeriesLabelPosition::UpperRight,
+            Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+        };
+        legend(&mut chart, pos)?;
     }
     Ok(())
 }
@@ -562,15 +661,14 @@ fn draw_heatmap<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     let nx = h.x_values.len().max(1);
     let ny = h.y_values.len().max(1);
-    let (vmin, vmax) = h
-        .cells
-        .iter()
-        .flatten()
-        .flatten()
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
-            (a.min(v), b.max(v))
-        });
+    let (vmin, vmax) = extent(
+        h.cells
+            .iter()
+            .flatten()
+            .flatten()
+            .copied()
+            .filter(|v| v.is_finite()),
+    );
     let title = if vmin.is_finite() {
         format!(
             "{} — colour: {} from {} (dark) to {} (light)",
@@ -582,34 +680,13 @@ fn draw_heatmap<DB: DrawingBackend>(
     } else {
         h.title.clone()
     };
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FAMILY, 18))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(80)
-        .build_cartesian_2d(-0.5..nx as f64 - 0.5, -0.5..ny as f64 - 0.5)
-        .map_err(err)?;
-    let cat = |names: &[String], v: f64| -> String {
-        let i = v.round();
-        if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < names.len() {
-            names[i as usize].clone()
-        } else {
-            String::new()
-        }
-    };
-    let xf = |v: &f64| cat(&h.x_values, *v);
-    let yf = |v: &f64| cat(&h.y_values, *v);
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc(h.x_label.as_str())
-        .y_desc(h.y_label.as_str())
+    let (xr, yr) = (-0.5..nx as f64 - 0.5, -0.5..ny as f64 - 0.5);
+    let mut chart = frame(area, &title, 18, 80, xr, yr)?;
+    let xf = |v: &f64| category(&h.x_values, *v);
+    let yf = |v: &f64| category(&h.y_values, *v);
+    axes(&mut chart, &h.x_label, Some(&h.y_label), [&xf, &yf], CELLS)
         .x_labels(nx * 2 + 1)
         .y_labels(ny * 2 + 1)
-        .x_label_formatter(&xf)
-        .y_label_formatter(&yf)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
         .draw()
         .map_err(err)?;
     let span = if vmax > vmin { vmax - vmin } else { 1.0 };
@@ -639,20 +716,13 @@ fn draw_heatmap<DB: DrawingBackend>(
     }
     chart.draw_series(cells).map_err(err)?;
     let fs = if nx * ny > 150 { 11 } else { 16 };
+    let mid = (HPos::Center, VPos::Center);
     chart
-        .draw_series(labels.into_iter().map(|(t, p, ink)| {
-            Text::new(
-                t,
-                p,
-                (FAMILY, fs)
-                    .into_font()
-                    .color(&ink)
-                    .pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Center,
-                        plotters::style::text_anchor::VPos::Center,
-                    )),
-            )
-        }))
+        .draw_series(
+            labels
+                .into_iter()
+                .map(|(t, p, ink)| anchored(t, p, fs, ink, mid)),
+        )
         .map_err(err)?;
     Ok(())
 }
@@ -663,46 +733,24 @@ fn draw_forest<DB: DrawingBackend>(
 ) -> Result<(), PlotError> {
     let n = f.rows.len().max(1);
     let tol = f.tolerance.filter(|t| t.is_finite() && *t > 0.0);
-    let (x0, x1) = f
-        .rows
-        .iter()
-        .flat_map(|r| [r.lo, r.median, r.hi, r.observed])
-        .chain(tol.into_iter().flat_map(|t| [-t, t]))
-        .filter(|v| v.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
-            (a.min(v), b.max(v))
-        });
+    let (x0, x1) = extent(
+        f.rows
+            .iter()
+            .flat_map(|r| [r.lo, r.median, r.hi, r.observed])
+            .chain(tol.into_iter().flat_map(|t| [-t, t]))
+            .filter(|v| v.is_finite()),
+    );
     let (x0, x1) = pad(x0, x1, false);
     let width = f.rows.iter().map(|r| r.label.chars().count()).max();
-    let mut chart = ChartBuilder::on(area)
-        .caption(&f.title, (FAMILY, 18))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size((width.unwrap_or(8) as u32 * 8 + 16).clamp(80, 420))
-        .build_cartesian_2d(x0..x1, -0.5..n as f64 - 0.5)
-        .map_err(err)?;
+    let y_area = (width.unwrap_or(8) as u32 * 8 + 16).clamp(80, 420);
+    let mut chart = frame(area, &f.title, 18, y_area, x0..x1, -0.5..n as f64 - 0.5)?;
     // row 0 at the top
     let y = |i: usize| (n - 1 - i) as f64;
-    let yf = |v: &f64| {
-        let k = v.round();
-        if (v - k).abs() < 1e-6 && k >= 0.0 && (k as usize) < f.rows.len() {
-            f.rows[n - 1 - k as usize].label.clone()
-        } else {
-            String::new()
-        }
-    };
+    let names: Vec<String> = f.rows.iter().rev().map(|r| r.label.clone()).collect();
+    let yf = |v: &f64| category(&names, *v);
     let xf = |v: &f64| fmt_num(*v);
-    chart
-        .configure_mesh()
-        .x_desc(f.x_label.as_str())
-        .x_label_formatter(&xf)
+    axes(&mut chart, &f.x_label, None, [&xf, &yf], FOREST)
         .y_labels(n * 2 + 1)
-        .y_label_formatter(&yf)
-        .label_style((FAMILY, 13))
-        .axis_desc_style((FAMILY, 14))
-        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
-        .max_light_lines(1)
-        .bold_line_style(RGBColor(0xee, 0xee, 0xee))
         .draw()
         .map_err(err)?;
     if let Some(t) = tol {
@@ -777,37 +825,13 @@ fn draw_pareto<DB: DrawingBackend>(
         .iter()
         .filter(|p| p.x.is_finite() && p.y.is_finite())
         .collect();
-    let (x0, x1) = fin
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(p.x), b.max(p.x))
-        });
-    let (y0, y1) = fin
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(p.y), b.max(p.y))
-        });
+    let (x0, x1) = extent(fin.iter().map(|p| p.x));
+    let (y0, y1) = extent(fin.iter().map(|p| p.y));
     let (x0, x1) = pad(x0, x1, false);
     let (y0, y1) = pad(y0, y1, false);
-    let mut chart = ChartBuilder::on(area)
-        .caption(&s.title, (FAMILY, 20))
-        .margin(12)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(err)?;
+    let mut chart = frame(area, &s.title, 20, 72, x0..x1, y0..y1)?;
     let f = |v: &f64| fmt_num(*v);
-    chart
-        .configure_mesh()
-        .x_desc(s.x_label.as_str())
-        .y_desc(s.y_label.as_str())
-        .x_label_formatter(&f)
-        .y_label_formatter(&f)
-        .label_style((FAMILY, 14))
-        .axis_desc_style((FAMILY, 16))
-        .light_line_style(RGBColor(0xf3, 0xf3, 0xf3))
-        .max_light_lines(1)
-        .bold_line_style(RGBColor(0xdd, 0xdd, 0xdd))
+    axes(&mut chart, &s.x_label, Some(&s.y_label), [&f, &f], CHART)
         .draw()
         .map_err(err)?;
     let grey = rgb(DOMINATED);
@@ -819,7 +843,7 @@ fn draw_pareto<DB: DrawingBackend>(
         )
         .map_err(err)?
         .label(format!("all configurations ({})", fin.len()))
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], grey.filled()));
+        .legend(key(grey));
     let col = color(0);
     let fp: Vec<(f64, f64)> = front
         .iter()
@@ -829,35 +853,18 @@ fn draw_pareto<DB: DrawingBackend>(
         .draw_series(LineSeries::new(fp.clone(), col.stroke_width(2)))
         .map_err(err)?
         .label(format!("Pareto front ({})", fp.len()))
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], col.filled()));
+        .legend(key(col));
     chart
         .draw_series(fp.iter().map(|&p| Circle::new(p, 6, col.filled())))
         .map_err(err)?;
+    let corner = (HPos::Left, VPos::Bottom);
     chart
         .draw_series(front.iter().take(PARETO_LABELS).map(|&i| {
             let p = &s.points[i];
-            Text::new(
-                p.label.clone(),
-                (p.x, p.y),
-                (FAMILY, 12)
-                    .into_font()
-                    .color(&BLACK)
-                    .pos(plotters::style::text_anchor::Pos::new(
-                        plotters::style::text_anchor::HPos::Left,
-                        plotters::style::text_anchor::VPos::Bottom,
-                    )),
-            )
+            anchored(p.label.clone(), (p.x, p.y), 12, BLACK, corner)
         }))
         .map_err(err)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(0xbb, 0xbb, 0xbb))
-        .label_font((FAMILY, 14))
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 // ---- the figures qsim draws, from plain data ----
@@ -887,13 +894,12 @@ pub fn heatmap(h: Heatmap) -> Figure {
 /// of rows ≤ it)]). The x axis is logarithmic when latencies span more than
 /// a factor of 20.
 pub fn latency_cdf(title: &str, x_label: &str, series: Vec<(String, Vec<(f64, f64)>)>) -> Figure {
-    let (lo, hi) = series
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .filter(|x| *x > 0.0 && x.is_finite())
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
-            (a.min(x), b.max(x))
-        });
+    let (lo, hi) = extent(
+        series
+            .iter()
+            .flat_map(|s| s.1.iter().map(|p| p.0))
+            .filter(|x| *x > 0.0 && x.is_finite()),
+    );
     let log = lo.is_finite() && hi / lo > 20.0;
     Figure::single(Panel::Lines(LineChart {
         title: title.into(),
@@ -929,31 +935,33 @@ pub struct ServerSeries {
 
 /// Two panels sharing the time axis: the waiting queue, and E2E.
 pub fn server_over_time(title: &str, scenarios: &[ServerSeries]) -> Figure {
-    let mk = |f: &dyn Fn(&ServerSeries) -> &Vec<f64>| -> Vec<Series> {
-        scenarios
+    // one panel: `what` of every scenario over time
+    let panel = |what: &str, y_label: &str, f: &dyn Fn(&ServerSeries) -> &Vec<f64>| {
+        let series = scenarios
             .iter()
             .map(|s| Series {
                 name: s.name.clone(),
                 points: s.t_s.iter().copied().zip(f(s).iter().copied()).collect(),
                 band: vec![],
             })
-            .collect()
+            .collect();
+        Panel::Lines(LineChart {
+            title: format!("{title}: {what}"),
+            x_label: "time (s)".into(),
+            y_label: y_label.into(),
+            series,
+            ..Default::default()
+        })
     };
-    let queue = LineChart {
-        title: format!("{title}: requests waiting"),
-        x_label: "time (s)".into(),
-        y_label: "waiting queue (requests)".into(),
-        series: mk(&|s| &s.waiting),
-        ..Default::default()
-    };
-    let e2e = LineChart {
-        title: format!("{title}: E2E p50 of requests finished in each interval"),
-        x_label: "time (s)".into(),
-        y_label: "E2E p50 (s)".into(),
-        series: mk(&|s| &s.e2e_p50_s),
-        ..Default::default()
-    };
-    Figure::grid(vec![Panel::Lines(queue), Panel::Lines(e2e)], 1, WIDTH, 460)
+    let queue = panel("requests waiting", "waiting queue (requests)", &|s| {
+        &s.waiting
+    });
+    let e2e = panel(
+        "E2E p50 of requests finished in each interval",
+        "E2E p50 (s)",
+        &|s| &s.e2e_p50_s,
+    );
+    Figure::grid(vec![queue, e2e], 1, WIDTH, 460)
 }
 
 /// One consumer of a plan scenario: its admitted units per minute and its
