@@ -22,6 +22,7 @@ mod plan_acceptance;
 mod plan_cli;
 mod plan_edges;
 mod plan_enforce;
+mod plot_figures;
 mod plot_unit;
 mod plots_cli;
 mod plots_html;

@@ -1,4 +1,4 @@
-//! Every figure type drawn as PNG and SVG from plain data, and checked: a
+//! (qsim-plot) Every figure type drawn as PNG and SVG from plain data, and checked: a
 //! valid PNG/SVG of the stated size, with the stated number of series.
 
 use qsim_plot::check::{
