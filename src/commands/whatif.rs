@@ -6,7 +6,7 @@
 //! **Arrivals.** Each logged request the limiter decided (admitted, waited,
 //! limited, refused, or refused because the shared state was down) is
 //! replayed at the core time of its decision (`decided_ns`, else its
-//! arrival), with its estimated input tokens and `max_tokens`. Admitted
+//! arrival; a waiter's at its arrival), with its estimated input tokens and `max_tokens`. Admitted
 //! requests complete after their observed duration (decision to settlement)
 //! with their observed settled output; a request the log never saw admitted
 //! takes its caller's other attempt's figures, else its consumer's median.
@@ -27,23 +27,35 @@
 //! without the header are independent arrivals.
 //!
 //! **Waiting.** A consumer with `on_limit = "wait"` in the proposed policy
-//! decides again at the limiter's retry time while that is within its
-//! `max_wait` (a `concurrent` denial every 100 ms), else it is refused — as
-//! the proxy does, without its per-consumer FIFO (a waiter decides at its
-//! own retry time) and without the client's deadline (not logged).
+//! is replayed through the proxy's own waiting rules
+//! (`qsim_core::limiter::wait`, the component `qsim-live/src/wait.rs`
+//! drives), in the proxy's order of operations: its requests queue FIFO per
+//! consumer (a newcomer behind waiters joins the queue, refused at once when
+//! its prediction behind them is beyond its bound), only the head decides,
+//! at the limiter's retry time, on a completion, or (a `concurrent` denial)
+//! every 100 ms, and a head admitted or refused hands the turn to the next
+//! one at once. The client's deadline is not logged, so only `max_wait`
+//! bounds a wait. A logged request that waited (or was refused as a waiter)
+//! is replayed at its arrival, not at the end of its wait. A refused caller
+//! retries after the hint the proxy gives (`qsim_live::wait_ms`: whole
+//! milliseconds, rounded up).
+//!
+//! **Events.** One [`EventQueue`] (the simulation engine's): at equal times,
+//! events run in the order they were scheduled.
 //!
 //! The limiter state starts empty at the window's start. Minutes are counted
 //! from the window's start (default: the first replayed request).
 
 use crate::cli::common::CliError;
 use qsim_core::limiter::admission::{complete, decide, Decision, Limit, Params, Request, State};
+use qsim_core::limiter::wait::{self, Bound, Next, Queues, Refusal, Waiter};
 use qsim_core::time::{Nanos, NEVER};
 use qsim_live::record::Record;
 use qsim_live::OnLimit;
 use qsim_results::{NamedColumn, Values};
 use qsim_sim::config::ConfigError;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use qsim_sim::engine::EventQueue;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -304,6 +316,8 @@ pub type Table = BTreeMap<(usize, u64), (Counts, Counts)>;
 pub struct Outcome {
     pub consumers: Vec<String>,
     pub table: Table,
+    /// Per replayed attempt, in the order decided.
+    pub decisions: Vec<Replayed>,
     pub records: usize,
     pub replayed: usize,
     pub unmatched: usize,
@@ -341,6 +355,284 @@ fn median(v: &[u64]) -> u64 {
     qsim_core::stats::quantile(&s, 0.5).round() as u64
 }
 
+/// What the replay decided for one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Replayed {
+    /// The record replayed (the logged attempt, or the caller's last one
+    /// for an attempt beyond those logged).
+    pub record: usize,
+    /// The caller's attempt (0: its first).
+    pub attempt: usize,
+    pub consumer: usize,
+    /// When it arrived at the limiter.
+    pub arrived: Nanos,
+    /// When it was admitted or refused.
+    pub decided: Nanos,
+    /// admitted | waited (admitted after joining its consumer's queue) |
+    /// limited (a consumer that rejects) | the waiting component's refusal
+    /// (refused_max_wait, expired, …) | refused (no wait could admit it).
+    pub decision: &'static str,
+    /// The denying limit and the retry hint (ms) of a refusal.
+    pub limit: Option<Limit>,
+    pub retry_after_ms: Option<u64>,
+}
+
+#[derive(Clone, Copy)]
+enum Ev {
+    Complete(qsim_core::limiter::admission::Grant, u64),
+    Attempt {
+        chain: usize,
+        k: usize,
+        since: Nanos,
+    },
+    /// A waiting request's timer or wake-up; stale unless `epoch` is its
+    /// current one (a wake-up cancels its earlier timer, as the proxy's
+    /// `select!` drops its sleep).
+    Wake {
+        c: usize,
+        ticket: u64,
+        epoch: u32,
+    },
+}
+
+/// A waiting request: its attempt and its rules.
+struct Held {
+    chain: usize,
+    k: usize,
+    since: Nanos,
+    waiter: Waiter,
+    epoch: u32,
+}
+
+/// The what-if's event loop: the proxy's order of operations
+/// (`qsim-live/src/wait.rs`) in virtual time.
+struct Replayer<'a> {
+    params: &'a Params,
+    on_limit: &'a [OnLimit],
+    recs: &'a [Record],
+    sel: &'a [(usize, usize, Nanos)],
+    chains: &'a [Chain],
+    start: Nanos,
+    state: State,
+    waits: Queues<usize, Held>,
+    q: EventQueue<Ev>,
+    table: Table,
+    decisions: Vec<Replayed>,
+}
+
+impl Replayer<'_> {
+    fn counts(&mut self, c: usize, t: Nanos) -> &mut Counts {
+        let m = t.saturating_sub(self.start) / 60_000_000_000;
+        &mut self.table.entry((c, m)).or_default().1
+    }
+
+    fn record(&self, chain: usize, k: usize) -> usize {
+        let ch = &self.chains[chain];
+        self.sel[ch.attempts[k.min(ch.attempts.len() - 1)]].0
+    }
+
+    fn request(&self, chain: usize, k: usize) -> Request {
+        let rec = &self.recs[self.record(chain, k)];
+        Request {
+            consumer: self.chains[chain].consumer,
+            input_tokens: rec.input_tokens.unwrap_or(0),
+            max_tokens: rec.max_tokens.unwrap_or(0),
+        }
+    }
+
+    fn log(&mut self, chain: usize, k: usize, since: Nanos, t: Nanos, d: &'static str) {
+        self.decisions.push(Replayed {
+            record: self.record(chain, k),
+            attempt: k,
+            consumer: self.chains[chain].consumer,
+            arrived: since,
+            decided: t,
+            decision: d,
+            limit: None,
+            retry_after_ms: None,
+        });
+    }
+
+    /// An attempt arrives: decided at once, or (a waiting consumer) queued
+    /// behind its consumer's waiters.
+    fn attempt(&mut self, t: Nanos, chain: usize, k: usize, since: Nanos) {
+        let c = self.chains[chain].consumer;
+        let req = self.request(chain, k);
+        self.counts(c, t).offered += 1;
+        let OnLimit::Wait { max_wait } = self.on_limit[c] else {
+            match decide(self.params, &mut self.state, t, &req) {
+                Decision::Admit(g) => self.admitted(t, chain, k, since, g, false),
+                Decision::Deny { limit, retry_at } => {
+                    self.refused(t, chain, k, since, limit, retry_at, "limited")
+                }
+            }
+            return;
+        };
+        // the client's deadline is not logged: only max_wait bounds
+        let max_wait = max_wait.as_nanos().min(NEVER as u128 / 2) as Nanos;
+        let waiter = Waiter::new(Bound::new(t, max_wait, None, 0));
+        let next = if !self.waits.has(&c) {
+            match decide(self.params, &mut self.state, t, &req) {
+                Decision::Admit(g) => return self.admitted(t, chain, k, since, g, false),
+                d => waiter.arrived(&d),
+            }
+        } else {
+            let ahead = self.waits.ahead(&c, None);
+            waiter.predicted(wait::predict(
+                self.params,
+                self.state.clone(),
+                t,
+                c,
+                &ahead,
+                &req,
+            ))
+        };
+        match next {
+            Next::Refuse(r) => self.refusal(t, chain, k, since, r),
+            Next::Join => {
+                let held = Held {
+                    chain,
+                    k,
+                    since,
+                    waiter,
+                    epoch: 0,
+                };
+                let ticket = self.waits.join(c, req, held);
+                self.turn(t, c, ticket);
+            }
+            Next::Admit | Next::Sleep(_) => unreachable!("an arrival either decides or joins"),
+        }
+    }
+
+    /// A queued request's turn at `t`: the head decides; another waits for
+    /// its bound (or to become the head).
+    fn turn(&mut self, t: Nanos, c: usize, ticket: u64) {
+        let Some(h) = self.waits.get(&c, ticket) else {
+            return;
+        };
+        let (chain, k, since, waiter) = (h.chain, h.k, h.since, h.waiter);
+        let req = self.request(chain, k);
+        let next = if self.waits.is_head(&c, ticket) {
+            let d = decide(self.params, &mut self.state, t, &req);
+            if let Decision::Admit(g) = d {
+                self.leave(t, c, ticket);
+                return self.admitted(t, chain, k, since, g, true);
+            }
+            waiter.decided(t, &d)
+        } else if t >= waiter.bound.at {
+            let ahead = self.waits.ahead(&c, Some(ticket));
+            let p = wait::predict(self.params, self.state.clone(), t, c, &ahead, &req);
+            Next::Refuse(waiter.expired(p))
+        } else {
+            Next::Sleep(waiter.bound.at)
+        };
+        match next {
+            Next::Refuse(r) => {
+                self.leave(t, c, ticket);
+                self.refusal(t, chain, k, since, r);
+            }
+            Next::Sleep(until) => {
+                if let Some(h) = self.waits.get_mut(&c, ticket) {
+                    h.epoch += 1;
+                    let epoch = h.epoch;
+                    self.q
+                        .schedule(until.max(t + 1), Ev::Wake { c, ticket, epoch });
+                }
+            }
+            Next::Admit | Next::Join => unreachable!("a denial neither admits nor joins"),
+        }
+    }
+
+    /// `ticket` leaves its queue; a new head is woken at once.
+    fn leave(&mut self, t: Nanos, c: usize, ticket: u64) {
+        if let Some((ticket, h)) = self.waits.leave(&c, ticket) {
+            let epoch = h.epoch;
+            self.q.schedule(t, Ev::Wake { c, ticket, epoch });
+        }
+    }
+
+    fn admitted(
+        &mut self,
+        t: Nanos,
+        chain: usize,
+        k: usize,
+        since: Nanos,
+        g: qsim_core::limiter::admission::Grant,
+        waited: bool,
+    ) {
+        let c = self.chains[chain].consumer;
+        let w = self.counts(c, t);
+        w.admitted += 1;
+        if waited {
+            w.waited += 1;
+        }
+        self.log(
+            chain,
+            k,
+            since,
+            t,
+            if waited { "waited" } else { "admitted" },
+        );
+        let ch = &self.chains[chain];
+        let (done, out) = (t.saturating_add(ch.duration), ch.output);
+        self.q.schedule(done, Ev::Complete(g, out));
+    }
+
+    fn refusal(&mut self, t: Nanos, chain: usize, k: usize, since: Nanos, r: Refusal) {
+        let d = r.outcome.map_or("refused", wait::Outcome::name);
+        self.refused(t, chain, k, since, r.limit, r.retry_at, d);
+    }
+
+    /// A 429: the caller retries (as it did in the log) after the hint the
+    /// proxy gives (`qsim_live::wait_ms`).
+    #[allow(clippy::too_many_arguments)]
+    fn refused(
+        &mut self,
+        t: Nanos,
+        chain: usize,
+        k: usize,
+        since: Nanos,
+        limit: Limit,
+        retry_at: Nanos,
+        decision: &'static str,
+    ) {
+        let c = self.chains[chain].consumer;
+        self.counts(c, t).rejected += 1;
+        self.log(chain, k, since, t, decision);
+        let hint = (retry_at != NEVER).then(|| qsim_live::wait_ms(retry_at, t));
+        if let Some(d) = self.decisions.last_mut() {
+            d.limit = Some(limit);
+            d.retry_after_ms = hint;
+        }
+        let ch = &self.chains[chain];
+        if k + 1 >= ch.max_attempts {
+            return;
+        }
+        let (hinted, lag) = ch
+            .lags
+            .get(k)
+            .or(ch.lags.last())
+            .copied()
+            .unwrap_or((true, 0));
+        let next = if hinted {
+            let Some(ms) = hint else {
+                return;
+            };
+            t + ms * 1_000_000 + lag
+        } else {
+            t + lag
+        };
+        self.q.schedule(
+            next,
+            Ev::Attempt {
+                chain,
+                k: k + 1,
+                since: next,
+            },
+        );
+    }
+}
+
 /// The replay (see the module doc). `times[i]`: record i on the common
 /// time line.
 pub fn replay(
@@ -358,7 +650,11 @@ pub fn replay(
     // the common time line: runs laid out by their start
     let first_run = recs.iter().map(|r| r.run_unix_ms).min().unwrap_or(0);
     let time = |r: &Record| -> Nanos {
-        let t = r.decided_ns.unwrap_or(r.arrival_ns);
+        // a waiter's decision is the end of its wait: it arrived before
+        let t = match &*r.decision {
+            "waited" | "refused_deadline" | "refused_max_wait" => r.arrival_ns,
+            _ => r.decided_ns.unwrap_or(r.arrival_ns),
+        };
         // a shared-state clock (ns since 2025) is common to every run already
         if r.arrival_ns > 1_000_000_000_000_000 {
             return t;
@@ -508,28 +804,24 @@ pub fn replay(
         ch.output = o.min(cap);
     }
 
-    // the what-if: events in time order (completions first at equal times)
-    #[derive(Clone, Copy)]
-    enum Ev {
-        Complete(qsim_core::limiter::admission::Grant, u64),
-        Attempt {
-            chain: usize,
-            k: usize,
-            since: Nanos,
-        },
-    }
-    let mut evs: Vec<Ev> = Vec::new();
-    let mut heap: BinaryHeap<Reverse<(Nanos, u8, usize)>> = BinaryHeap::new();
-    let push = |heap: &mut BinaryHeap<_>, evs: &mut Vec<Ev>, t: Nanos, e: Ev| {
-        let order = matches!(e, Ev::Attempt { .. }) as u8;
-        evs.push(e);
-        heap.push(Reverse((t, order, evs.len() - 1)));
+    // the what-if: one event queue (the engine's), the core's limiter and
+    // its waiting component
+    let mut r = Replayer {
+        params,
+        on_limit,
+        recs,
+        sel: &sel,
+        chains: &chains,
+        start,
+        state: State::new(params, start),
+        waits: Queues::new(),
+        q: EventQueue::new(),
+        table,
+        decisions: Vec::new(),
     };
     for (ci, ch) in chains.iter().enumerate() {
         let t = sel[ch.attempts[0]].2;
-        push(
-            &mut heap,
-            &mut evs,
+        r.q.schedule(
             t,
             Ev::Attempt {
                 chain: ci,
@@ -538,89 +830,32 @@ pub fn replay(
             },
         );
     }
-    let mut state = State::new(params, start);
-    while let Some(Reverse((t, _, e))) = heap.pop() {
-        match evs[e] {
-            Ev::Complete(g, out) => complete(params, &mut state, t, &g, out),
-            Ev::Attempt { chain, k, since } => {
-                let ch = &chains[chain];
-                let c = ch.consumer;
-                let rec = &recs[sel[ch.attempts[k.min(ch.attempts.len() - 1)]].0];
-                let req = Request {
-                    consumer: c,
-                    input_tokens: rec.input_tokens.unwrap_or(0),
-                    max_tokens: rec.max_tokens.unwrap_or(0),
-                };
-                let first_decision = t == since;
-                match decide(params, &mut state, t, &req) {
-                    Decision::Admit(g) => {
-                        let w = &mut table.entry((c, minute(t))).or_default().1;
-                        w.admitted += 1;
-                        if !first_decision {
-                            w.waited += 1;
-                        }
-                        if first_decision {
-                            table.entry((c, minute(t))).or_default().1.offered += 1;
-                        }
-                        push(
-                            &mut heap,
-                            &mut evs,
-                            t.saturating_add(ch.duration),
-                            Ev::Complete(g, ch.output),
-                        );
-                    }
-                    Decision::Deny { limit, retry_at } => {
-                        if first_decision {
-                            table.entry((c, minute(t))).or_default().1.offered += 1;
-                        }
-                        if let OnLimit::Wait { max_wait } = on_limit[c] {
-                            let bound = since.saturating_add(max_wait.as_nanos() as Nanos);
-                            let again = if limit == Limit::Concurrent {
-                                Some(bound.min(t + 100_000_000))
-                            } else {
-                                (retry_at != NEVER && retry_at <= bound).then_some(retry_at)
-                            };
-                            if let Some(a) = again.filter(|&a| a > t && t < bound) {
-                                push(&mut heap, &mut evs, a, Ev::Attempt { chain, k, since });
-                                continue;
-                            }
-                        }
-                        table.entry((c, minute(t))).or_default().1.rejected += 1;
-                        if k + 1 < ch.max_attempts {
-                            let (hinted, lag) = ch
-                                .lags
-                                .get(k)
-                                .or(ch.lags.last())
-                                .copied()
-                                .unwrap_or((true, 0));
-                            let next = if hinted {
-                                if retry_at == NEVER {
-                                    continue;
-                                }
-                                // the hint the proxy gives: whole milliseconds
-                                t + retry_at.saturating_sub(t).div_ceil(1_000_000) * 1_000_000 + lag
-                            } else {
-                                t + lag
-                            };
-                            push(
-                                &mut heap,
-                                &mut evs,
-                                next,
-                                Ev::Attempt {
-                                    chain,
-                                    k: k + 1,
-                                    since: next,
-                                },
-                            );
-                        }
-                    }
+    while let Some((t, ev)) = r.q.pop() {
+        match ev {
+            Ev::Complete(g, out) => {
+                complete(params, &mut r.state, t, &g, out);
+                // capacity or a slot may have freed up: every head decides
+                let heads: Vec<(usize, u64, u32)> =
+                    r.waits.heads().map(|(&c, k, h)| (c, k, h.epoch)).collect();
+                for (c, ticket, epoch) in heads {
+                    r.q.schedule(t, Ev::Wake { c, ticket, epoch });
+                }
+            }
+            Ev::Attempt { chain, k, since } => r.attempt(t, chain, k, since),
+            Ev::Wake { c, ticket, epoch } => {
+                if r.waits.get(&c, ticket).is_some_and(|h| h.epoch == epoch) {
+                    r.turn(t, c, ticket);
                 }
             }
         }
     }
+    let Replayer {
+        table, decisions, ..
+    } = r;
     Outcome {
         consumers: names,
         table,
+        decisions,
         records: recs.len(),
         replayed: sel.len(),
         unmatched,

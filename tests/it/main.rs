@@ -48,4 +48,5 @@ mod server_queueing;
 mod server_swarm;
 mod sweep_scale;
 mod whatif_live;
+mod whatif_wait;
 mod work_budget;

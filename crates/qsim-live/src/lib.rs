@@ -67,5 +67,8 @@ mod wait;
 pub use config::{LimitShape, OnLimit, ProxyConfig};
 pub use drift::{DriftConfig, ShadowFactory};
 pub use hyper::Uri;
+/// The retry hint the proxy announces (whole milliseconds, rounded up);
+/// `qsim whatif` replays callers with it.
+pub use respond::wait_ms;
 pub use server::Proxy;
 pub use store::{FailMode, StateBackend};

@@ -1,59 +1,39 @@
-//! The waiting requests of `on_limit = "wait"` consumers: one FIFO queue
-//! per consumer, its head the only one that decides (see `wait.rs`, which
-//! drives them).
+//! The waiting requests of `on_limit = "wait"` consumers: the core's
+//! per-consumer FIFO queues (`qsim_core::limiter::wait::Queues`, keyed by
+//! consumer name) behind a mutex, each entry's wake-up a tokio `Notify`
+//! (see `wait.rs`, which drives them).
 
 use crate::sync::lock;
 use prometheus_client::metrics::gauge::Gauge;
 use qsim_core::limiter::admission::Request;
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use qsim_core::limiter::wait::Queues;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
-
-struct Entry {
-    ticket: u64,
-    wake: Arc<Notify>,
-    req: Request,
-}
 
 /// The waiting requests, one FIFO queue per consumer (by name, so a reload
 /// that reorders consumers keeps the queues).
 #[derive(Default)]
 pub struct Waits {
     count: AtomicUsize,
-    next: AtomicU64,
-    queues: Mutex<BTreeMap<String, VecDeque<Entry>>>,
+    queues: Mutex<Queues<String, Arc<Notify>>>,
 }
 
 impl Waits {
     pub fn has(&self, name: &str) -> bool {
-        self.count.load(Ordering::Acquire) > 0
-            && lock(&self.queues).get(name).is_some_and(|q| !q.is_empty())
+        self.count.load(Ordering::Acquire) > 0 && lock(&self.queues).has(name)
     }
 
     /// The requests queued ahead of `ticket` (all of them for `None`).
     pub fn ahead(&self, name: &str, ticket: Option<u64>) -> Vec<Request> {
-        lock(&self.queues).get(name).map_or(Vec::new(), |q| {
-            q.iter()
-                .take_while(|e| Some(e.ticket) != ticket)
-                .map(|e| e.req)
-                .collect()
-        })
+        lock(&self.queues).ahead(name, ticket)
     }
 
     /// Queue `req` at the back of its consumer's queue (`waiting`: the
     /// gauge of waiting requests).
     pub fn join<'a>(&'a self, name: &str, req: Request, waiting: &Gauge) -> Ticket<'a> {
-        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
-        lock(&self.queues)
-            .entry(name.to_string())
-            .or_default()
-            .push_back(Entry {
-                ticket,
-                wake: wake.clone(),
-                req,
-            });
+        let ticket = lock(&self.queues).join(name.to_string(), req, wake.clone());
         self.count.fetch_add(1, Ordering::AcqRel);
         waiting.inc();
         Ticket {
@@ -71,10 +51,8 @@ impl Waits {
         if self.count.load(Ordering::Acquire) == 0 {
             return;
         }
-        for q in lock(&self.queues).values() {
-            if let Some(h) = q.front() {
-                h.wake.notify_one();
-            }
+        for (_, _, wake) in lock(&self.queues).heads() {
+            wake.notify_one();
         }
     }
 }
@@ -91,29 +69,15 @@ pub struct Ticket<'a> {
 
 impl Ticket<'_> {
     pub fn is_head(&self) -> bool {
-        lock(&self.waits.queues)
-            .get(&self.name)
-            .and_then(|q| q.front())
-            .is_some_and(|e| e.ticket == self.ticket)
+        lock(&self.waits.queues).is_head(&self.name, self.ticket)
     }
 }
 
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         let w = self.waits;
-        let mut qs = lock(&w.queues);
-        if let Some(q) = qs.get_mut(&self.name) {
-            if let Some(i) = q.iter().position(|e| e.ticket == self.ticket) {
-                q.remove(i);
-                if i == 0 {
-                    if let Some(h) = q.front() {
-                        h.wake.notify_one();
-                    }
-                }
-            }
-            if q.is_empty() {
-                qs.remove(&self.name);
-            }
+        if let Some((_, next)) = lock(&w.queues).leave(&self.name, self.ticket) {
+            next.notify_one();
         }
         w.count.fetch_sub(1, Ordering::AcqRel);
         self.waiting.dec();

@@ -3,7 +3,11 @@
 //! by the request's own deadline (a header: the client's timeout).
 //!
 //! Every decision is the core's `decide` (through [`decide_once`], the same
-//! call as for any request); nothing here re-implements a rule.
+//! call as for any request), and what follows from it (join, sleep until
+//! when, refuse with which outcome) is the core's waiting component
+//! (`qsim_core::limiter::wait`: `Waiter`, `predict`, the FIFO `Queues`),
+//! the very rules `qsim whatif` replays; this driver only sleeps (tokio) and
+//! wakes (a `Notify` per waiter). Nothing here re-implements a rule.
 //!
 //! **Order.** Waiting requests of one consumer form a FIFO queue: a request
 //! joins it on its first denial, or on arrival when requests of its consumer
@@ -36,63 +40,24 @@ use crate::admit::{decide_once, snapshot, Outcome};
 use crate::app::{App, Gen};
 use crate::metrics::WaitLabel;
 use crate::respond::wait_ms;
-use qsim_core::limiter::admission::{decide, Decision, Limit, Request};
+use qsim_core::limiter::admission::{Decision, Request};
+use qsim_core::limiter::wait::{self, Bound, Next, Pred, Refusal, Waiter};
 use qsim_core::time::{Nanos, NEVER};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a head denied by `concurrent` looks again without a wake-up
-/// (completions on other replicas sharing the state do not wake it).
-const CONCURRENT_POLL: Nanos = 100_000_000;
-
-/// A predicted admission time.
-enum Pred {
-    /// At this time, the last denial being by this limit.
-    At(Nanos, Limit),
-    /// Never by the passage of time alone.
-    Never(Limit),
-    /// Not predictable (a concurrency slot; the state unreachable).
-    Unknown,
-}
-
 /// When `req` would be admitted behind the requests of its consumer queued
-/// ahead of `ticket`: the core's `decide` on a copy of the state, each
-/// request ahead admitted at its own earliest time, then this one.
+/// ahead of `ticket`: the core's [`wait::predict`] on a copy of the state in
+/// force (unknown when the shared state is unreachable).
 async fn predict(app: &Arc<App>, name: &str, req: Request, ticket: Option<u64>) -> Pred {
     let ahead = app.waits.ahead(name, ticket);
-    let Some((g, mut s, now)) = snapshot(app).await else {
+    let Some((g, s, now)) = snapshot(app).await else {
         return Pred::Unknown;
     };
     let Some(c) = g.names.iter().position(|n| n == name) else {
         return Pred::Unknown;
     };
-    let mut t = now;
-    let mut last = Limit::Capacity;
-    for r in ahead.iter().chain(std::iter::once(&req)) {
-        let r = Request { consumer: c, ..*r };
-        let mut tries = 0;
-        loop {
-            match decide(&g.params, &mut s, t, &r) {
-                Decision::Admit(_) => break,
-                Decision::Deny {
-                    limit: Limit::Concurrent,
-                    ..
-                } => return Pred::Unknown,
-                Decision::Deny { limit, retry_at } => {
-                    last = limit;
-                    if retry_at == NEVER {
-                        return Pred::Never(limit);
-                    }
-                    t = t.max(retry_at);
-                    tries += 1;
-                    if tries > 64 {
-                        return Pred::Unknown;
-                    }
-                }
-            }
-        }
-    }
-    Pred::At(t, last)
+    wait::predict(&g.params, s, now, c, &ahead, &req)
 }
 
 fn count(app: &App, gen: &Gen, consumer: usize, outcome: &'static str) {
@@ -103,6 +68,16 @@ fn count(app: &App, gen: &Gen, consumer: usize, outcome: &'static str) {
             outcome,
         })
         .inc();
+}
+
+/// A duration in ns, capped (a bound far beyond any run).
+fn nanos(d: Duration) -> Nanos {
+    d.as_nanos().min(NEVER as u128 / 2) as Nanos
+}
+
+/// A denial as the core's decision.
+fn denial(limit: qsim_core::limiter::admission::Limit, retry_at: Nanos) -> Decision {
+    Decision::Deny { limit, retry_at }
 }
 
 /// Admission of a request of a waiting consumer: admitted at once, after a
@@ -118,21 +93,24 @@ pub async fn admit(
 ) -> Outcome {
     let t0 = app.now();
     let margin = gen.cfg.deadline_margin;
-    let (hold, why) = match deadline {
-        Some(d) if d.saturating_sub(margin) < max_wait => {
-            (d.saturating_sub(margin), "refused_deadline")
-        }
-        _ => (max_wait, "refused_max_wait"),
-    };
-    let bound = t0.saturating_add(hold.as_nanos().min(NEVER as u128 / 2) as Nanos);
+    let w = Waiter::new(Bound::new(
+        t0,
+        nanos(max_wait),
+        deadline.map(nanos),
+        nanos(margin),
+    ));
+    let bound = w.bound.at;
     let name = gen.names[req.consumer].clone();
-    let refuse = |limit, retry_at, now, outcome| {
-        count(app, gen, req.consumer, outcome);
-        tracing::debug!(id, consumer = %name, outcome, hold_ms = hold.as_millis() as u64,
-            retry_in_ms = wait_ms(retry_at, now), "not held");
+    let refuse = |r: Refusal, now: Nanos| {
+        if let Some(o) = r.outcome {
+            count(app, gen, req.consumer, o.name());
+            tracing::debug!(id, consumer = %name, outcome = o.name(),
+                hold_ms = w.bound.hold / 1_000_000,
+                retry_in_ms = wait_ms(r.retry_at, now), "not held");
+        }
         Outcome::Deny {
-            limit,
-            retry_at,
+            limit: r.limit,
+            retry_at: r.retry_at,
             now,
         }
     };
@@ -142,32 +120,22 @@ pub async fn admit(
                 limit,
                 retry_at,
                 now,
-            } if retry_at != NEVER => {
-                if limit != Limit::Concurrent && retry_at > bound {
-                    return refuse(limit, retry_at, now, why);
+            } => {
+                if let Next::Refuse(r) = w.arrived(&denial(limit, retry_at)) {
+                    return refuse(r, now);
                 }
             }
             o => return o,
         }
-    } else {
-        match predict(app, &name, req, None).await {
-            Pred::At(t, limit) if t > bound => return refuse(limit, t, app.now(), why),
-            Pred::Never(limit) => {
-                return Outcome::Deny {
-                    limit,
-                    retry_at: NEVER,
-                    now: app.now(),
-                }
-            }
-            _ => {}
-        }
+    } else if let Next::Refuse(r) = w.predicted(predict(app, &name, req, None).await) {
+        return refuse(r, app.now());
     }
     let ticket = app.waits.join(&name, req, &app.metrics.waiting);
     loop {
         if ticket.is_head() {
             match decide_once(app, gen, req, arrived, id).await {
                 Outcome::Admit(s) => {
-                    count(app, gen, req.consumer, "admitted");
+                    count(app, gen, req.consumer, wait::Outcome::Admitted.name());
                     let waited = arrived.elapsed();
                     app.metrics.wait_seconds.observe(waited.as_secs_f64());
                     tracing::info!(id, consumer = %name, waited_ms = waited.as_millis() as u64, "admitted after waiting");
@@ -178,15 +146,12 @@ pub async fn admit(
                     retry_at,
                     now,
                 } => {
-                    if retry_at == NEVER || now >= bound {
-                        return refuse(limit, retry_at, now, "expired");
-                    }
-                    let until = if limit == Limit::Concurrent {
-                        bound.min(now.saturating_add(CONCURRENT_POLL))
-                    } else if retry_at > bound {
-                        return refuse(limit, retry_at, now, why);
-                    } else {
-                        retry_at
+                    let until = match w.decided(now, &denial(limit, retry_at)) {
+                        Next::Sleep(until) => until,
+                        Next::Refuse(r) => return refuse(r, now),
+                        Next::Admit | Next::Join => {
+                            unreachable!("a denial neither admits nor joins")
+                        }
                     };
                     tokio::select! {
                         _ = tokio::time::sleep_until(app.clock.instant_at(until)) => {}
@@ -194,7 +159,7 @@ pub async fn admit(
                     }
                 }
                 o @ Outcome::Unavailable(..) => {
-                    count(app, gen, req.consumer, "unavailable");
+                    count(app, gen, req.consumer, wait::Outcome::Unavailable.name());
                     return o;
                 }
             }
@@ -206,12 +171,8 @@ pub async fn admit(
                         continue; // one last decision
                     }
                     let now = app.now();
-                    let (limit, retry_at) = match predict(app, &name, req, Some(ticket.ticket)).await {
-                        Pred::At(t, l) => (l, t),
-                        Pred::Never(l) => (l, NEVER),
-                        Pred::Unknown => (Limit::Concurrent, NEVER),
-                    };
-                    return refuse(limit, retry_at, now, "expired");
+                    let p = predict(app, &name, req, Some(ticket.ticket)).await;
+                    return refuse(w.expired(p), now);
                 }
             }
         }

@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod bucket;
 pub mod rates;
+pub mod wait;
 
 pub use admission::{
     Decision, Grant, Limit, Limiter, LimiterConfig, Params, Semantics, State, Unit,
