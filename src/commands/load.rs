@@ -4,8 +4,8 @@
 //!
 //! This module reads the scenario file (the same loader and flags checks as
 //! `qsim plan`), compiles one scenario into a [`qsim_live::load::LoadConfig`]
-//! — open-loop arrivals from the simulator's seeded arrival streams, drawn
-//! exactly as `plan::sim::run_scenario` draws them; closed-loop workers;
+//! — open-loop arrivals from `plan::sim::open_arrivals`, the rule the
+//! simulator's event loop draws them by; closed-loop workers;
 //! each load's retry policy; each consumer's key — and hands the scenario's
 //! other streams (input lengths per consumer, client jitter) to the tokio
 //! driver in `crates/qsim-live/src/load.rs`, which runs every row through
@@ -17,11 +17,12 @@ use crate::cli::common::Format;
 use qsim_live::load::{Arrival, Draws, Identity, LoadConfig, LoadReport, Units, Worker};
 use qsim_sim::client::CallerPolicy;
 use qsim_sim::config::ConfigError;
-use qsim_sim::engine::rng::{component, stream, unit};
-use qsim_sim::engine::{Rng, Sampler};
+use qsim_sim::engine::rng::unit;
+use qsim_sim::engine::Rng;
 use qsim_sim::limiter::Unit;
 use qsim_sim::plan::config::{Arrival as PlanArrival, SharedFile};
 use qsim_sim::plan::seeds::consumer_subject;
+use qsim_sim::plan::sim;
 use qsim_sim::plan::PlanSpec;
 use qsim_sim::report::records::{PointRecords, Records};
 use qsim_sim::report::table::Table;
@@ -123,70 +124,35 @@ pub fn scenario_file(args: &LoadArgs) -> Result<(SharedFile, qsim_sim::plan::Mod
     Ok((f, model))
 }
 
-fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
-    let mean_s = 60.0 / rpm;
-    qsim_sim::time::secs(-mean_s * (1.0 - unit(rng)).ln())
-}
-
 /// The open-loop arrivals and closed-loop workers of the file's (only)
-/// scenario, drawn from the simulator's streams in its order: per (load,
-/// consumer) the stream `(seed, scope(1 + load·4096 + consumer), ARRIVALS)`,
-/// Poisson gaps at the peak rate thinned to the linear ramp; an arrival is
-/// kept if it falls before the scenario's end (the first one) or before the
-/// load's stop (the following ones), as the event loop schedules them.
+/// scenario: the arrivals are the simulator's
+/// ([`qsim_sim::plan::sim::open_arrivals`], the rule its event loop runs).
 pub fn compile(f: &SharedFile, seed: u64) -> (Vec<Arrival>, Vec<Worker>) {
     let sc = &f.scenarios[0];
-    let scope = |k: u64| ((sc.index as u64) << 24) | k;
-    let mut arrivals = Vec::new();
+    let arrivals = sim::open_arrivals(f, 0, seed)
+        .into_iter()
+        .map(|a| Arrival {
+            at: a.at,
+            consumer: a.consumer,
+            load: a.load,
+        })
+        .collect();
     let mut workers = Vec::new();
     for (li, l) in sc.loads.iter().enumerate() {
-        for c in f.resolve(&l.who) {
-            match l.arrival {
-                PlanArrival::Open { rpm, ramp_to_rpm } => {
-                    let max = rpm.max(ramp_to_rpm);
-                    if max <= 0.0 {
-                        continue;
-                    }
-                    let mut r = stream(
-                        seed,
-                        scope(1 + (li as u64) * 4096 + c as u64),
-                        component::ARRIVALS,
-                    );
-                    let mut t = l.start + exp_gap(&mut r, max);
-                    while t < sc.duration {
-                        let frac = (t - l.start) as f64 / (l.stop - l.start) as f64;
-                        let rate = rpm + (ramp_to_rpm - rpm) * frac;
-                        let accept = unit(&mut r) * max < rate;
-                        let next = t + exp_gap(&mut r, max);
-                        if accept {
-                            arrivals.push(Arrival {
-                                at: t,
-                                consumer: c as u32,
-                                load: li as u32,
-                            });
-                        }
-                        if next >= l.stop {
-                            break;
-                        }
-                        t = next;
-                    }
-                }
-                PlanArrival::Closed { workers: w, think } => {
-                    for _ in 0..w {
-                        workers.push(Worker {
-                            consumer: c as u32,
-                            load: li as u32,
-                            start: l.start,
-                            stop: l.stop,
-                            think,
-                        });
-                    }
+        if let PlanArrival::Closed { workers: w, think } = l.arrival {
+            for c in f.resolve(&l.who) {
+                for _ in 0..w {
+                    workers.push(Worker {
+                        consumer: c as u32,
+                        load: li as u32,
+                        start: l.start,
+                        stop: l.stop,
+                        think,
+                    });
                 }
             }
         }
     }
-    // the event queue pops equal times in insertion order: a stable sort
-    arrivals.sort_by_key(|a| a.at);
     (arrivals, workers)
 }
 
@@ -197,16 +163,12 @@ pub fn compile(f: &SharedFile, seed: u64) -> (Vec<Arrival>, Vec<Worker>) {
 struct SimDraws {
     tokens: Vec<Rng>,
     client: Rng,
-    input: Sampler,
-    output: Sampler,
+    file: SharedFile,
 }
 
 impl Draws for SimDraws {
     fn input_tokens(&mut self, consumer: usize) -> u32 {
-        let r = &mut self.tokens[consumer];
-        let input = self.input.sample(r).round().max(1.0) as u32;
-        let _natural = self.output.sample(r);
-        input
+        sim::draw_lengths(&self.file, &mut self.tokens[consumer]).0
     }
     fn unit(&mut self) -> f64 {
         unit(&mut self.client)
@@ -215,14 +177,12 @@ impl Draws for SimDraws {
 
 fn sim_draws(f: &SharedFile, seed: u64) -> SimDraws {
     let sc = &f.scenarios[0];
-    let scope = |k: u64| ((sc.index as u64) << 24) | k;
     SimDraws {
         tokens: (0..f.limiter.consumers.len())
-            .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
+            .map(|c| sim::token_stream(seed, sc, c))
             .collect(),
-        client: stream(seed, scope(0), component::CLIENT),
-        input: f.input_tokens.clone(),
-        output: f.output_tokens.clone(),
+        client: sim::client_stream(seed, sc),
+        file: f.clone(),
     }
 }
 

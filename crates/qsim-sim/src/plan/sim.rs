@@ -253,6 +253,143 @@ fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
     crate::time::secs(-mean_s * (1.0 - unit(rng)).ln())
 }
 
+/// Key `k` of scenario `sc`'s random streams: scoped by its position in the
+/// file, so running a subset (`--only`) does not change any scenario's draws.
+fn scope(sc: &Scenario, k: u64) -> u64 {
+    ((sc.index as u64) << 24) | k
+}
+
+/// The token lengths of `consumer`'s requests in scenario `sc` (`WORKLOAD`;
+/// drawn with [`draw_lengths`]).
+pub fn token_stream(seed: u64, sc: &Scenario, consumer: usize) -> Rng {
+    stream(seed, scope(sc, consumer as u64), component::WORKLOAD)
+}
+
+/// The callers' draws of scenario `sc` (`CLIENT`: retry jitter and
+/// throttle draws of every consumer, in event order).
+pub fn client_stream(seed: u64, sc: &Scenario) -> Rng {
+    stream(seed, scope(sc, 0), component::CLIENT)
+}
+
+/// One request's (input, natural output) tokens from its consumer's token
+/// stream: each rounded, at least 1, the output capped at `max_tokens`.
+pub fn draw_lengths(file: &SharedFile, rng: &mut Rng) -> (u32, u32) {
+    let input = file.input_tokens.sample(rng).round().max(1.0) as u32;
+    let natural =
+        (file.output_tokens.sample(rng).round().max(1.0) as u64).min(file.max_tokens) as u32;
+    (input, natural)
+}
+
+/// One candidate of an open-loop arrival stream: its time and whether the
+/// thinning to the load's linear ramp keeps it (an arrival) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub at: Nanos,
+    pub accept: bool,
+}
+
+/// The open-loop arrivals of one consumer under one load line: the one rule
+/// `qsim plan`'s event loop and `qsim load`'s compiled schedule both use.
+///
+/// The stream is `(seed, scope(1 + load·4096 + consumer), ARRIVALS)`:
+/// Poisson candidates at the load's peak rate from its start, each kept
+/// with probability `rate(t) / peak` (the linear ramp from `rpm` at the
+/// start to `ramp_to_rpm` at the stop). The first candidate is drawn at
+/// once and not held to the load's stop; every later one is, and the
+/// stream ends at the first candidate at or after the stop. A caller stops
+/// taking candidates at the scenario's end.
+#[derive(Debug, Clone)]
+pub struct OpenArrivals {
+    rng: Rng,
+    rpm: f64,
+    ramp_to_rpm: f64,
+    start: Nanos,
+    stop: Nanos,
+    next: Option<Nanos>,
+}
+
+impl OpenArrivals {
+    /// The stream of load `load`'s consumer `consumer` in scenario `sc`;
+    /// `None` for a closed-loop load or a zero rate.
+    pub fn new(seed: u64, sc: &Scenario, load: usize, consumer: usize) -> Option<Self> {
+        let l = &sc.loads[load];
+        let Arrival::Open { rpm, ramp_to_rpm } = l.arrival else {
+            return None;
+        };
+        let max = rpm.max(ramp_to_rpm);
+        if max <= 0.0 {
+            return None;
+        }
+        let key = scope(sc, 1 + (load as u64) * 4096 + consumer as u64);
+        let mut rng = stream(seed, key, component::ARRIVALS);
+        let first = l.start + exp_gap(&mut rng, max);
+        Some(OpenArrivals {
+            rng,
+            rpm,
+            ramp_to_rpm,
+            start: l.start,
+            stop: l.stop,
+            next: Some(first),
+        })
+    }
+
+    /// The time of the next candidate, if any.
+    pub fn peek(&self) -> Option<Nanos> {
+        self.next
+    }
+}
+
+impl Iterator for OpenArrivals {
+    type Item = Candidate;
+
+    /// The next candidate; drawing its thinning and the gap to the one after.
+    fn next(&mut self) -> Option<Candidate> {
+        let t = self.next?;
+        let max = self.rpm.max(self.ramp_to_rpm);
+        let frac = (t - self.start) as f64 / (self.stop - self.start) as f64;
+        let rate = self.rpm + (self.ramp_to_rpm - self.rpm) * frac;
+        let accept = unit(&mut self.rng) * max < rate;
+        let next = t + exp_gap(&mut self.rng, max);
+        self.next = (next < self.stop).then_some(next);
+        Some(Candidate { at: t, accept })
+    }
+}
+
+/// One open-loop arrival of a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrivalAt {
+    pub at: Nanos,
+    pub consumer: u32,
+    pub load: u32,
+}
+
+/// Every open-loop arrival of scenario `si` before its end, in the order
+/// the event loop takes them (time; equal times in load, then consumer
+/// order, as the queue pops equal times in insertion order).
+pub fn open_arrivals(file: &SharedFile, si: usize, seed: u64) -> Vec<ArrivalAt> {
+    let sc = &file.scenarios[si];
+    let mut out = Vec::new();
+    for (li, l) in sc.loads.iter().enumerate() {
+        for c in file.resolve(&l.who) {
+            let Some(s) = OpenArrivals::new(seed, sc, li, c) else {
+                continue;
+            };
+            out.extend(
+                s.take_while(|k| k.at < sc.duration)
+                    .filter(|k| k.accept)
+                    .map(|k| ArrivalAt {
+                        at: k.at,
+                        consumer: c as u32,
+                        load: li as u32,
+                    }),
+            );
+        }
+    }
+    // a stable sort: equal times keep their (load, consumer) order
+    out.sort_by_key(|a| a.at);
+    out
+}
+
 /// Run one scenario with the limiter (`Some`) or without one (`None`: the
 /// "no limiter" counterfactual) in front of `backend`.
 pub fn run_scenario(
@@ -269,45 +406,22 @@ pub fn run_scenario(
     let seconds = sc.duration.div_ceil(NS_PER_SEC) as usize;
     // the configuration was validated when the file or flags were read
     let mut lim = limiter.map(|c| Limiter::new(c.clone(), 0).expect("validated limiter config"));
-    let scope = |k: u64| ((sc.index as u64) << 24) | k;
-    let mut tok_rng: Vec<Rng> = (0..n)
-        .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
-        .collect();
-    let mut client_rng = stream(seed, scope(0), component::CLIENT);
-    let mut arr_rng: Vec<Vec<Rng>> = Vec::new();
+    let mut tok_rng: Vec<Rng> = (0..n).map(|c| token_stream(seed, sc, c)).collect();
+    let mut client_rng = client_stream(seed, sc);
+    let mut arr_rng: Vec<Vec<Option<OpenArrivals>>> = Vec::new();
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
     let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
     for (li, l) in sc.loads.iter().enumerate() {
         let mut rs = Vec::new();
         for &c in &targets[li] {
-            let mut r = stream(
-                seed,
-                scope(1 + (li as u64) * 4096 + c as u64),
-                component::ARRIVALS,
-            );
-            match l.arrival {
-                Arrival::Open { rpm, ramp_to_rpm } => {
-                    if rpm.max(ramp_to_rpm) > 0.0 {
-                        let t = l.start + exp_gap(&mut r, rpm.max(ramp_to_rpm));
-                        q.schedule(
-                            t,
-                            Ev::Arrive {
-                                load: li as u32,
-                                consumer: c as u32,
-                            },
-                        );
-                    }
-                }
-                Arrival::Closed { workers, .. } => {
-                    for _ in 0..workers {
-                        q.schedule(
-                            l.start,
-                            Ev::Worker {
-                                load: li as u32,
-                                consumer: c as u32,
-                            },
-                        );
-                    }
+            let (load, consumer) = (li as u32, c as u32);
+            let r = OpenArrivals::new(seed, sc, li, c);
+            if let Some(t) = r.as_ref().and_then(OpenArrivals::peek) {
+                q.schedule(t, Ev::Arrive { load, consumer });
+            }
+            if let Arrival::Closed { workers, .. } = l.arrival {
+                for _ in 0..workers {
+                    q.schedule(l.start, Ev::Worker { load, consumer });
                 }
             }
             rs.push(r);
@@ -391,30 +505,25 @@ pub fn run_scenario(
             None => {}
             Some(ev) => match ev {
                 Ev::Arrive { load, consumer } => {
-                    let l = &sc.loads[load as usize];
                     let p = pos_of(load as usize, consumer as usize);
-                    if let Arrival::Open { rpm, ramp_to_rpm } = l.arrival {
-                        // thinning for the linear ramp
-                        let frac = (now - l.start) as f64 / (l.stop - l.start) as f64;
-                        let rate = rpm + (ramp_to_rpm - rpm) * frac;
-                        let max = rpm.max(ramp_to_rpm);
-                        let r = &mut arr_rng[load as usize][p];
-                        let accept = unit(r) * max < rate;
-                        let next = now + exp_gap(r, max);
-                        if next < l.stop {
-                            q.schedule(next, Ev::Arrive { load, consumer });
-                        }
-                        if accept {
-                            let id = new_req(
-                                &mut reqs,
-                                file,
-                                &mut tok_rng[consumer as usize],
-                                (consumer, load),
-                                false,
-                                now,
-                            );
-                            q.schedule(now, Ev::Attempt { req: id });
-                        }
+                    let s = arr_rng[load as usize][p]
+                        .as_mut()
+                        .expect("open-loop stream");
+                    let k = s.next().expect("the scheduled candidate");
+                    debug_assert_eq!(k.at, now);
+                    if let Some(next) = s.peek() {
+                        q.schedule(next, Ev::Arrive { load, consumer });
+                    }
+                    if k.accept {
+                        let id = new_req(
+                            &mut reqs,
+                            file,
+                            &mut tok_rng[consumer as usize],
+                            (consumer, load),
+                            false,
+                            now,
+                        );
+                        q.schedule(now, Ev::Attempt { req: id });
                     }
                 }
                 Ev::Worker { load, consumer } => {
@@ -611,9 +720,7 @@ fn new_req(
     closed: bool,
     now: Nanos,
 ) -> u32 {
-    let input = file.input_tokens.sample(rng).round().max(1.0) as u32;
-    let natural =
-        (file.output_tokens.sample(rng).round().max(1.0) as u64).min(file.max_tokens) as u32;
+    let (input, natural) = draw_lengths(file, rng);
     reqs.insert(Req {
         consumer,
         load,
