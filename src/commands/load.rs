@@ -5,17 +5,17 @@
 //! This module reads the scenario file (the same loader and flags checks as
 //! `qsim plan`), compiles one scenario into a [`qsim_live::load::LoadConfig`]
 //! — open-loop arrivals from `plan::sim::open_arrivals`, the rule the
-//! simulator's event loop draws them by; closed-loop workers;
-//! each load's retry policy; each consumer's key — and hands the scenario's
-//! other streams (input lengths per consumer, client jitter) to the tokio
-//! driver in `crates/qsim-live/src/load.rs`, which runs every row through
-//! the core's `Call`. The observed counts become tidy records (seed,
-//! subject, metric, value) with the subjects and metric names of
+//! simulator's event loop draws them by; closed-loop workers; each load's
+//! caller layers (own retries, SDK retries); each consumer's key — and hands
+//! the scenario's other streams (input lengths per consumer, client jitter)
+//! to the tokio driver in `crates/qsim-live/src/load.rs`, which runs every
+//! row through the core's `Call`. The observed counts become tidy records
+//! (seed, subject, metric, value) with the subjects and metric names of
 //! `plan::seeds::records`.
 
 use crate::cli::common::Format;
 use qsim_live::load::{Arrival, Draws, Identity, LoadConfig, LoadReport, Units, Worker};
-use qsim_sim::client::CallerPolicy;
+use qsim_sim::client::PoolShared;
 use qsim_sim::config::ConfigError;
 use qsim_sim::engine::rng::unit;
 use qsim_sim::engine::Rng;
@@ -227,6 +227,27 @@ fn identities(f: &SharedFile, args: &LoadArgs) -> Result<Vec<Identity>, ConfigEr
     Ok(ids)
 }
 
+/// The live driver plays each load's retry policy and SDK layer through
+/// the core's `Call`, but keeps no configured state shared by a consumer's
+/// callers: a scenario with a retry quota or an adaptive throttle is refused
+/// rather than played without them.
+fn unshared_layers(f: &SharedFile) -> Result<(), ConfigError> {
+    let sc = &f.scenarios[0];
+    match sc
+        .loads
+        .iter()
+        .position(|l| l.shared != PoolShared::default())
+    {
+        None => Ok(()),
+        Some(li) => Err(ConfigError::new(
+            &f.source,
+            format!("scenario.{}.load.{li}", sc.index),
+            "qsim load does not play a retry quota or an adaptive throttle yet; \
+             remove retry_quota and throttle (or the policy that sets them) to play this scenario",
+        )),
+    }
+}
+
 /// Everything checked before any request leaves.
 pub struct Prepared {
     pub file: SharedFile,
@@ -257,6 +278,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
     }
     let timeout = qsim_sim::plan::parse_duration_s("--timeout", &args.timeout)?;
     let (file, model) = scenario_file(args)?;
+    unshared_layers(&file)?;
     let consumers = identities(&file, args)?;
     let (arrivals, workers) = compile(&file, args.seed);
     let sc = &file.scenarios[0];
@@ -270,14 +292,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
         model: args.model.clone(),
         max_tokens: file.max_tokens,
         consumers,
-        policies: sc
-            .loads
-            .iter()
-            .map(|l| CallerPolicy {
-                retry: l.retry.clone(),
-                sdk: None,
-            })
-            .collect(),
+        policies: sc.loads.iter().map(|l| l.caller.clone()).collect(),
         arrivals,
         workers,
         duration: sc.duration,
@@ -800,6 +815,34 @@ mod tests {
                 assert_eq!(per_min, co.offered_per_min, "{name}/{}", co.name);
             }
         }
+    }
+
+    /// A throttle or retry quota the live driver cannot play is refused,
+    /// naming the load; the SDK layer and own retries are played.
+    #[test]
+    fn shared_caller_state_is_refused_sdk_retries_are_played() {
+        let file = |load: &str| {
+            let text = format!(
+                "kind = \"shared\"\nmax_tokens = 64\nsdk_retries = true\n\
+                 input_tokens = {{ dist = \"const\", value = 10 }}\n\
+                 output_tokens = {{ dist = \"const\", value = 10 }}\n\
+                 [deployment]\ncapacity = 10\n[[consumer]]\nname = \"a\"\n\
+                 [[scenario]]\nname = \"s\"\nduration_s = 60\n\
+                 [[scenario.load]]\nwho = \"a\"\nrpm = 5\n{load}"
+            );
+            SharedFile::from_value("t.toml", toml::from_str(&text).unwrap()).unwrap()
+        };
+        let f = file("retry = { backoff = \"constant\" }");
+        assert!(unshared_layers(&f).is_ok());
+        assert!(f.scenarios[0].loads[0].caller.sdk.is_some());
+        let e = unshared_layers(&file("throttle = { k = 2 }"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("scenario.0.load.0") && e.contains("throttle"),
+            "{e}"
+        );
+        assert!(unshared_layers(&file("retry_quota = { capacity = 5 }")).is_err());
     }
 
     fn err(a: &LoadArgs) -> String {

@@ -5,9 +5,19 @@
 //! (`crate::server::Cluster`, issue 3) or [`IdealBackend`] (every admitted
 //! request takes `ttft + output × itl`, no queueing; used where only the
 //! limiter matters).
+//!
+//! Each consumer's requests under a load line are one client's calls, run
+//! through the core's caller state machine ([`Call`]) the way the hosted
+//! driver runs a pool: `on_send` before every attempt (the adaptive
+//! throttle may reject it locally), and every reply — the limiter's 429,
+//! a local rejection, the success at completion — through `on_reply` (the
+//! SDK's hidden retries, the caller's own retry policy, the retry quota).
+//! The throttle and quota state ([`PoolShared`]) is one per (load,
+//! consumer), fresh for each run.
 
 use super::config::{Arrival, Scenario, SharedFile};
-use crate::client::{Call, CallerPolicy, Next, PoolShared, Reply};
+use crate::client::trace::Attempt;
+use crate::client::{Call, CallerPolicy, Layer, Next, PoolShared, Reply, Send as CallSend};
 use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng, Timed};
 use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
@@ -158,6 +168,12 @@ pub struct ConsumerOutcome {
     pub denied: [u64; 5],
     /// Requests that ended denied after all retries.
     pub failed: u64,
+    /// Retries the SDK's hidden layer sent (counted in `offered` when they
+    /// reach the limiter).
+    pub sdk_retries: u64,
+    /// Attempts the callers' adaptive throttle rejected before they left
+    /// (not offered to the limiter).
+    pub local_rejects: u64,
     pub offered_per_min: Vec<u64>,
     pub admitted_per_min: Vec<u64>,
     /// In capacity units: requests, or in `tpm` the tokens charged at
@@ -231,13 +247,20 @@ enum Ev {
     Worker { load: u32, consumer: u32 },
     /// An attempt of request `req` reaches the limiter.
     Attempt { req: u32 },
-    /// A 429 reaches the client.
-    Rejected { req: u32, retry_at: Nanos },
+    /// A 429 reaches the client: the limiter's (with its `retry_at`), or
+    /// the client's own throttle's (`local`).
+    Rejected {
+        req: u32,
+        local: bool,
+        retry_at: Nanos,
+    },
 }
 
 struct Req {
     consumer: u32,
     load: u32,
+    /// The consumer's requests numbered in the order they started.
+    row: u64,
     input: u32,
     natural: u32,
     /// The caller state machine: attempts and backoff (the core's `Call`).
@@ -390,6 +413,57 @@ pub fn open_arrivals(file: &SharedFile, si: usize, seed: u64) -> Vec<ArrivalAt> 
     out
 }
 
+/// Optional hooks into one scenario run (tests compare drivers with them).
+#[derive(Default)]
+pub struct Probe<'a> {
+    /// Draw the callers' jitter and throttle draws from this stream instead
+    /// of the scenario's [`client_stream`].
+    pub client_rng: Option<Rng>,
+    /// Hear of every attempt and what its caller did with the reply.
+    pub observe: Option<&'a mut dyn FnMut(&Attempt)>,
+}
+
+/// The callers of a scenario: each load's layers, the state each
+/// consumer's callers under a load share, and the stream of their draws.
+struct Callers<'a> {
+    policies: Vec<CallerPolicy>,
+    /// Per load, per consumer.
+    shared: Vec<Vec<PoolShared>>,
+    rng: Rng,
+    observe: Option<&'a mut dyn FnMut(&Attempt)>,
+}
+
+impl Callers<'_> {
+    /// An attempt of `r` is about to leave at `now` (the throttle may say no).
+    fn send(&mut self, r: &mut Req, now: Nanos) -> CallSend {
+        let shared = &mut self.shared[r.load as usize][r.consumer as usize];
+        r.call.on_send(now, shared, &mut draws(&mut self.rng))
+    }
+
+    /// The reply to `r`'s attempt reached its caller at `now`.
+    fn reply(&mut self, r: &mut Req, now: Nanos, reply: Reply) -> Next {
+        let (attempt, sdk_retry, sent) = (r.call.attempt(), r.call.sdk_retries(), r.call.sent_at());
+        let policy = &self.policies[r.load as usize];
+        let shared = &mut self.shared[r.load as usize][r.consumer as usize];
+        let next = r
+            .call
+            .on_reply(now, reply, policy, shared, &mut draws(&mut self.rng));
+        if let Some(o) = self.observe.as_mut() {
+            o(&Attempt {
+                consumer: r.consumer,
+                row: r.row,
+                attempt,
+                sdk_retry,
+                sent,
+                replied: now,
+                reply,
+                next,
+            });
+        }
+        next
+    }
+}
+
 /// Run one scenario with the limiter (`Some`) or without one (`None`: the
 /// "no limiter" counterfactual) in front of `backend`.
 pub fn run_scenario(
@@ -399,6 +473,18 @@ pub fn run_scenario(
     backend: &mut dyn Backend,
     seed: u64,
 ) -> ScenarioOutcome {
+    run_scenario_probed(file, si, limiter, backend, seed, Probe::default())
+}
+
+/// [`run_scenario`] with the hooks of `probe`.
+pub fn run_scenario_probed(
+    file: &SharedFile,
+    si: usize,
+    limiter: Option<&LimiterConfig>,
+    backend: &mut dyn Backend,
+    seed: u64,
+    probe: Probe<'_>,
+) -> ScenarioOutcome {
     let sc: &Scenario = &file.scenarios[si];
     let cfg = limiter.unwrap_or(&file.limiter);
     let n = cfg.consumers.len();
@@ -407,7 +493,6 @@ pub fn run_scenario(
     // the configuration was validated when the file or flags were read
     let mut lim = limiter.map(|c| Limiter::new(c.clone(), 0).expect("validated limiter config"));
     let mut tok_rng: Vec<Rng> = (0..n).map(|c| token_stream(seed, sc, c)).collect();
-    let mut client_rng = client_stream(seed, sc);
     let mut arr_rng: Vec<Vec<Option<OpenArrivals>>> = Vec::new();
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
     let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
@@ -439,6 +524,8 @@ pub fn run_scenario(
             completed: 0,
             denied: [0; 5],
             failed: 0,
+            sdk_retries: 0,
+            local_rejects: 0,
             offered_per_min: vec![0; minutes],
             admitted_per_min: vec![0; minutes],
             offered_units_per_min: vec![0; minutes],
@@ -450,15 +537,13 @@ pub fn run_scenario(
     let mut burst_used = 0u64;
     // requests in flight only: a slot is freed when its request ends
     let mut reqs = Slab::default();
-    let policies: Vec<CallerPolicy> = sc
-        .loads
-        .iter()
-        .map(|l| CallerPolicy {
-            retry: l.retry.clone(),
-            sdk: None,
-        })
-        .collect();
-    let mut no_shared = PoolShared::default();
+    let mut rows = vec![0u64; n];
+    let mut callers = Callers {
+        policies: sc.loads.iter().map(|l| l.caller.clone()).collect(),
+        shared: sc.loads.iter().map(|l| vec![l.shared.clone(); n]).collect(),
+        rng: probe.client_rng.unwrap_or_else(|| client_stream(seed, sc)),
+        observe: probe.observe,
+    };
     let mut server = ServerOutcome {
         e2e: DurationHist::new(),
         ttft: DurationHist::new(),
@@ -518,7 +603,7 @@ pub fn run_scenario(
                         let id = new_req(
                             &mut reqs,
                             file,
-                            &mut tok_rng[consumer as usize],
+                            (&mut tok_rng[consumer as usize], &mut rows),
                             (consumer, load),
                             false,
                             now,
@@ -531,7 +616,7 @@ pub fn run_scenario(
                         let id = new_req(
                             &mut reqs,
                             file,
-                            &mut tok_rng[consumer as usize],
+                            (&mut tok_rng[consumer as usize], &mut rows),
                             (consumer, load),
                             true,
                             now,
@@ -543,67 +628,97 @@ pub fn run_scenario(
                     attempts += 1;
                     let r = reqs.get_mut(req);
                     let c = r.consumer as usize;
-                    let m = (now / MINUTE) as usize;
-                    out[c].offered += 1;
-                    out[c].offered_per_min[m] += 1;
-                    let units = match (cfg.unit, cfg.accounting) {
-                        (crate::limiter::Unit::Rpm, _) => 1,
-                        (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => {
-                            r.input as u64
-                        }
-                        (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
-                    };
-                    out[c].offered_units_per_min[m] += units;
-                    let decision = match lim.as_mut() {
-                        Some(l) => l.decide(
+                    if callers.send(r, now) == CallSend::LocalReject {
+                        // the throttle's 429 reaches the caller at once
+                        out[c].local_rejects += 1;
+                        let (local, retry_at) = (true, NEVER);
+                        q.schedule(
                             now,
-                            &crate::limiter::admission::Request {
+                            Ev::Rejected {
+                                req,
+                                local,
+                                retry_at,
+                            },
+                        );
+                    } else {
+                        let m = (now / MINUTE) as usize;
+                        out[c].offered += 1;
+                        out[c].offered_per_min[m] += 1;
+                        let units = match (cfg.unit, cfg.accounting) {
+                            (crate::limiter::Unit::Rpm, _) => 1,
+                            (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => {
+                                r.input as u64
+                            }
+                            (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
+                        };
+                        out[c].offered_units_per_min[m] += units;
+                        let decision = match lim.as_mut() {
+                            Some(l) => l.decide(
+                                now,
+                                &crate::limiter::admission::Request {
+                                    consumer: c,
+                                    input_tokens: r.input as u64,
+                                    max_tokens: file.max_tokens,
+                                },
+                            ),
+                            None => Decision::Admit(Grant {
                                 consumer: c,
+                                source: crate::limiter::admission::Source::Pool,
                                 input_tokens: r.input as u64,
                                 max_tokens: file.max_tokens,
-                            },
-                        ),
-                        None => Decision::Admit(Grant {
-                            consumer: c,
-                            source: crate::limiter::admission::Source::Pool,
-                            input_tokens: r.input as u64,
-                            max_tokens: file.max_tokens,
-                            lease_until: NEVER,
-                        }),
-                    };
-                    match decision {
-                        Decision::Admit(g) => {
-                            r.grant = Some(g);
-                            r.adm_min = m as u32;
-                            out[c].admitted += 1;
-                            out[c].admitted_per_min[m] += 1;
-                            out[c].admitted_units_per_min[m] += units;
-                            if let Some(l) = lim.as_ref() {
-                                burst_used = burst_used.max(depth.saturating_sub(l.headroom(now)));
+                                lease_until: NEVER,
+                            }),
+                        };
+                        match decision {
+                            Decision::Admit(g) => {
+                                r.grant = Some(g);
+                                r.adm_min = m as u32;
+                                out[c].admitted += 1;
+                                out[c].admitted_per_min[m] += 1;
+                                out[c].admitted_units_per_min[m] += units;
+                                if let Some(l) = lim.as_ref() {
+                                    burst_used =
+                                        burst_used.max(depth.saturating_sub(l.headroom(now)));
+                                }
+                                server.input_tokens += r.input as u64;
+                                backend.submit(now, req as u64, r.input, r.natural);
                             }
-                            server.input_tokens += r.input as u64;
-                            backend.submit(now, req as u64, r.input, r.natural);
-                        }
-                        Decision::Deny { limit, retry_at } => {
-                            out[c].denied[limit.index()] += 1;
-                            if limit == Limit::Capacity {
-                                cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                            Decision::Deny { limit, retry_at } => {
+                                out[c].denied[limit.index()] += 1;
+                                if limit == Limit::Capacity {
+                                    cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                                }
+                                q.schedule(
+                                    now + file.reject_latency,
+                                    Ev::Rejected {
+                                        req,
+                                        local: false,
+                                        retry_at,
+                                    },
+                                );
                             }
-                            q.schedule(now + file.reject_latency, Ev::Rejected { req, retry_at });
                         }
                     }
                 }
-                Ev::Rejected { req, retry_at } => {
+                Ev::Rejected {
+                    req,
+                    local,
+                    retry_at,
+                } => {
                     let r = reqs.get_mut(req);
-                    let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
-                    let reply = Reply::Error { status: 429, hint };
-                    let policy = &policies[r.load as usize];
-                    let mut rng = draws(&mut client_rng);
-                    match r
-                        .call
-                        .on_reply(now, reply, policy, &mut no_shared, &mut rng)
-                    {
-                        Next::SendAt { at, .. } => q.schedule(at, Ev::Attempt { req }),
+                    let reply = if local {
+                        Reply::LocalReject
+                    } else {
+                        let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
+                        Reply::Error { status: 429, hint }
+                    };
+                    match callers.reply(r, now, reply) {
+                        Next::SendAt { at, layer } => {
+                            if layer == Layer::Sdk {
+                                out[r.consumer as usize].sdk_retries += 1;
+                            }
+                            q.schedule(at, Ev::Attempt { req })
+                        }
                         Next::Done(_) => {
                             let r = reqs.free(req);
                             out[r.consumer as usize].failed += 1;
@@ -615,7 +730,10 @@ pub fn run_scenario(
         }
         // completions
         while let Some(d) = backend.poll_completion() {
-            let r = reqs.free(d.id as u32);
+            let mut r = reqs.free(d.id as u32);
+            // the success reaches the caller (its throttle and quota count it)
+            let done = callers.reply(&mut r, now, Reply::Ok);
+            debug_assert!(matches!(done, Next::Done(_)));
             let c = r.consumer as usize;
             out[c].completed += 1;
             if cfg.unit == crate::limiter::Unit::Tpm && r.grant.is_some() {
@@ -715,15 +833,18 @@ impl Slab {
 fn new_req(
     reqs: &mut Slab,
     file: &SharedFile,
-    rng: &mut Rng,
+    (rng, rows): (&mut Rng, &mut [u64]),
     (consumer, load): (u32, u32),
     closed: bool,
     now: Nanos,
 ) -> u32 {
     let (input, natural) = draw_lengths(file, rng);
+    let row = rows[consumer as usize];
+    rows[consumer as usize] += 1;
     reqs.insert(Req {
         consumer,
         load,
+        row,
         input,
         natural,
         call: Call::start(now),
