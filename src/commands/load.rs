@@ -4,24 +4,25 @@
 //!
 //! This module reads the scenario file (the same loader and flags checks as
 //! `qsim plan`), compiles one scenario into a [`qsim_live::load::LoadConfig`]
-//! — open-loop arrivals from the simulator's seeded arrival streams, drawn
-//! exactly as `plan::sim::run_scenario` draws them; closed-loop workers;
-//! each load's retry policy; each consumer's key — and hands the scenario's
-//! other streams (input lengths per consumer, client jitter) to the tokio
-//! driver in `crates/qsim-live/src/load.rs`, which runs every row through
-//! the core's `Call`. The observed counts become tidy records (seed,
-//! subject, metric, value) with the subjects and metric names of
+//! — open-loop arrivals from `plan::sim::open_arrivals`, the rule the
+//! simulator's event loop draws them by; closed-loop workers; each load's
+//! caller layers (own retries, SDK retries); each consumer's key — and hands
+//! the scenario's other streams (input lengths per consumer, client jitter)
+//! to the tokio driver in `crates/qsim-live/src/load.rs`, which runs every
+//! row through the core's `Call`. The observed counts become tidy records
+//! (seed, subject, metric, value) with the subjects and metric names of
 //! `plan::seeds::records`.
 
 use crate::cli::common::Format;
 use qsim_live::load::{Arrival, Draws, Identity, LoadConfig, LoadReport, Units, Worker};
-use qsim_sim::client::CallerPolicy;
+use qsim_sim::client::PoolShared;
 use qsim_sim::config::ConfigError;
-use qsim_sim::engine::rng::{component, stream, unit};
-use qsim_sim::engine::{Rng, Sampler};
+use qsim_sim::engine::rng::unit;
+use qsim_sim::engine::Rng;
 use qsim_sim::limiter::Unit;
 use qsim_sim::plan::config::{Arrival as PlanArrival, SharedFile};
 use qsim_sim::plan::seeds::consumer_subject;
+use qsim_sim::plan::sim;
 use qsim_sim::plan::PlanSpec;
 use qsim_sim::report::records::{PointRecords, Records};
 use qsim_sim::report::table::Table;
@@ -123,70 +124,35 @@ pub fn scenario_file(args: &LoadArgs) -> Result<(SharedFile, qsim_sim::plan::Mod
     Ok((f, model))
 }
 
-fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
-    let mean_s = 60.0 / rpm;
-    qsim_sim::time::secs(-mean_s * (1.0 - unit(rng)).ln())
-}
-
 /// The open-loop arrivals and closed-loop workers of the file's (only)
-/// scenario, drawn from the simulator's streams in its order: per (load,
-/// consumer) the stream `(seed, scope(1 + load·4096 + consumer), ARRIVALS)`,
-/// Poisson gaps at the peak rate thinned to the linear ramp; an arrival is
-/// kept if it falls before the scenario's end (the first one) or before the
-/// load's stop (the following ones), as the event loop schedules them.
+/// scenario: the arrivals are the simulator's
+/// ([`qsim_sim::plan::sim::open_arrivals`], the rule its event loop runs).
 pub fn compile(f: &SharedFile, seed: u64) -> (Vec<Arrival>, Vec<Worker>) {
     let sc = &f.scenarios[0];
-    let scope = |k: u64| ((sc.index as u64) << 24) | k;
-    let mut arrivals = Vec::new();
+    let arrivals = sim::open_arrivals(f, 0, seed)
+        .into_iter()
+        .map(|a| Arrival {
+            at: a.at,
+            consumer: a.consumer,
+            load: a.load,
+        })
+        .collect();
     let mut workers = Vec::new();
     for (li, l) in sc.loads.iter().enumerate() {
-        for c in f.resolve(&l.who) {
-            match l.arrival {
-                PlanArrival::Open { rpm, ramp_to_rpm } => {
-                    let max = rpm.max(ramp_to_rpm);
-                    if max <= 0.0 {
-                        continue;
-                    }
-                    let mut r = stream(
-                        seed,
-                        scope(1 + (li as u64) * 4096 + c as u64),
-                        component::ARRIVALS,
-                    );
-                    let mut t = l.start + exp_gap(&mut r, max);
-                    while t < sc.duration {
-                        let frac = (t - l.start) as f64 / (l.stop - l.start) as f64;
-                        let rate = rpm + (ramp_to_rpm - rpm) * frac;
-                        let accept = unit(&mut r) * max < rate;
-                        let next = t + exp_gap(&mut r, max);
-                        if accept {
-                            arrivals.push(Arrival {
-                                at: t,
-                                consumer: c as u32,
-                                load: li as u32,
-                            });
-                        }
-                        if next >= l.stop {
-                            break;
-                        }
-                        t = next;
-                    }
-                }
-                PlanArrival::Closed { workers: w, think } => {
-                    for _ in 0..w {
-                        workers.push(Worker {
-                            consumer: c as u32,
-                            load: li as u32,
-                            start: l.start,
-                            stop: l.stop,
-                            think,
-                        });
-                    }
+        if let PlanArrival::Closed { workers: w, think } = l.arrival {
+            for c in f.resolve(&l.who) {
+                for _ in 0..w {
+                    workers.push(Worker {
+                        consumer: c as u32,
+                        load: li as u32,
+                        start: l.start,
+                        stop: l.stop,
+                        think,
+                    });
                 }
             }
         }
     }
-    // the event queue pops equal times in insertion order: a stable sort
-    arrivals.sort_by_key(|a| a.at);
     (arrivals, workers)
 }
 
@@ -197,16 +163,12 @@ pub fn compile(f: &SharedFile, seed: u64) -> (Vec<Arrival>, Vec<Worker>) {
 struct SimDraws {
     tokens: Vec<Rng>,
     client: Rng,
-    input: Sampler,
-    output: Sampler,
+    file: SharedFile,
 }
 
 impl Draws for SimDraws {
     fn input_tokens(&mut self, consumer: usize) -> u32 {
-        let r = &mut self.tokens[consumer];
-        let input = self.input.sample(r).round().max(1.0) as u32;
-        let _natural = self.output.sample(r);
-        input
+        sim::draw_lengths(&self.file, &mut self.tokens[consumer]).0
     }
     fn unit(&mut self) -> f64 {
         unit(&mut self.client)
@@ -215,14 +177,12 @@ impl Draws for SimDraws {
 
 fn sim_draws(f: &SharedFile, seed: u64) -> SimDraws {
     let sc = &f.scenarios[0];
-    let scope = |k: u64| ((sc.index as u64) << 24) | k;
     SimDraws {
         tokens: (0..f.limiter.consumers.len())
-            .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
+            .map(|c| sim::token_stream(seed, sc, c))
             .collect(),
-        client: stream(seed, scope(0), component::CLIENT),
-        input: f.input_tokens.clone(),
-        output: f.output_tokens.clone(),
+        client: sim::client_stream(seed, sc),
+        file: f.clone(),
     }
 }
 
@@ -267,6 +227,27 @@ fn identities(f: &SharedFile, args: &LoadArgs) -> Result<Vec<Identity>, ConfigEr
     Ok(ids)
 }
 
+/// The live driver plays each load's retry policy and SDK layer through
+/// the core's `Call`, but keeps no configured state shared by a consumer's
+/// callers: a scenario with a retry quota or an adaptive throttle is refused
+/// rather than played without them.
+fn unshared_layers(f: &SharedFile) -> Result<(), ConfigError> {
+    let sc = &f.scenarios[0];
+    match sc
+        .loads
+        .iter()
+        .position(|l| l.shared != PoolShared::default())
+    {
+        None => Ok(()),
+        Some(li) => Err(ConfigError::new(
+            &f.source,
+            format!("scenario.{}.load.{li}", sc.index),
+            "qsim load does not play a retry quota or an adaptive throttle yet; \
+             remove retry_quota and throttle (or the policy that sets them) to play this scenario",
+        )),
+    }
+}
+
 /// Everything checked before any request leaves.
 pub struct Prepared {
     pub file: SharedFile,
@@ -296,6 +277,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
         return Err(flag_err("--path", "must start with /"));
     }
     let (file, model) = scenario_file(args)?;
+    unshared_layers(&file)?;
     let consumers = identities(&file, args)?;
     let (arrivals, workers) = compile(&file, args.seed);
     let sc = &file.scenarios[0];
@@ -309,14 +291,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
         model: args.model.clone(),
         max_tokens: file.max_tokens,
         consumers,
-        policies: sc
-            .loads
-            .iter()
-            .map(|l| CallerPolicy {
-                retry: l.retry.clone(),
-                sdk: None,
-            })
-            .collect(),
+        policies: sc.loads.iter().map(|l| l.caller.clone()).collect(),
         arrivals,
         workers,
         duration: sc.duration,
@@ -839,6 +814,34 @@ mod tests {
                 assert_eq!(per_min, co.offered_per_min, "{name}/{}", co.name);
             }
         }
+    }
+
+    /// A throttle or retry quota the live driver cannot play is refused,
+    /// naming the load; the SDK layer and own retries are played.
+    #[test]
+    fn shared_caller_state_is_refused_sdk_retries_are_played() {
+        let file = |load: &str| {
+            let text = format!(
+                "kind = \"shared\"\nmax_tokens = 64\nsdk_retries = true\n\
+                 input_tokens = {{ dist = \"const\", value = 10 }}\n\
+                 output_tokens = {{ dist = \"const\", value = 10 }}\n\
+                 [deployment]\ncapacity = 10\n[[consumer]]\nname = \"a\"\n\
+                 [[scenario]]\nname = \"s\"\nduration_s = 60\n\
+                 [[scenario.load]]\nwho = \"a\"\nrpm = 5\n{load}"
+            );
+            SharedFile::from_value("t.toml", toml::from_str(&text).unwrap()).unwrap()
+        };
+        let f = file("retry = { backoff = \"constant\" }");
+        assert!(unshared_layers(&f).is_ok());
+        assert!(f.scenarios[0].loads[0].caller.sdk.is_some());
+        let e = unshared_layers(&file("throttle = { k = 2 }"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("scenario.0.load.0") && e.contains("throttle"),
+            "{e}"
+        );
+        assert!(unshared_layers(&file("retry_quota = { capacity = 5 }")).is_err());
     }
 
     fn err(a: &LoadArgs) -> String {

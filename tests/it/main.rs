@@ -19,6 +19,7 @@ mod load_cli;
 mod one_interface;
 mod output_safety;
 mod plan_acceptance;
+mod plan_callers;
 mod plan_cli;
 mod plan_edges;
 mod plan_enforce;

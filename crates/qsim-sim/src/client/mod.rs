@@ -6,4 +6,5 @@ pub use qsim_core::client::*;
 
 pub mod presets;
 pub mod raw;
+pub mod trace;
 pub use raw::RawRetry;

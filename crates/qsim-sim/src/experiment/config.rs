@@ -32,7 +32,7 @@ struct RawManaged {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawSdk {
+pub(crate) struct RawSdk {
     max_retries: Option<i64>,
     initial_delay_s: Option<f64>,
     max_delay_s: Option<f64>,
@@ -42,7 +42,7 @@ struct RawSdk {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawQuota {
+pub(crate) struct RawQuota {
     capacity: Option<i64>,
     cost: Option<i64>,
     success_increment: Option<i64>,
@@ -50,7 +50,7 @@ struct RawQuota {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawThrottle {
+pub(crate) struct RawThrottle {
     k: Option<f64>,
     window_s: Option<f64>,
 }
@@ -234,6 +234,118 @@ fn managed_params(
     Ok(p)
 }
 
+/// `[sdk]`: the SDK's hidden retry layer (the OpenAI Python SDK's
+/// defaults, each field overridable; field paths `sdk.*`). Shared by hosted
+/// experiment files and shared-deployment files.
+pub(crate) fn sdk_layer(f: &str, raw: Option<&RawSdk>) -> Result<SdkRetry, ConfigError> {
+    let d = SdkRetry::default();
+    let Some(s) = raw else { return Ok(d) };
+    let nn = |name: &str, v: Option<f64>, dv: f64| -> Result<f64, ConfigError> {
+        duration_s(f, &format!("sdk.{name}"), v.unwrap_or(dv), false)
+    };
+    let mr = s.max_retries.unwrap_or(d.max_retries as i64);
+    if !(0..=100).contains(&mr) {
+        return Err(ConfigError::new(
+            f,
+            "sdk.max_retries",
+            format!("must be in 0..=100, got {mr}"),
+        ));
+    }
+    Ok(SdkRetry {
+        max_retries: mr as u32,
+        initial: nn("initial_delay_s", s.initial_delay_s, d.initial)?,
+        max_delay: nn("max_delay_s", s.max_delay_s, d.max_delay)?,
+        hint_max: nn("hint_max_s", s.hint_max_s, d.hint_max)?,
+        hint_over_max_backoff: match s.hint_over_max.as_deref() {
+            None => d.hint_over_max_backoff,
+            Some("no_retry") => false,
+            Some("backoff") => true,
+            Some(o) => {
+                return Err(ConfigError::new(
+                    f,
+                    "sdk.hint_over_max",
+                    format!(
+                        "expected \"no_retry\" (current SDKs) or \"backoff\" (1.x SDKs), got {o:?}"
+                    ),
+                ))
+            }
+        },
+        retry_on: d.retry_on,
+    })
+}
+
+/// The own layers of a pool of callers as written: the `retry`,
+/// `retry_quota` and `throttle` of a hosted file's `[[experiment]]` or a
+/// shared-deployment file's `[[scenario.load]]` (each table keeps its own
+/// fields; this is their one validation).
+pub(crate) struct PoolLayers<'a> {
+    pub retry: Option<&'a RawRetry>,
+    pub retry_quota: Option<&'a RawQuota>,
+    pub throttle: Option<&'a RawThrottle>,
+}
+
+impl PoolLayers<'_> {
+    /// The callers' policy (with the SDK layer `sdk`, if on) and the state
+    /// their workers share; errors name fields under `at`.
+    pub(crate) fn validate(
+        &self,
+        f: &str,
+        at: &str,
+        sdk: Option<SdkRetry>,
+    ) -> Result<(CallerPolicy, PoolShared), ConfigError> {
+        let retry = match self.retry {
+            Some(r) => r.validate(f, &format!("{at}.retry"))?,
+            None => RetryPolicy::none(),
+        };
+        let int = |field: &str, v: Option<i64>, d: u32| -> Result<u32, ConfigError> {
+            let v = v.unwrap_or(d as i64);
+            u32::try_from(v).map_err(|_| {
+                ConfigError::new(
+                    f,
+                    format!("{at}.{field}"),
+                    format!("must be in 0..=4294967295, got {v}"),
+                )
+            })
+        };
+        let quota = match self.retry_quota {
+            None => None,
+            Some(q) => {
+                let cap = int("retry_quota.capacity", q.capacity, 500)?;
+                let cost = int("retry_quota.cost", q.cost, 5)?;
+                if cost == 0 {
+                    return Err(ConfigError::new(
+                        f,
+                        format!("{at}.retry_quota.cost"),
+                        "must be > 0",
+                    ));
+                }
+                Some(RetryQuota::new(
+                    cap,
+                    cost,
+                    int("retry_quota.success_increment", q.success_increment, 1)?,
+                ))
+            }
+        };
+        let throttle = match self.throttle {
+            None => None,
+            Some(t) => {
+                let k = t.k.unwrap_or(2.0);
+                if !(k.is_finite() && k >= 1.0) {
+                    return Err(ConfigError::new(
+                        f,
+                        format!("{at}.throttle.k"),
+                        format!("must be >= 1, got {k}"),
+                    ));
+                }
+                let w = t.window_s.unwrap_or(120.0);
+                duration_s(f, &format!("{at}.throttle.window_s"), w, true)?;
+                Some(AdaptiveThrottle::new(k, secs(w)))
+            }
+        };
+        Ok((CallerPolicy { retry, sdk }, PoolShared { quota, throttle }))
+    }
+}
+
 impl HostedSuite {
     /// Keep only the named experiments (`--only`); empty keeps all.
     pub fn retain_only(&mut self, names: &[String]) -> Result<(), ConfigError> {
@@ -278,42 +390,7 @@ impl HostedSuite {
         let max_tokens = positive_int(f, "max_tokens", raw.max_tokens, 10_000_000)?;
         let workers = positive_int(f, "workers", raw.workers, 1_000_000)?;
         duration_s(f, "cooldown_s", raw.cooldown_s, false)?;
-        let sdk = match &raw.sdk {
-            None => SdkRetry::default(),
-            Some(s) => {
-                let d = SdkRetry::default();
-                let nn = |name: &str, v: Option<f64>, dv: f64| -> Result<f64, ConfigError> {
-                    duration_s(f, &format!("sdk.{name}"), v.unwrap_or(dv), false)
-                };
-                let mr = s.max_retries.unwrap_or(d.max_retries as i64);
-                if !(0..=100).contains(&mr) {
-                    return Err(ConfigError::new(
-                        f,
-                        "sdk.max_retries",
-                        format!("must be in 0..=100, got {mr}"),
-                    ));
-                }
-                SdkRetry {
-                    max_retries: mr as u32,
-                    initial: nn("initial_delay_s", s.initial_delay_s, d.initial)?,
-                    max_delay: nn("max_delay_s", s.max_delay_s, d.max_delay)?,
-                    hint_max: nn("hint_max_s", s.hint_max_s, d.hint_max)?,
-                    hint_over_max_backoff: match s.hint_over_max.as_deref() {
-                        None => d.hint_over_max_backoff,
-                        Some("no_retry") => false,
-                        Some("backoff") => true,
-                        Some(o) => {
-                            return Err(ConfigError::new(
-                                f,
-                                "sdk.hint_over_max",
-                                format!("expected \"no_retry\" (current SDKs) or \"backoff\" (1.x SDKs), got {o:?}"),
-                            ))
-                        }
-                    },
-                    retry_on: d.retry_on,
-                }
-            }
-        };
+        let sdk = sdk_layer(f, raw.sdk.as_ref())?;
         let managed_base =
             managed_params(f, "managed", AimdParams::default(), raw.managed.as_ref())?;
         let policy = match &raw.policy {
@@ -350,64 +427,23 @@ impl HostedSuite {
                         e.workers.unwrap_or(workers as i64),
                         1_000_000,
                     )? as u32;
-                    let retry = match &e.retry {
-                        Some(r) => r.validate(f, &format!("{at}.retry"))?,
-                        None => RetryPolicy::none(),
+                    let sdk = e
+                        .sdk_retries
+                        .unwrap_or(raw.sdk_retries)
+                        .then(|| sdk.clone());
+                    let layers = PoolLayers {
+                        retry: e.retry.as_ref(),
+                        retry_quota: e.retry_quota.as_ref(),
+                        throttle: e.throttle.as_ref(),
                     };
-                    let sdk_on = e.sdk_retries.unwrap_or(raw.sdk_retries);
-                    let int = |field: &str, v: Option<i64>, d: u32| -> Result<u32, ConfigError> {
-                        let v = v.unwrap_or(d as i64);
-                        u32::try_from(v).map_err(|_| {
-                            ConfigError::new(
-                                f,
-                                format!("{at}.{field}"),
-                                format!("must be in 0..=4294967295, got {v}"),
-                            )
-                        })
-                    };
-                    let quota = match &e.retry_quota {
-                        None => None,
-                        Some(q) => {
-                            let cap = int("retry_quota.capacity", q.capacity, 500)?;
-                            let cost = int("retry_quota.cost", q.cost, 5)?;
-                            if cost == 0 {
-                                return Err(ConfigError::new(
-                                    f,
-                                    format!("{at}.retry_quota.cost"),
-                                    "must be > 0",
-                                ));
-                            }
-                            Some(RetryQuota::new(
-                                cap,
-                                cost,
-                                int("retry_quota.success_increment", q.success_increment, 1)?,
-                            ))
-                        }
-                    };
-                    let throttle = match &e.throttle {
-                        None => None,
-                        Some(t) => {
-                            let k = t.k.unwrap_or(2.0);
-                            if !(k.is_finite() && k >= 1.0) {
-                                return Err(ConfigError::new(
-                                    f,
-                                    format!("{at}.throttle.k"),
-                                    format!("must be >= 1, got {k}"),
-                                ));
-                            }
-                            let w = t.window_s.unwrap_or(120.0);
-                            duration_s(f, &format!("{at}.throttle.window_s"), w, true)?;
-                            Some(AdaptiveThrottle::new(k, secs(w)))
-                        }
-                    };
-                    let sdk = sdk_on.then(|| sdk.clone());
+                    let (caller, shared) = layers.validate(f, &at, sdk)?;
                     match &policy {
                         None => ClientKind::Pool {
                             workers,
-                            caller: CallerPolicy { retry, sdk },
-                            shared: PoolShared { quota, throttle },
+                            caller,
+                            shared,
                         },
-                        Some(p) => client_with(p, workers, sdk, &managed_base),
+                        Some(p) => client_with(p, workers, caller.sdk, &managed_base),
                     }
                 }
                 "managed" => {

@@ -3,6 +3,7 @@
 
 use super::config::{ClientKind, Experiment, HostedSuite};
 use crate::client::managed::AimdParams;
+use crate::client::trace::Attempt;
 use crate::client::{
     Call, Layer, Managed, ManagedNext, Next, Outcome, Reply as CallReply, Send as CallSend,
 };
@@ -104,6 +105,8 @@ struct Rows {
 
 #[derive(Debug, Clone, Copy)]
 struct Row {
+    /// Position in the table.
+    index: u64,
     input: u64,
     natural: u64,
 }
@@ -122,10 +125,15 @@ impl Rows {
         if self.next >= self.total {
             return None;
         }
+        let index = self.next;
         self.next += 1;
         let input = self.input.sample(&mut self.rng).round().max(1.0) as u64;
         let natural = crate::hosted::natural_output(&self.output, &mut self.rng);
-        Some(Row { input, natural })
+        Some(Row {
+            index,
+            input,
+            natural,
+        })
     }
 }
 
@@ -133,6 +141,16 @@ impl Rows {
 /// carry over, with `cooldown` of idle time between experiments (so each
 /// starts with buckets as refilled as the cool-down allows).
 pub fn run_suite(suite: &HostedSuite, seed: u64) -> Vec<HostedResult> {
+    run_suite_observed(suite, seed, &mut |_| {})
+}
+
+/// [`run_suite`], telling `observe` of every attempt of a pool client and
+/// what its caller did with the reply (tests compare drivers with it).
+pub fn run_suite_observed(
+    suite: &HostedSuite,
+    seed: u64,
+    observe: &mut dyn FnMut(&Attempt),
+) -> Vec<HostedResult> {
     let mut endpoint = HostedEndpoint::new(
         suite.profile.clone(),
         0,
@@ -143,7 +161,7 @@ pub fn run_suite(suite: &HostedSuite, seed: u64) -> Vec<HostedResult> {
     for e in &suite.experiments {
         let client_rng = stream(seed, 1 + e.index, component::CLIENT);
         endpoint.reseed(stream(seed, 1 + e.index, component::ENDPOINT));
-        let r = run_one(suite, e, &mut endpoint, t0, seed, client_rng);
+        let r = run_one(suite, e, &mut endpoint, t0, seed, client_rng, observe);
         t0 = t0 + r.elapsed + suite.cooldown;
         out.push(r);
     }
@@ -157,9 +175,10 @@ fn run_one(
     t0: Nanos,
     seed: u64,
     rng: Rng,
+    observe: &mut dyn FnMut(&Attempt),
 ) -> HostedResult {
     match &e.client {
-        ClientKind::Pool { .. } => run_pool(suite, e, endpoint, t0, seed, rng),
+        ClientKind::Pool { .. } => run_pool(suite, e, endpoint, t0, seed, rng, observe),
         ClientKind::Managed(p) => run_managed(suite, e, endpoint, t0, seed, rng, p),
     }
 }
@@ -286,6 +305,7 @@ fn run_pool(
     t0: Nanos,
     seed: u64,
     mut rng: Rng,
+    observe: &mut dyn FnMut(&Attempt),
 ) -> HostedResult {
     let ClientKind::Pool {
         workers,
@@ -338,10 +358,21 @@ fn run_pool(
                 if reply == CallReply::Ok {
                     endpoint.complete(now, cost(e, &a.row), out);
                 }
-                match a
+                let before = a.call;
+                let next = a
                     .call
-                    .on_reply(now, reply, caller, &mut shared, &mut draws(&mut rng))
-                {
+                    .on_reply(now, reply, caller, &mut shared, &mut draws(&mut rng));
+                observe(&Attempt {
+                    consumer: 0,
+                    row: a.row.index,
+                    attempt: before.attempt(),
+                    sdk_retry: before.sdk_retries(),
+                    sent: before.sent_at(),
+                    replied: now,
+                    reply,
+                    next,
+                });
+                match next {
                     Next::SendAt { at, layer } => {
                         if layer == Layer::Sdk {
                             res.sdk_retries += 1;

@@ -44,7 +44,9 @@ pub fn scenarios(
         for (li, l) in s.loads.iter().enumerate() {
             let n = f.resolve(&l.who).len() as f64;
             let d = to_secs(l.stop.saturating_sub(l.start));
-            let attempts = l.retry.max_attempts.max(1) as f64;
+            // every caller-level attempt with its SDK retries
+            let sdk = l.caller.sdk.as_ref().map_or(0, |s| s.max_retries) as f64;
+            let attempts = l.caller.retry.max_attempts.max(1) as f64 * (1.0 + sdk);
             match &l.arrival {
                 Arrival::Open { rpm, ramp_to_rpm } => {
                     let rate = (rpm + ramp_to_rpm) / 2.0 / 60.0 * factor;

@@ -3,10 +3,12 @@
 //! scenarios. `experiments/shared-deployment.toml` (the shared-deployment article) is embedded in
 //! the binary as the default for `qsim plan`.
 
-use crate::client::policy::RetryPolicy;
+use crate::client::presets::{preset, ClientPolicy};
 use crate::client::RawRetry;
+use crate::client::{CallerPolicy, PoolShared};
 use crate::config::{from_value, parse_toml, ConfigError};
 use crate::engine::{RawDist, Sampler};
+use crate::experiment::config::{sdk_layer, PoolLayers, RawQuota, RawSdk, RawThrottle};
 use crate::limiter::admission::{
     ConsumerPolicy, ConsumerSpec, LimiterConfig, Semantics, Unit, BP_FULL,
 };
@@ -98,7 +100,11 @@ struct RawLoad {
     #[serde(default)]
     start_s: f64,
     stop_s: Option<f64>,
+    /// The callers' layers, as a hosted experiment's pool takes them.
+    sdk_retries: Option<bool>,
     retry: Option<RawRetry>,
+    retry_quota: Option<RawQuota>,
+    throttle: Option<RawThrottle>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -123,6 +129,14 @@ struct RawShared {
     max_tokens: i64,
     #[serde(default = "default_reject_ms")]
     reject_latency_ms: f64,
+    /// The SDK's hidden retries for every load (a load's `sdk_retries`
+    /// overrides), with `[sdk]`'s settings: as in hosted experiment files.
+    #[serde(default)]
+    sdk_retries: bool,
+    sdk: Option<RawSdk>,
+    /// A named client policy for every load, in place of its own layers
+    /// (as in hosted experiment files; pool policies only).
+    policy: Option<String>,
     input_tokens: RawDist,
     output_tokens: RawDist,
     deployment: RawDeployment,
@@ -264,7 +278,11 @@ pub struct Load {
     pub arrival: Arrival,
     pub start: Nanos,
     pub stop: Nanos,
-    pub retry: RetryPolicy,
+    /// The callers' layers: own retry policy and the SDK's hidden retries.
+    pub caller: CallerPolicy,
+    /// The retry quota and adaptive throttle each consumer's callers under
+    /// this load share (fresh for each run; one per consumer the load drives).
+    pub shared: PoolShared,
 }
 
 #[derive(Debug, Clone)]
@@ -387,6 +405,20 @@ impl SharedFile {
             .output_tokens
             .validate()
             .map_err(|r| ConfigError::new(f, "output_tokens", r))?;
+        let sdk = sdk_layer(f, raw.sdk.as_ref())?;
+        let policy = match &raw.policy {
+            None => None,
+            Some(name) => match preset(name).map_err(|r| ConfigError::new(f, "policy", r))? {
+                ClientPolicy::Pool { retry, shared } => Some((retry, shared)),
+                ClientPolicy::Aimd => {
+                    return Err(ConfigError::new(
+                        f,
+                        "policy",
+                        "\"aimd\" is the managed executor; a shared scenario's loads are callers: choose a pool policy",
+                    ))
+                }
+            },
+        };
         if raw.scenario.is_empty() {
             return Err(ConfigError::new(
                 f,
@@ -472,16 +504,25 @@ impl SharedFile {
                         "must be after start_s and inside the scenario",
                     ));
                 }
-                let retry = match &l.retry {
-                    None => RetryPolicy::none(),
-                    Some(r) => r.validate(f, &format!("{la}.retry"))?,
+                let layers = PoolLayers {
+                    retry: l.retry.as_ref(),
+                    retry_quota: l.retry_quota.as_ref(),
+                    throttle: l.throttle.as_ref(),
                 };
+                let sdk_on = l.sdk_retries.unwrap_or(raw.sdk_retries);
+                let (mut caller, mut shared) =
+                    layers.validate(f, &la, sdk_on.then(|| sdk.clone()))?;
+                if let Some((retry, preset_shared)) = &policy {
+                    caller.retry = retry.clone();
+                    shared = preset_shared.clone();
+                }
                 loads.push(Load {
                     who,
                     arrival,
                     start,
                     stop,
-                    retry,
+                    caller,
+                    shared,
                 });
             }
             scenarios.push(Scenario {
@@ -521,5 +562,93 @@ impl SharedFile {
             })
             .map(|(i, _)| i)
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+kind = "shared"
+max_tokens = 256
+input_tokens = { dist = "const", value = 100 }
+output_tokens = { dist = "const", value = 50 }
+
+[deployment]
+capacity = 100
+
+[[consumer]]
+name = "a"
+
+[[consumer]]
+name = "b"
+"#;
+
+    /// `top`: top-level keys, or a table (`[sdk]`) last.
+    fn parse(top: &str, load: &str) -> Result<SharedFile, ConfigError> {
+        let (keys, table) = match top.find('[') {
+            Some(i) => top.split_at(i),
+            None => (top, ""),
+        };
+        let text = format!(
+            "{keys}\n{BASE}\n{table}\n[[scenario]]\nname = \"s\"\nduration_s = 60\n\n\
+             [[scenario.load]]\nwho = \"all\"\nrpm = 10\n{load}"
+        );
+        SharedFile::from_value("t.toml", toml::from_str(&text).unwrap())
+    }
+
+    fn err(extra_top: &str, load: &str) -> String {
+        parse(extra_top, load).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn loads_default_to_no_client_layers() {
+        let f = parse("", "").unwrap();
+        let l = &f.scenarios[0].loads[0];
+        assert_eq!(l.caller.retry, crate::client::policy::RetryPolicy::none());
+        assert_eq!(l.caller.sdk, None);
+        assert_eq!(l.shared, PoolShared::default());
+    }
+
+    #[test]
+    fn loads_take_the_hosted_client_layers() {
+        let f = parse(
+            "sdk_retries = true\n[sdk]\nmax_retries = 3\n",
+            "retry = { backoff = \"exponential\", max_attempts = 5 }\n\
+             retry_quota = { capacity = 50 }\nthrottle = { k = 1.5 }\n",
+        )
+        .unwrap();
+        let l = &f.scenarios[0].loads[0];
+        assert_eq!(l.caller.retry.max_attempts, 5);
+        assert_eq!(l.caller.sdk.as_ref().map(|s| s.max_retries), Some(3));
+        assert!(l.shared.quota.is_some() && l.shared.throttle.is_some());
+        // a load turns the file's SDK layer off
+        let f = parse("sdk_retries = true", "sdk_retries = false").unwrap();
+        assert_eq!(f.scenarios[0].loads[0].caller.sdk, None);
+        // a pool preset replaces the own layers
+        let f = parse("policy = \"sre-throttle\"", "").unwrap();
+        let l = &f.scenarios[0].loads[0];
+        assert!(l.shared.throttle.is_some());
+        assert_eq!(l.caller.retry.max_attempts, 8);
+    }
+
+    #[test]
+    fn client_layer_errors_name_the_field() {
+        let e = err("", "throttle = { k = 0.5 }");
+        assert!(e.contains("scenario.0.load.0.throttle.k"), "{e}");
+        let e = err("", "retry_quota = { cost = 0 }");
+        assert!(e.contains("scenario.0.load.0.retry_quota.cost"), "{e}");
+        let e = err("", "retry = { backoff = \"sometimes\" }");
+        assert!(e.contains("scenario.0.load.0.retry.backoff"), "{e}");
+        let e = err("[sdk]\nmax_retries = 101\n", "");
+        assert!(e.contains("sdk.max_retries"), "{e}");
+        let e = err("policy = \"aimd\"", "");
+        assert!(e.contains("policy"), "{e}");
+        // unknown fields are refused, in the load's tables too
+        let e = err("", "throttle = { k = 2, window = 3 }");
+        assert!(e.contains("window"), "{e}");
+        let e = err("", "sdk = { max_retries = 1 }");
+        assert!(e.contains("sdk"), "{e}");
     }
 }

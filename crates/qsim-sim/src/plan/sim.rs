@@ -5,9 +5,19 @@
 //! (`crate::server::Cluster`, issue 3) or [`IdealBackend`] (every admitted
 //! request takes `ttft + output × itl`, no queueing; used where only the
 //! limiter matters).
+//!
+//! Each consumer's requests under a load line are one client's calls, run
+//! through the core's caller state machine ([`Call`]) the way the hosted
+//! driver runs a pool: `on_send` before every attempt (the adaptive
+//! throttle may reject it locally), and every reply — the limiter's 429,
+//! a local rejection, the success at completion — through `on_reply` (the
+//! SDK's hidden retries, the caller's own retry policy, the retry quota).
+//! The throttle and quota state ([`PoolShared`]) is one per (load,
+//! consumer), fresh for each run.
 
 use super::config::{Arrival, Scenario, SharedFile};
-use crate::client::{Call, CallerPolicy, Next, PoolShared, Reply};
+use crate::client::trace::Attempt;
+use crate::client::{Call, CallerPolicy, Layer, Next, PoolShared, Reply, Send as CallSend};
 use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng, Timed};
 use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
@@ -158,6 +168,12 @@ pub struct ConsumerOutcome {
     pub denied: [u64; 5],
     /// Requests that ended denied after all retries.
     pub failed: u64,
+    /// Retries the SDK's hidden layer sent (counted in `offered` when they
+    /// reach the limiter).
+    pub sdk_retries: u64,
+    /// Attempts the callers' adaptive throttle rejected before they left
+    /// (not offered to the limiter).
+    pub local_rejects: u64,
     pub offered_per_min: Vec<u64>,
     pub admitted_per_min: Vec<u64>,
     /// In capacity units: requests, or in `tpm` the tokens charged at
@@ -231,13 +247,20 @@ enum Ev {
     Worker { load: u32, consumer: u32 },
     /// An attempt of request `req` reaches the limiter.
     Attempt { req: u32 },
-    /// A 429 reaches the client.
-    Rejected { req: u32, retry_at: Nanos },
+    /// A 429 reaches the client: the limiter's (with its `retry_at`), or
+    /// the client's own throttle's (`local`).
+    Rejected {
+        req: u32,
+        local: bool,
+        retry_at: Nanos,
+    },
 }
 
 struct Req {
     consumer: u32,
     load: u32,
+    /// The consumer's requests numbered in the order they started.
+    row: u64,
     input: u32,
     natural: u32,
     /// The caller state machine: attempts and backoff (the core's `Call`).
@@ -253,6 +276,194 @@ fn exp_gap(rng: &mut Rng, rpm: f64) -> Nanos {
     crate::time::secs(-mean_s * (1.0 - unit(rng)).ln())
 }
 
+/// Key `k` of scenario `sc`'s random streams: scoped by its position in the
+/// file, so running a subset (`--only`) does not change any scenario's draws.
+fn scope(sc: &Scenario, k: u64) -> u64 {
+    ((sc.index as u64) << 24) | k
+}
+
+/// The token lengths of `consumer`'s requests in scenario `sc` (`WORKLOAD`;
+/// drawn with [`draw_lengths`]).
+pub fn token_stream(seed: u64, sc: &Scenario, consumer: usize) -> Rng {
+    stream(seed, scope(sc, consumer as u64), component::WORKLOAD)
+}
+
+/// The callers' draws of scenario `sc` (`CLIENT`: retry jitter and
+/// throttle draws of every consumer, in event order).
+pub fn client_stream(seed: u64, sc: &Scenario) -> Rng {
+    stream(seed, scope(sc, 0), component::CLIENT)
+}
+
+/// One request's (input, natural output) tokens from its consumer's token
+/// stream: each rounded, at least 1, the output capped at `max_tokens`.
+pub fn draw_lengths(file: &SharedFile, rng: &mut Rng) -> (u32, u32) {
+    let input = file.input_tokens.sample(rng).round().max(1.0) as u32;
+    let natural =
+        (file.output_tokens.sample(rng).round().max(1.0) as u64).min(file.max_tokens) as u32;
+    (input, natural)
+}
+
+/// One candidate of an open-loop arrival stream: its time and whether the
+/// thinning to the load's linear ramp keeps it (an arrival) or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub at: Nanos,
+    pub accept: bool,
+}
+
+/// The open-loop arrivals of one consumer under one load line: the one rule
+/// `qsim plan`'s event loop and `qsim load`'s compiled schedule both use.
+///
+/// The stream is `(seed, scope(1 + load·4096 + consumer), ARRIVALS)`:
+/// Poisson candidates at the load's peak rate from its start, each kept
+/// with probability `rate(t) / peak` (the linear ramp from `rpm` at the
+/// start to `ramp_to_rpm` at the stop). The first candidate is drawn at
+/// once and not held to the load's stop; every later one is, and the
+/// stream ends at the first candidate at or after the stop. A caller stops
+/// taking candidates at the scenario's end.
+#[derive(Debug, Clone)]
+pub struct OpenArrivals {
+    rng: Rng,
+    rpm: f64,
+    ramp_to_rpm: f64,
+    start: Nanos,
+    stop: Nanos,
+    next: Option<Nanos>,
+}
+
+impl OpenArrivals {
+    /// The stream of load `load`'s consumer `consumer` in scenario `sc`;
+    /// `None` for a closed-loop load or a zero rate.
+    pub fn new(seed: u64, sc: &Scenario, load: usize, consumer: usize) -> Option<Self> {
+        let l = &sc.loads[load];
+        let Arrival::Open { rpm, ramp_to_rpm } = l.arrival else {
+            return None;
+        };
+        let max = rpm.max(ramp_to_rpm);
+        if max <= 0.0 {
+            return None;
+        }
+        let key = scope(sc, 1 + (load as u64) * 4096 + consumer as u64);
+        let mut rng = stream(seed, key, component::ARRIVALS);
+        let first = l.start + exp_gap(&mut rng, max);
+        Some(OpenArrivals {
+            rng,
+            rpm,
+            ramp_to_rpm,
+            start: l.start,
+            stop: l.stop,
+            next: Some(first),
+        })
+    }
+
+    /// The time of the next candidate, if any.
+    pub fn peek(&self) -> Option<Nanos> {
+        self.next
+    }
+}
+
+impl Iterator for OpenArrivals {
+    type Item = Candidate;
+
+    /// The next candidate; drawing its thinning and the gap to the one after.
+    fn next(&mut self) -> Option<Candidate> {
+        let t = self.next?;
+        let max = self.rpm.max(self.ramp_to_rpm);
+        let frac = (t - self.start) as f64 / (self.stop - self.start) as f64;
+        let rate = self.rpm + (self.ramp_to_rpm - self.rpm) * frac;
+        let accept = unit(&mut self.rng) * max < rate;
+        let next = t + exp_gap(&mut self.rng, max);
+        self.next = (next < self.stop).then_some(next);
+        Some(Candidate { at: t, accept })
+    }
+}
+
+/// One open-loop arrival of a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrivalAt {
+    pub at: Nanos,
+    pub consumer: u32,
+    pub load: u32,
+}
+
+/// Every open-loop arrival of scenario `si` before its end, in the order
+/// the event loop takes them (time; equal times in load, then consumer
+/// order, as the queue pops equal times in insertion order).
+pub fn open_arrivals(file: &SharedFile, si: usize, seed: u64) -> Vec<ArrivalAt> {
+    let sc = &file.scenarios[si];
+    let mut out = Vec::new();
+    for (li, l) in sc.loads.iter().enumerate() {
+        for c in file.resolve(&l.who) {
+            let Some(s) = OpenArrivals::new(seed, sc, li, c) else {
+                continue;
+            };
+            out.extend(
+                s.take_while(|k| k.at < sc.duration)
+                    .filter(|k| k.accept)
+                    .map(|k| ArrivalAt {
+                        at: k.at,
+                        consumer: c as u32,
+                        load: li as u32,
+                    }),
+            );
+        }
+    }
+    // a stable sort: equal times keep their (load, consumer) order
+    out.sort_by_key(|a| a.at);
+    out
+}
+
+/// Optional hooks into one scenario run (tests compare drivers with them).
+#[derive(Default)]
+pub struct Probe<'a> {
+    /// Draw the callers' jitter and throttle draws from this stream instead
+    /// of the scenario's [`client_stream`].
+    pub client_rng: Option<Rng>,
+    /// Hear of every attempt and what its caller did with the reply.
+    pub observe: Option<&'a mut dyn FnMut(&Attempt)>,
+}
+
+/// The callers of a scenario: each load's layers, the state each
+/// consumer's callers under a load share, and the stream of their draws.
+struct Callers<'a> {
+    policies: Vec<CallerPolicy>,
+    /// Per load, per consumer.
+    shared: Vec<Vec<PoolShared>>,
+    rng: Rng,
+    observe: Option<&'a mut dyn FnMut(&Attempt)>,
+}
+
+impl Callers<'_> {
+    /// An attempt of `r` is about to leave at `now` (the throttle may say no).
+    fn send(&mut self, r: &mut Req, now: Nanos) -> CallSend {
+        let shared = &mut self.shared[r.load as usize][r.consumer as usize];
+        r.call.on_send(now, shared, &mut draws(&mut self.rng))
+    }
+
+    /// The reply to `r`'s attempt reached its caller at `now`.
+    fn reply(&mut self, r: &mut Req, now: Nanos, reply: Reply) -> Next {
+        let (attempt, sdk_retry, sent) = (r.call.attempt(), r.call.sdk_retries(), r.call.sent_at());
+        let policy = &self.policies[r.load as usize];
+        let shared = &mut self.shared[r.load as usize][r.consumer as usize];
+        let next = r
+            .call
+            .on_reply(now, reply, policy, shared, &mut draws(&mut self.rng));
+        if let Some(o) = self.observe.as_mut() {
+            o(&Attempt {
+                consumer: r.consumer,
+                row: r.row,
+                attempt,
+                sdk_retry,
+                sent,
+                replied: now,
+                reply,
+                next,
+            });
+        }
+        next
+    }
+}
+
 /// Run one scenario with the limiter (`Some`) or without one (`None`: the
 /// "no limiter" counterfactual) in front of `backend`.
 pub fn run_scenario(
@@ -262,6 +473,18 @@ pub fn run_scenario(
     backend: &mut dyn Backend,
     seed: u64,
 ) -> ScenarioOutcome {
+    run_scenario_probed(file, si, limiter, backend, seed, Probe::default())
+}
+
+/// [`run_scenario`] with the hooks of `probe`.
+pub fn run_scenario_probed(
+    file: &SharedFile,
+    si: usize,
+    limiter: Option<&LimiterConfig>,
+    backend: &mut dyn Backend,
+    seed: u64,
+    probe: Probe<'_>,
+) -> ScenarioOutcome {
     let sc: &Scenario = &file.scenarios[si];
     let cfg = limiter.unwrap_or(&file.limiter);
     let n = cfg.consumers.len();
@@ -269,45 +492,21 @@ pub fn run_scenario(
     let seconds = sc.duration.div_ceil(NS_PER_SEC) as usize;
     // the configuration was validated when the file or flags were read
     let mut lim = limiter.map(|c| Limiter::new(c.clone(), 0).expect("validated limiter config"));
-    let scope = |k: u64| ((sc.index as u64) << 24) | k;
-    let mut tok_rng: Vec<Rng> = (0..n)
-        .map(|c| stream(seed, scope(c as u64), component::WORKLOAD))
-        .collect();
-    let mut client_rng = stream(seed, scope(0), component::CLIENT);
-    let mut arr_rng: Vec<Vec<Rng>> = Vec::new();
+    let mut tok_rng: Vec<Rng> = (0..n).map(|c| token_stream(seed, sc, c)).collect();
+    let mut arr_rng: Vec<Vec<Option<OpenArrivals>>> = Vec::new();
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
     let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
     for (li, l) in sc.loads.iter().enumerate() {
         let mut rs = Vec::new();
         for &c in &targets[li] {
-            let mut r = stream(
-                seed,
-                scope(1 + (li as u64) * 4096 + c as u64),
-                component::ARRIVALS,
-            );
-            match l.arrival {
-                Arrival::Open { rpm, ramp_to_rpm } => {
-                    if rpm.max(ramp_to_rpm) > 0.0 {
-                        let t = l.start + exp_gap(&mut r, rpm.max(ramp_to_rpm));
-                        q.schedule(
-                            t,
-                            Ev::Arrive {
-                                load: li as u32,
-                                consumer: c as u32,
-                            },
-                        );
-                    }
-                }
-                Arrival::Closed { workers, .. } => {
-                    for _ in 0..workers {
-                        q.schedule(
-                            l.start,
-                            Ev::Worker {
-                                load: li as u32,
-                                consumer: c as u32,
-                            },
-                        );
-                    }
+            let (load, consumer) = (li as u32, c as u32);
+            let r = OpenArrivals::new(seed, sc, li, c);
+            if let Some(t) = r.as_ref().and_then(OpenArrivals::peek) {
+                q.schedule(t, Ev::Arrive { load, consumer });
+            }
+            if let Arrival::Closed { workers, .. } = l.arrival {
+                for _ in 0..workers {
+                    q.schedule(l.start, Ev::Worker { load, consumer });
                 }
             }
             rs.push(r);
@@ -325,6 +524,8 @@ pub fn run_scenario(
             completed: 0,
             denied: [0; 5],
             failed: 0,
+            sdk_retries: 0,
+            local_rejects: 0,
             offered_per_min: vec![0; minutes],
             admitted_per_min: vec![0; minutes],
             offered_units_per_min: vec![0; minutes],
@@ -336,15 +537,13 @@ pub fn run_scenario(
     let mut burst_used = 0u64;
     // requests in flight only: a slot is freed when its request ends
     let mut reqs = Slab::default();
-    let policies: Vec<CallerPolicy> = sc
-        .loads
-        .iter()
-        .map(|l| CallerPolicy {
-            retry: l.retry.clone(),
-            sdk: None,
-        })
-        .collect();
-    let mut no_shared = PoolShared::default();
+    let mut rows = vec![0u64; n];
+    let mut callers = Callers {
+        policies: sc.loads.iter().map(|l| l.caller.clone()).collect(),
+        shared: sc.loads.iter().map(|l| vec![l.shared.clone(); n]).collect(),
+        rng: probe.client_rng.unwrap_or_else(|| client_stream(seed, sc)),
+        observe: probe.observe,
+    };
     let mut server = ServerOutcome {
         e2e: DurationHist::new(),
         ttft: DurationHist::new(),
@@ -391,30 +590,25 @@ pub fn run_scenario(
             None => {}
             Some(ev) => match ev {
                 Ev::Arrive { load, consumer } => {
-                    let l = &sc.loads[load as usize];
                     let p = pos_of(load as usize, consumer as usize);
-                    if let Arrival::Open { rpm, ramp_to_rpm } = l.arrival {
-                        // thinning for the linear ramp
-                        let frac = (now - l.start) as f64 / (l.stop - l.start) as f64;
-                        let rate = rpm + (ramp_to_rpm - rpm) * frac;
-                        let max = rpm.max(ramp_to_rpm);
-                        let r = &mut arr_rng[load as usize][p];
-                        let accept = unit(r) * max < rate;
-                        let next = now + exp_gap(r, max);
-                        if next < l.stop {
-                            q.schedule(next, Ev::Arrive { load, consumer });
-                        }
-                        if accept {
-                            let id = new_req(
-                                &mut reqs,
-                                file,
-                                &mut tok_rng[consumer as usize],
-                                (consumer, load),
-                                false,
-                                now,
-                            );
-                            q.schedule(now, Ev::Attempt { req: id });
-                        }
+                    let s = arr_rng[load as usize][p]
+                        .as_mut()
+                        .expect("open-loop stream");
+                    let k = s.next().expect("the scheduled candidate");
+                    debug_assert_eq!(k.at, now);
+                    if let Some(next) = s.peek() {
+                        q.schedule(next, Ev::Arrive { load, consumer });
+                    }
+                    if k.accept {
+                        let id = new_req(
+                            &mut reqs,
+                            file,
+                            (&mut tok_rng[consumer as usize], &mut rows),
+                            (consumer, load),
+                            false,
+                            now,
+                        );
+                        q.schedule(now, Ev::Attempt { req: id });
                     }
                 }
                 Ev::Worker { load, consumer } => {
@@ -422,7 +616,7 @@ pub fn run_scenario(
                         let id = new_req(
                             &mut reqs,
                             file,
-                            &mut tok_rng[consumer as usize],
+                            (&mut tok_rng[consumer as usize], &mut rows),
                             (consumer, load),
                             true,
                             now,
@@ -434,67 +628,97 @@ pub fn run_scenario(
                     attempts += 1;
                     let r = reqs.get_mut(req);
                     let c = r.consumer as usize;
-                    let m = (now / MINUTE) as usize;
-                    out[c].offered += 1;
-                    out[c].offered_per_min[m] += 1;
-                    let units = match (cfg.unit, cfg.accounting) {
-                        (crate::limiter::Unit::Rpm, _) => 1,
-                        (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => {
-                            r.input as u64
-                        }
-                        (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
-                    };
-                    out[c].offered_units_per_min[m] += units;
-                    let decision = match lim.as_mut() {
-                        Some(l) => l.decide(
+                    if callers.send(r, now) == CallSend::LocalReject {
+                        // the throttle's 429 reaches the caller at once
+                        out[c].local_rejects += 1;
+                        let (local, retry_at) = (true, NEVER);
+                        q.schedule(
                             now,
-                            &crate::limiter::admission::Request {
+                            Ev::Rejected {
+                                req,
+                                local,
+                                retry_at,
+                            },
+                        );
+                    } else {
+                        let m = (now / MINUTE) as usize;
+                        out[c].offered += 1;
+                        out[c].offered_per_min[m] += 1;
+                        let units = match (cfg.unit, cfg.accounting) {
+                            (crate::limiter::Unit::Rpm, _) => 1,
+                            (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => {
+                                r.input as u64
+                            }
+                            (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
+                        };
+                        out[c].offered_units_per_min[m] += units;
+                        let decision = match lim.as_mut() {
+                            Some(l) => l.decide(
+                                now,
+                                &crate::limiter::admission::Request {
+                                    consumer: c,
+                                    input_tokens: r.input as u64,
+                                    max_tokens: file.max_tokens,
+                                },
+                            ),
+                            None => Decision::Admit(Grant {
                                 consumer: c,
+                                source: crate::limiter::admission::Source::Pool,
                                 input_tokens: r.input as u64,
                                 max_tokens: file.max_tokens,
-                            },
-                        ),
-                        None => Decision::Admit(Grant {
-                            consumer: c,
-                            source: crate::limiter::admission::Source::Pool,
-                            input_tokens: r.input as u64,
-                            max_tokens: file.max_tokens,
-                            lease_until: NEVER,
-                        }),
-                    };
-                    match decision {
-                        Decision::Admit(g) => {
-                            r.grant = Some(g);
-                            r.adm_min = m as u32;
-                            out[c].admitted += 1;
-                            out[c].admitted_per_min[m] += 1;
-                            out[c].admitted_units_per_min[m] += units;
-                            if let Some(l) = lim.as_ref() {
-                                burst_used = burst_used.max(depth.saturating_sub(l.headroom(now)));
+                                lease_until: NEVER,
+                            }),
+                        };
+                        match decision {
+                            Decision::Admit(g) => {
+                                r.grant = Some(g);
+                                r.adm_min = m as u32;
+                                out[c].admitted += 1;
+                                out[c].admitted_per_min[m] += 1;
+                                out[c].admitted_units_per_min[m] += units;
+                                if let Some(l) = lim.as_ref() {
+                                    burst_used =
+                                        burst_used.max(depth.saturating_sub(l.headroom(now)));
+                                }
+                                server.input_tokens += r.input as u64;
+                                backend.submit(now, req as u64, r.input, r.natural);
                             }
-                            server.input_tokens += r.input as u64;
-                            backend.submit(now, req as u64, r.input, r.natural);
-                        }
-                        Decision::Deny { limit, retry_at } => {
-                            out[c].denied[limit.index()] += 1;
-                            if limit == Limit::Capacity {
-                                cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                            Decision::Deny { limit, retry_at } => {
+                                out[c].denied[limit.index()] += 1;
+                                if limit == Limit::Capacity {
+                                    cap_denied_sec[(now / NS_PER_SEC) as usize] = true;
+                                }
+                                q.schedule(
+                                    now + file.reject_latency,
+                                    Ev::Rejected {
+                                        req,
+                                        local: false,
+                                        retry_at,
+                                    },
+                                );
                             }
-                            q.schedule(now + file.reject_latency, Ev::Rejected { req, retry_at });
                         }
                     }
                 }
-                Ev::Rejected { req, retry_at } => {
+                Ev::Rejected {
+                    req,
+                    local,
+                    retry_at,
+                } => {
                     let r = reqs.get_mut(req);
-                    let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
-                    let reply = Reply::Error { status: 429, hint };
-                    let policy = &policies[r.load as usize];
-                    let mut rng = draws(&mut client_rng);
-                    match r
-                        .call
-                        .on_reply(now, reply, policy, &mut no_shared, &mut rng)
-                    {
-                        Next::SendAt { at, .. } => q.schedule(at, Ev::Attempt { req }),
+                    let reply = if local {
+                        Reply::LocalReject
+                    } else {
+                        let hint = (retry_at != NEVER).then(|| retry_at.saturating_sub(now));
+                        Reply::Error { status: 429, hint }
+                    };
+                    match callers.reply(r, now, reply) {
+                        Next::SendAt { at, layer } => {
+                            if layer == Layer::Sdk {
+                                out[r.consumer as usize].sdk_retries += 1;
+                            }
+                            q.schedule(at, Ev::Attempt { req })
+                        }
                         Next::Done(_) => {
                             let r = reqs.free(req);
                             out[r.consumer as usize].failed += 1;
@@ -506,7 +730,10 @@ pub fn run_scenario(
         }
         // completions
         while let Some(d) = backend.poll_completion() {
-            let r = reqs.free(d.id as u32);
+            let mut r = reqs.free(d.id as u32);
+            // the success reaches the caller (its throttle and quota count it)
+            let done = callers.reply(&mut r, now, Reply::Ok);
+            debug_assert!(matches!(done, Next::Done(_)));
             let c = r.consumer as usize;
             out[c].completed += 1;
             if cfg.unit == crate::limiter::Unit::Tpm && r.grant.is_some() {
@@ -606,17 +833,18 @@ impl Slab {
 fn new_req(
     reqs: &mut Slab,
     file: &SharedFile,
-    rng: &mut Rng,
+    (rng, rows): (&mut Rng, &mut [u64]),
     (consumer, load): (u32, u32),
     closed: bool,
     now: Nanos,
 ) -> u32 {
-    let input = file.input_tokens.sample(rng).round().max(1.0) as u32;
-    let natural =
-        (file.output_tokens.sample(rng).round().max(1.0) as u64).min(file.max_tokens) as u32;
+    let (input, natural) = draw_lengths(file, rng);
+    let row = rows[consumer as usize];
+    rows[consumer as usize] += 1;
     reqs.insert(Req {
         consumer,
         load,
+        row,
         input,
         natural,
         call: Call::start(now),
