@@ -96,7 +96,9 @@ fn split_words(s: &str) -> Result<Vec<String>, String> {
                 }
             }
             '|' | '>' | '<' | '&' | ';' | '$' | '`' => {
-                return Err(format!("shell syntax {c:?} is not supported in a console block"))
+                return Err(format!(
+                    "shell syntax {c:?} is not supported in a console block"
+                ))
             }
             c if c.is_whitespace() => {
                 if in_word {
@@ -118,13 +120,21 @@ fn split_words(s: &str) -> Result<Vec<String>, String> {
 
 /// The commands of every ```console block of one file.
 fn parse_file(root: &Path, path: &Path) -> Result<Vec<DocCommand>, String> {
-    let rel = path.strip_prefix(root).unwrap_or(path).display().to_string();
+    let rel = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{rel}: {e}"))?;
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < lines.len() {
-        if lines[i].trim_end() != "```console" {
+        // a fence may be indented (a block inside a list item): its
+        // indentation is taken off the block's lines
+        let fence = lines[i].trim_end();
+        let indent = fence.len() - fence.trim_start().len();
+        if fence.trim_start() != "```console" {
             i += 1;
             continue;
         }
@@ -132,13 +142,20 @@ fn parse_file(root: &Path, path: &Path) -> Result<Vec<DocCommand>, String> {
         i += 1;
         // the block's lines up to its closing fence
         let start = i;
-        while i < lines.len() && !lines[i].starts_with("```") {
+        while i < lines.len() && !lines[i].trim_start().starts_with("```") {
             i += 1;
         }
         if i == lines.len() {
             return Err(format!("{rel}:{block_line}: console block not closed"));
         }
-        let body = &lines[start..i];
+        let body: Vec<&str> = lines[start..i]
+            .iter()
+            .map(|l| {
+                l.get(indent..)
+                    .filter(|_| l[..indent].trim().is_empty())
+                    .unwrap_or(l.trim_start())
+            })
+            .collect();
         i += 1;
         let mut j = 0;
         if body.first().is_none_or(|l| !l.starts_with("$ ")) {
@@ -201,7 +218,12 @@ fn check(root: &Path, cmd: &DocCommand) -> Option<String> {
         .output();
     let output = match output {
         Ok(o) => o,
-        Err(e) => return Some(format!("{}:{}: `{}` did not start: {e}", cmd.file, cmd.line, cmd.text)),
+        Err(e) => {
+            return Some(format!(
+                "{}:{}: `{}` did not start: {e}",
+                cmd.file, cmd.line, cmd.text
+            ))
+        }
     };
     let mut actual = String::from_utf8_lossy(&output.stdout).into_owned();
     actual.push_str(&String::from_utf8_lossy(&output.stderr));
@@ -280,16 +302,18 @@ fn the_block_parser_reads_commands_codes_and_outputs() {
     let md = dir.path().join("x.md");
     std::fs::write(
         &md,
-        "intro\n```console\n$ qsim plan --reserve 60,50\n? 2\nqsim: bad\n$ qsim run \\\n    --only 'a b' \"c\"\nout\n\n```\n```text\n$ qsim not run\n```\n",
+        "intro\n```console\n$ qsim plan --reserve 60,50\n? 2\nqsim: bad\n$ qsim run \\\n    --only 'a b' \"c\"\nout\n\n```\n```text\n$ qsim not run\n```\n- item\n\n  ```console\n  $ qsim merge\n    indented\n  ```\n",
     )
     .unwrap();
     let cmds = parse_file(dir.path(), &md).unwrap();
-    assert_eq!(cmds.len(), 2);
+    assert_eq!(cmds.len(), 3);
     assert_eq!((cmds[0].line, cmds[0].code), (3, 2));
     assert_eq!(cmds[0].argv, ["qsim", "plan", "--reserve", "60,50"]);
     assert_eq!(cmds[0].expected, "qsim: bad\n");
     assert_eq!(cmds[1].line, 6);
     assert_eq!(cmds[1].argv, ["qsim", "run", "--only", "a b", "c"]);
     assert_eq!(cmds[1].expected, "out\n\n");
+    assert_eq!((cmds[2].line, cmds[2].argv.len()), (17, 2));
+    assert_eq!(cmds[2].expected, "  indented\n");
     assert!(split_words("qsim run | head").is_err());
 }
