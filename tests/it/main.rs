@@ -7,6 +7,7 @@ mod calibrate_hosted;
 mod calibrate_server;
 mod common;
 mod compare_cli;
+mod docs_output;
 mod fuzz_inputs;
 mod golden;
 mod hardening_budget;
