@@ -8,6 +8,7 @@ use qsim_sim::serve_model::{load_profile, HostedBackend, Profile, ServerBackend}
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// `qsim serve` arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
     /// A hosted-API profile (kind = "hosted") or a server profile (kind = "server").

@@ -37,8 +37,6 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 use std::sync::Arc;
 
-/// `qsim serve` arguments.
-
 /// The answer to a request: (max_tokens, output tokens, finish reason).
 /// The natural length comes from a stream of its own per (seed,
 /// prompt), so it does not depend on other requests.
