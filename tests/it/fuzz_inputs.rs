@@ -20,7 +20,7 @@
 //!   in-process call cannot be killed, but every validator is linear in
 //!   the input).
 //! - [`binary_cases`] ([`BINARY_CASES`]) spawns the `qsim` binary with a
-//!   hard timeout and a 2 GB address-space limit on every mutated
+//!   CPU-time limit (ulimit -t) and a 2 GB address-space limit on every mutated
 //!   experiment file and on random `plan` flag sets (`--need` and
 //!   `--e2e-p95` included), each under a small work budget
 //!   (`--max-requests` [`FUZZ_BUDGET`]): whatever the mutation, the run is
@@ -47,10 +47,22 @@ const BINARY_CASES: usize = 320;
 /// The work budget of every binary run (`--max-requests`): a fraction of a
 /// second of simulation, so every mutated case can run.
 const FUZZ_BUDGET: u64 = 400_000;
-/// A validation taking longer than this counts as a hang.
+/// A validation using more CPU time than this (its thread's, not the
+/// wall clock: a busy machine cannot fail it) counts as a hang.
 const CASE_LIMIT: Duration = Duration::from_secs(5);
-/// Timeout of one binary run.
-const BINARY_TIMEOUT: Duration = Duration::from_secs(60);
+/// CPU-time limit of one binary run (`ulimit -t`, seconds): the verdict.
+const BINARY_CPU_LIMIT_S: u32 = 60;
+/// Wall-clock guard of one binary run, only against a process that never
+/// ends without using CPU (qsim never sleeps in these runs); far above the
+/// CPU limit so that load on the machine cannot trip it.
+const BINARY_HANG_GUARD: Duration = Duration::from_secs(900);
+
+/// CPU time of the calling thread so far (`/proc/thread-self/schedstat`).
+fn thread_cpu() -> Duration {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    let ns: u64 = s.split_whitespace().next().unwrap().parse().unwrap();
+    Duration::from_nanos(ns)
+}
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -442,9 +454,9 @@ fn validate_cases() {
         let (desc, result) = if flag_case && case % 10 == 4 {
             let argv = plan_flags(&mut rng, false);
             let desc = argv.join(" ");
-            let t = Instant::now();
+            let t = thread_cpu();
             let r = catch_unwind(AssertUnwindSafe(|| validate_plan(&argv)));
-            (desc, (r, t.elapsed()))
+            (desc, (r, thread_cpu().saturating_sub(t)))
         } else if flag_case && !is_model {
             let doc = toml::Value::Table(text.parse::<toml::Table>().unwrap());
             let sets: Vec<String> = (0..rng.gen_range(0..3))
@@ -473,7 +485,7 @@ fn validate_cases() {
                 }
             }
             let desc = argv.join(" ");
-            let t = Instant::now();
+            let t = thread_cpu();
             let r = catch_unwind(AssertUnwindSafe(|| {
                 let cli = <Cli as clap::Parser>::try_parse_from(&argv)
                     .map_err(|e| qsim::cli::common::usage_error_line(&e))?;
@@ -482,7 +494,7 @@ fn validate_cases() {
                 };
                 validate_experiment(&root().join(file), &opts.sets, &opts.only)
             }));
-            (desc, (r, t.elapsed()))
+            (desc, (r, thread_cpu().saturating_sub(t)))
         } else {
             let (mutated, what) = mutate(text, &mut rng);
             let name = rel.replace('/', "-");
@@ -492,7 +504,7 @@ fn validate_cases() {
                 .join(format!("fuzz-{name}"));
             std::fs::write(&path, &mutated).unwrap();
             let desc = format!("{rel}: {what}");
-            let t = Instant::now();
+            let t = thread_cpu();
             let r = catch_unwind(AssertUnwindSafe(|| {
                 if is_model {
                     validate_model(&path.display().to_string(), &path, &mutated)
@@ -500,7 +512,7 @@ fn validate_cases() {
                     validate_experiment(&path, &[], &[])
                 }
             }));
-            (desc, (r, t.elapsed()))
+            (desc, (r, thread_cpu().saturating_sub(t)))
         };
         let (r, took) = result;
         if took > slowest.0 {
@@ -550,7 +562,9 @@ fn run_binary(args: &[String]) -> Result<(Option<i32>, String), String> {
     let bin = assert_cmd::cargo::cargo_bin("qsim");
     let mut child = Command::new("sh")
         .arg("-c")
-        .arg("ulimit -v 2000000; exec \"$0\" \"$@\" > /dev/null")
+        .arg(format!(
+            "ulimit -v 2000000; ulimit -t {BINARY_CPU_LIMIT_S}; exec \"$0\" \"$@\" > /dev/null"
+        ))
         .arg(&bin)
         .args(args)
         .current_dir(root())
@@ -569,12 +583,17 @@ fn run_binary(args: &[String]) -> Result<(Option<i32>, String), String> {
                 .unwrap()
                 .read_to_string(&mut err)
                 .unwrap();
+            if st.code().is_none() {
+                return Err(format!(
+                    "killed by a signal ({st}): over {BINARY_CPU_LIMIT_S} CPU-seconds or 2 GB; {err}"
+                ));
+            }
             return Ok((st.code(), err));
         }
-        if t.elapsed() > BINARY_TIMEOUT {
+        if t.elapsed() > BINARY_HANG_GUARD {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!("timed out after {BINARY_TIMEOUT:?}"));
+            return Err(format!("still running after {BINARY_HANG_GUARD:?} (hang)"));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
