@@ -10,4 +10,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
 QSIM_FIDELITY_OUT="$PWD/docs/fidelity.md" \
-  cargo test --release --locked --test server_fidelity -- --nocapture
+  cargo test --release --locked --workspace --test it -- server_fidelity:: --nocapture

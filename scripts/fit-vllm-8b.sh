@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"
-cargo test --release --locked --test server_fidelity -- --ignored fit_vllm_8b --nocapture
+cargo test --release --locked --workspace --test it -- --ignored server_fidelity::fit_vllm_8b --nocapture
