@@ -455,7 +455,7 @@ mod tests {
     fn hosted_backend_streams_every_token_before_done() {
         let path = std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/models/databricks-claude-haiku-4-5.toml"
+            "/../../models/databricks-claude-haiku-4-5.toml"
         ));
         let Profile::Hosted(p) = load_profile(path).unwrap() else {
             panic!("hosted")
@@ -513,7 +513,7 @@ mod tests {
     fn coarse_hosted_backend_has_the_same_first_token_and_end_times() {
         let path = std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/models/databricks-claude-haiku-4-5.toml"
+            "/../../models/databricks-claude-haiku-4-5.toml"
         ));
         let Profile::Hosted(p) = load_profile(path).unwrap() else {
             panic!("hosted")
@@ -633,7 +633,7 @@ mod tests {
     /// same answers, woken at every deadline or only every 50 ms.
     #[test]
     fn late_wakeups_change_no_answer() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/models/");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/");
         for (file, gap) in [
             ("databricks-claude-haiku-4-5.toml", 5_000_000),
             ("llama-3.1-8b-h100-vllm.toml", 20_000_000),

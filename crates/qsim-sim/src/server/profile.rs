@@ -437,7 +437,7 @@ mod tests {
     use super::*;
 
     fn models() -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("models")
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models")
     }
 
     #[test]

@@ -740,7 +740,7 @@ mod tests {
     fn progress_of_the_lazy_batch_equals_the_reference() {
         let base = crate::server::load_profile(std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/models/llama-3.1-8b-h100-vllm.toml"
+            "/../../models/llama-3.1-8b-h100-vllm.toml"
         )))
         .unwrap();
         for (blocks, budget) in [(100_000, 8192), (150, 8192), (100_000, 300)] {
@@ -815,7 +815,7 @@ mod tests {
     fn lazy_batch_equals_sequence_by_sequence() {
         let base = crate::server::load_profile(std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/models/gpt-oss-20b-h100-nim.toml"
+            "/../../models/gpt-oss-20b-h100-nim.toml"
         )))
         .unwrap();
         let mut preempting = 0;
@@ -865,7 +865,7 @@ mod tests {
     fn async_scheduling_overlaps_the_cpu_and_admits_a_step_later() {
         let base = crate::server::load_profile(std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/models/gpt-oss-20b-h100-nim.toml"
+            "/../../models/gpt-oss-20b-h100-nim.toml"
         )))
         .unwrap();
         const MS: Nanos = 1_000_000;
