@@ -640,7 +640,8 @@ mod tests {
     use super::*;
 
     fn profile() -> Arc<ServerProfile> {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
+        let p =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
         Arc::new(load_profile(&p).unwrap())
     }
 
