@@ -251,7 +251,9 @@ fn drive(
 /// The capacity buckets' total depth, from the configuration as
 /// docs/limiter.md sizes them (not from the limiter): each bucket's share
 /// of the burst `B`, at least one second of its own rate and one unit;
-/// strict-floors' `G` at least as deep as all credits (5 s of each floor).
+/// strict-floors' `G` at least as deep as all credits (5 s of each floor),
+/// one accruing credit per floor and the unreserved share (`partitioned`:
+/// one unit).
 fn depth_from_config(cfg: &LimiterConfig) -> u128 {
     let c = cfg.capacity as u128;
     let b = cfg
@@ -267,6 +269,7 @@ fn depth_from_config(cfg: &LimiterConfig) -> u128 {
         .collect();
     let credits: u128 = reserved.iter().map(|&bp| credit_from_config(cfg, bp)).sum();
     let total: u128 = reserved.iter().sum();
+    let k = reserved.len() as u128;
     let pool = if total < 10_000 {
         share(10_000 - total)
     } else {
@@ -274,10 +277,10 @@ fn depth_from_config(cfg: &LimiterConfig) -> u128 {
     };
     match cfg.semantics {
         Semantics::RateLimitOnly => share(10_000),
-        Semantics::StrictFloors => share(10_000).max(credits),
+        Semantics::StrictFloors => share(10_000).max(credits + k + share(10_000 - total)),
         Semantics::Partitioned => {
             (if total > 0 {
-                share(total).max(credits)
+                share(total).max(credits + k + 1)
             } else {
                 0
             }) + pool

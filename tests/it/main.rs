@@ -24,6 +24,7 @@ mod plan_callers;
 mod plan_cli;
 mod plan_edges;
 mod plan_enforce;
+mod plan_proxy_agree;
 mod plot_figures;
 mod plot_unit;
 mod plots_cli;

@@ -380,13 +380,21 @@ proptest! {
             if before != after {
                 return Err(format!("at {now}: a {limit:?} denial changed the state"));
             }
+            let never = before.params().never_fits(req);
             if retry_at == NEVER {
                 let (_, need) = charge(tokens, cfg.accounting, req.input_tokens, req.max_tokens);
                 let own_too_big = own_needs(&cfg, req).into_iter().any(|(depth, n)| n > depth);
                 let ok = limit == Limit::MaxInputTokens || own_too_big || need > most[req.consumer];
-                return if ok { Ok(()) } else {
+                return if !ok {
                     Err(format!("at {now}: {limit:?} denial of {req:?} (needs {need} ≤ {}) says never retry", most[req.consumer]))
+                } else if never.is_none() {
+                    Err(format!("at {now}: {limit:?} denial of {req:?} says never retry, never_fits says it fits"))
+                } else {
+                    Ok(())
                 };
+            }
+            if let Some(n) = never {
+                return Err(format!("at {now}: never_fits says {n:?} for {req:?}, decide says retry at {retry_at}"));
             }
             if retry_at <= now {
                 return Err(format!("at {now}: retry_at {retry_at} not in the future"));
@@ -406,7 +414,10 @@ proptest! {
 }
 
 /// Per consumer, the largest capacity need that waiting can always satisfy
-/// (from the configuration): a need at or below it must never get `NEVER`.
+/// (from the configuration, by the reference sizes): a need at or below it
+/// must never get `NEVER`, one above it always does. When idle every bucket
+/// is full; a strict-floors / partitioned borrower must leave every other
+/// credit, and its own accruing one, in `G`.
 fn largest_request_that_can_wait(cfg: &LimiterConfig) -> Vec<u64> {
     let b = buckets(cfg);
     let credits: u64 = b.floor.iter().flatten().map(|s| s.depth).sum();
@@ -418,11 +429,10 @@ fn largest_request_that_can_wait(cfg: &LimiterConfig) -> Vec<u64> {
             match cfg.semantics {
                 Semantics::RateLimitOnly => d(b.pool),
                 Semantics::Partitioned if cs.reserved_bp == 0 => d(b.pool),
-                // G must keep every credit (each with the one accruing)
                 Semantics::StrictFloors | Semantics::Partitioned => {
-                    let borrow =
-                        d(b.g).saturating_sub(credits + b.floor.iter().flatten().count() as u64);
-                    borrow.max(d(b.floor[c]))
+                    let own = d(b.floor[c]);
+                    let keep = credits - own + u64::from(own > 0);
+                    own.max(d(b.g).saturating_sub(keep))
                 }
                 Semantics::LitellmPriority => b
                     .capacity(cfg.semantics)
@@ -530,6 +540,65 @@ fn lone_unreserved(cfg: &LimiterConfig) -> Option<(Shape, u64)> {
         Semantics::Partitioned => b.pool.map(|s| (s, 0)),
         Semantics::LitellmPriority if reserved_bp(cfg) == 0 => b.pool.map(|s| (s, 0)),
         Semantics::LitellmPriority => None,
+    }
+}
+
+proptest! {
+    #![proptest_config(pt(2_000))]
+
+    /// Issue 26's first case (`qsim plan --capacity 1000 --burst 3 --reserve
+    /// 30,20,30`: `G` exactly as deep as the credits, so the unreserved
+    /// consumer was refused forever while everything sat idle): over random
+    /// configurations, small bursts included, `largest_need` is the
+    /// reference's (sizes from the configuration alone); every consumer with
+    /// a share or access to the pool has at least one unit of it; on an
+    /// idle deployment a request needing exactly that much is admitted at
+    /// once and one unit more is denied with `NEVER`, as `never_fits` says.
+    #[test]
+    fn every_consumer_with_capacity_is_admitted_when_idle_and_largest_need_is_exact(
+        cfg in arb_any(), small in prop::option::of(0u64..8),
+    ) {
+        let mut cfg = cfg;
+        if small.is_some() {
+            cfg.burst = small;
+        }
+        let p = Params::new(cfg.clone()).unwrap();
+        let most = largest_request_that_can_wait(&cfg);
+        let tokens = tpm(&cfg);
+        let idle = 3 * 3600 * SECOND;
+        for (c, cs) in cfg.consumers.iter().enumerate() {
+            prop_assert_eq!(p.largest_need(c), most[c], "consumer {}", c);
+            let access = !(cfg.semantics == Semantics::Partitioned
+                && cs.reserved_bp == 0
+                && reserved_bp(&cfg) == 10_000);
+            prop_assert!(!access || most[c] >= 1, "consumer {} has no capacity: {:?}", c, cfg);
+            // the request needing `n` capacity units (one request in rpm)
+            let ask = |n: u64| Request {
+                consumer: c,
+                input_tokens: if tokens { n } else { 1 },
+                max_tokens: 0,
+            };
+            let sizes: Vec<u64> = if tokens { vec![most[c], most[c] + 1] } else { vec![1] };
+            for n in sizes {
+                let req = ask(n);
+                let never = p.never_fits(&req);
+                let d = Limiter::new(cfg.clone(), 0).unwrap().decide(idle, &req);
+                match never {
+                    // another of the consumer's limits can never hold it
+                    Some(nf) if nf.limit != Limit::Capacity => {
+                        prop_assert!(matches!(d, Decision::Deny { retry_at: NEVER, .. }), "{:?} {:?}", nf, d);
+                    }
+                    Some(nf) => {
+                        prop_assert!(n > most[c], "{:?} for a need of {} ≤ {}", nf, n, most[c]);
+                        prop_assert_eq!(d, Decision::Deny { limit: Limit::Capacity, retry_at: NEVER });
+                    }
+                    None => {
+                        prop_assert!(n <= most[c]);
+                        prop_assert!(d.is_admit(), "consumer {} needing {} ≤ {} on an idle deployment: {:?}", c, n, most[c], d);
+                    }
+                }
+            }
+        }
     }
 }
 

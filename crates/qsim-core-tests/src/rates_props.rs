@@ -51,8 +51,11 @@ fn settle(counts: Counts, acc: OutputAccounting, c: Cost, actual: u64) -> (u64, 
         return (0, 0);
     }
     match acc {
-        OutputAccounting::ReserveRefund => (c.max_tokens.saturating_sub(actual), 0),
-        OutputAccounting::ReserveNoRefund => (0, 0),
+        OutputAccounting::ReserveRefund => (
+            c.max_tokens.saturating_sub(actual),
+            actual.saturating_sub(c.max_tokens),
+        ),
+        OutputAccounting::ReserveNoRefund => (0, actual.saturating_sub(c.max_tokens)),
         OutputAccounting::OnCompletion => (0, actual),
     }
 }

@@ -101,7 +101,11 @@ pub fn buckets(cfg: &LimiterConfig) -> Buckets {
         },
         Semantics::StrictFloors => {
             let floor = credits(cfg);
-            let d = share_depth(cfg, 10_000).max(credit_sum(&floor));
+            // at least every credit, one accruing per floor and the
+            // unreserved share's depth (≥ 1)
+            let k = floor.iter().flatten().count() as u64;
+            let d =
+                share_depth(cfg, 10_000).max(credit_sum(&floor) + k + share_depth(cfg, unreserved));
             Buckets {
                 g: Some(Shape::of_rate(cfg, 10_000, d)),
                 floor,
@@ -114,7 +118,8 @@ pub fn buckets(cfg: &LimiterConfig) -> Buckets {
                 Shape::of_rate(
                     cfg,
                     reserved,
-                    share_depth(cfg, reserved).max(credit_sum(&floor)),
+                    share_depth(cfg, reserved)
+                        .max(credit_sum(&floor) + floor.iter().flatten().count() as u64 + 1),
                 )
             });
             let pool = (unreserved > 0)
@@ -169,8 +174,11 @@ pub fn charge(tokens: bool, acc: OutputAccounting, input: u64, max: u64) -> (u64
 /// What a completion settles: `(refund, extra charge)`.
 pub fn settlement(tokens: bool, acc: OutputAccounting, max: u64, actual: u64) -> (u64, u64) {
     match (tokens, acc) {
-        (false, _) | (true, OutputAccounting::ReserveNoRefund) => (0, 0),
-        (true, OutputAccounting::ReserveRefund) => (max - max.min(actual), 0),
+        (false, _) => (0, 0),
+        (true, OutputAccounting::ReserveRefund) => {
+            (max - max.min(actual), actual.saturating_sub(max))
+        }
+        (true, OutputAccounting::ReserveNoRefund) => (0, actual.saturating_sub(max)),
         (true, OutputAccounting::OnCompletion) => (0, actual),
     }
 }

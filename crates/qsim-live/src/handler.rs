@@ -242,22 +242,16 @@ async fn read(
             ))
         }
     };
-    let stated = body
-        .get("max_tokens")
-        .or_else(|| body.get("max_completion_tokens"));
-    let max_tokens = match stated {
-        None | Some(Value::Null) => gen.cfg.default_max_tokens,
-        Some(v) => match v.as_i64() {
-            Some(n) if n > 0 => n as u64,
-            _ => {
-                return Err(invalid(
-                    app,
-                    StatusCode::BAD_REQUEST,
-                    "invalid_max_tokens",
-                    &format!("max_tokens must be a positive integer, got {v}"),
-                ))
-            }
-        },
+    let max_tokens = match output_bound(&body, gen.cfg.default_max_tokens) {
+        Ok(n) => n,
+        Err(e) => {
+            return Err(invalid(
+                app,
+                StatusCode::BAD_REQUEST,
+                "invalid_max_tokens",
+                &e,
+            ))
+        }
     };
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
     let input_tokens = estimate::input_tokens(&body);
@@ -289,6 +283,38 @@ async fn read(
         input_tokens,
         stream,
     })
+}
+
+/// The fields that cap a request's output tokens (OpenAI chat and
+/// completions, the Responses API, Databricks serving endpoints): the
+/// upstream may honour any of them, so the largest one stated is the bound.
+const OUTPUT_CAPS: [&str; 3] = ["max_tokens", "max_completion_tokens", "max_output_tokens"];
+/// The fields that multiply it (choices returned, candidates generated).
+const OUTPUT_MULTIPLIERS: [&str; 2] = ["n", "best_of"];
+
+/// The most output tokens a request body allows the upstream to produce,
+/// which the limiter reserves: the largest stated cap (a `null` one is not
+/// stated; none stated: `default`) times the largest multiplier. A cap that
+/// is not a positive integer is an error naming the field.
+pub fn output_bound(body: &Value, default: u64) -> Result<u64, String> {
+    let field = |f: &str| -> Result<Option<u64>, String> {
+        match body.get(f) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n > 0 => Ok(Some(n)),
+                _ => Err(format!("{f} must be a positive integer, got {v}")),
+            },
+        }
+    };
+    let mut cap = None;
+    for f in OUTPUT_CAPS {
+        cap = cap.max(field(f)?);
+    }
+    let mut mult = 1;
+    for f in OUTPUT_MULTIPLIERS {
+        mult = mult.max(field(f)?.unwrap_or(1));
+    }
+    Ok(cap.unwrap_or(default).saturating_mul(mult))
 }
 
 /// The admission decision (at once, or held by `wait.rs`): the admitted
@@ -421,7 +447,7 @@ async fn admission(
                 }
                 .into();
             });
-            let r = limited(gen, consumer, limit, retry_at, now, input_tokens);
+            let r = limited(gen, &lreq, limit, retry_at, now);
             let own = arrived.elapsed().saturating_sub(held);
             app.metrics.overhead.observe(own.as_secs_f64());
             return Err(r);
@@ -612,5 +638,35 @@ mod tests {
         );
         h.insert("x-stainless-timeout", HeaderValue::from_static("-1"));
         assert_eq!(deadline(None, &h), Some(Duration::from_secs(600)));
+    }
+
+    /// Issue 26 (2): `{"max_tokens": 1, "max_completion_tokens": 90000}`
+    /// reserved 1 token; `"max_tokens": null` fell back to the default even
+    /// with `max_completion_tokens` set; `n` was ignored.
+    #[test]
+    fn the_largest_output_cap_times_the_choices_is_reserved() {
+        let b = |v: Value| output_bound(&v, 256);
+        assert_eq!(
+            b(json!({"max_tokens": 1, "max_completion_tokens": 90000})),
+            Ok(90000)
+        );
+        assert_eq!(
+            b(json!({"max_tokens": null, "max_completion_tokens": 700})),
+            Ok(700)
+        );
+        assert_eq!(b(json!({"max_output_tokens": 50})), Ok(50));
+        assert_eq!(b(json!({})), Ok(256));
+        assert_eq!(b(json!({"n": 4})), Ok(1024));
+        assert_eq!(b(json!({"max_tokens": 10, "n": 3, "best_of": 5})), Ok(50));
+        assert_eq!(b(json!({"max_tokens": u64::MAX, "n": 2})), Ok(u64::MAX));
+        for bad in [
+            json!({"max_completion_tokens": 0}),
+            json!({"max_tokens": "9"}),
+            json!({"n": -1}),
+            json!({"max_tokens": 1.5}),
+        ] {
+            let e = b(bad.clone()).unwrap_err();
+            assert!(e.contains("must be a positive integer"), "{bad}: {e}");
+        }
     }
 }

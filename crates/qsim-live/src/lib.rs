@@ -64,8 +64,12 @@ mod sync;
 pub mod tls;
 mod wait;
 
+/// How the proxy compiles its config's limiter (with its lease).
+pub use app::compile as compile_limiter;
 pub use config::{LimitShape, OnLimit, ProxyConfig};
 pub use drift::{DriftConfig, ShadowFactory};
+/// The output tokens the proxy reserves for a request body.
+pub use handler::output_bound;
 pub use hyper::Uri;
 /// The retry hint the proxy announces (whole milliseconds, rounded up);
 /// `qsim whatif` replays callers with it.

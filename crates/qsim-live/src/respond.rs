@@ -8,7 +8,7 @@ use crate::config::LimitShape;
 use crate::http::{error, json_response, json_str, RespBody};
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Response, StatusCode};
-use qsim_core::limiter::admission::{Limit, Unit};
+use qsim_core::limiter::admission::{Limit, NeverFits, Request as LimRequest, Unit};
 use qsim_core::time::{Nanos, NEVER};
 
 /// Milliseconds from `now` to `retry_at`, rounded up.
@@ -16,27 +16,23 @@ pub fn wait_ms(retry_at: Nanos, now: Nanos) -> u64 {
     retry_at.saturating_sub(now).div_ceil(1_000_000)
 }
 
-/// The answer to a request denied by `limit` until `retry_at`.
+/// The answer to a request denied by `limit` until `retry_at`: a 429, or,
+/// when no wait can ever admit it (`retry_at` is `NEVER`), a 400 saying
+/// which limit it can never fit and by how much (a 403 when the consumer has
+/// no capacity at all), so that no client retries it.
 pub fn limited(
     gen: &Gen,
-    consumer: usize,
+    req: &LimRequest,
     limit: Limit,
     retry_at: Nanos,
     now: Nanos,
-    input_tokens: u64,
 ) -> Response<RespBody> {
+    let consumer = req.consumer;
     let name = &gen.names[consumer];
-    if limit == Limit::MaxInputTokens {
-        let m = gen.cfg.limiter.consumers[consumer]
-            .policy
-            .max_input_tokens
-            .unwrap_or(0);
-        return error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "max_input_tokens",
-            &format!("{name}: the prompt (~{input_tokens} tokens) exceeds max_input_tokens = {m}"),
-        );
+    if retry_at == NEVER {
+        if let Some(nf) = gen.params.never_fits(req) {
+            return never_fits(gen, name, nf);
+        }
     }
     match gen.cfg.limit_shape {
         LimitShape::Fmapi => {
@@ -51,15 +47,26 @@ pub fn limited(
         }
         LimitShape::OpenAi => {
             let ms = wait_ms(retry_at, now);
+            let pol = gen.cfg.limiter.consumers[consumer].policy;
+            let (kind, lim) = match limit {
+                Limit::Rpm => ("requests", pol.rpm),
+                Limit::TokensPerHour => ("tokens", pol.tokens_per_hour),
+                Limit::Concurrent => ("requests", pol.concurrent.map(u64::from)),
+                _ => match gen.cfg.limiter.unit {
+                    Unit::Rpm => ("requests", Some(gen.cfg.limiter.capacity)),
+                    Unit::Tpm => ("tokens", Some(gen.cfg.limiter.capacity)),
+                },
+            };
             let msg = format!(
                 "Rate limit reached for consumer {name} on {}: retry in {}.{:03} s",
                 limit.name(),
                 ms / 1000,
                 ms % 1000
             );
+            // OpenAI's `type`: which kind of limit was reached
             let mut r = error(
                 StatusCode::TOO_MANY_REQUESTS,
-                "requests",
+                kind,
                 "rate_limit_exceeded",
                 &msg,
             );
@@ -74,16 +81,6 @@ pub fn limited(
                     HeaderValue::from(ms),
                 );
             }
-            let pol = gen.cfg.limiter.consumers[consumer].policy;
-            let (kind, lim) = match limit {
-                Limit::Rpm => ("requests", pol.rpm),
-                Limit::TokensPerHour => ("tokens", pol.tokens_per_hour),
-                Limit::Concurrent => ("requests", pol.concurrent.map(u64::from)),
-                _ => match gen.cfg.limiter.unit {
-                    Unit::Rpm => ("requests", Some(gen.cfg.limiter.capacity)),
-                    Unit::Tpm => ("tokens", Some(gen.cfg.limiter.capacity)),
-                },
-            };
             let (kl, kr, ks) = if kind == "requests" {
                 (
                     "x-ratelimit-limit-requests",
@@ -108,6 +105,50 @@ pub fn limited(
             }
             r
         }
+    }
+}
+
+/// A request no wait can admit: 400 (`request_too_large`, or
+/// `max_input_tokens` for a prompt over it), 403 when the consumer has no
+/// capacity at all.
+fn never_fits(gen: &Gen, name: &str, nf: NeverFits) -> Response<RespBody> {
+    let lim = &gen.cfg.limiter;
+    let what = |l: Limit| match l {
+        Limit::Rpm | Limit::Concurrent => "requests",
+        Limit::Capacity if lim.unit == Unit::Rpm => "requests",
+        _ => "tokens",
+    };
+    match nf.limit {
+        Limit::MaxInputTokens => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "max_input_tokens",
+            &format!(
+                "{name}: the prompt (~{} tokens) exceeds max_input_tokens = {}",
+                nf.need, nf.largest
+            ),
+        ),
+        Limit::Capacity if nf.largest == 0 => error(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "no_capacity",
+            &format!(
+                "{name}: this consumer has no capacity under {} semantics (every unit is reserved for others)",
+                lim.semantics.name()
+            ),
+        ),
+        l => error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "request_too_large",
+            &format!(
+                "{name}: this request needs {} {} of the {} limit, which can never hold more than {} for this consumer; lower max_tokens (or the prompt)",
+                nf.need,
+                what(l),
+                l.name(),
+                nf.largest
+            ),
+        ),
     }
 }
 

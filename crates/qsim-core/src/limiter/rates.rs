@@ -25,11 +25,12 @@ pub enum Counts {
 #[serde(rename_all = "snake_case")]
 pub enum OutputAccounting {
     /// Databricks FMAPI: `max_tokens` is reserved before admission; the unused
-    /// part is refunded when the response completes.
+    /// part is refunded when the response completes (output above it is
+    /// charged then).
     #[default]
     ReserveRefund,
     /// Azure OpenAI's estimate: `max_tokens` is charged at admission and
-    /// nothing is refunded.
+    /// nothing is refunded (output above it is charged at completion).
     ReserveNoRefund,
     /// Anthropic: `max_tokens` does not count; admission needs a non-empty
     /// bucket and the actual output is charged when the response completes.
@@ -99,9 +100,12 @@ impl LimitSpec {
         if !matches!(self.counts, Counts::OutputTokens | Counts::Tokens) {
             return (0, 0);
         }
+        // output above the reservation (an upstream that honoured a larger
+        // cap than the one reserved, or ignored it) is charged when known
+        let over = actual_output.saturating_sub(c.max_tokens);
         match self.accounting {
-            OutputAccounting::ReserveRefund => (c.max_tokens.saturating_sub(actual_output), 0),
-            OutputAccounting::ReserveNoRefund => (0, 0),
+            OutputAccounting::ReserveRefund => (c.max_tokens.saturating_sub(actual_output), over),
+            OutputAccounting::ReserveNoRefund => (0, over),
             OutputAccounting::OnCompletion => (0, actual_output),
         }
     }

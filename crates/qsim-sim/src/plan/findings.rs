@@ -191,7 +191,6 @@ fn size_findings(file: &SharedFile) -> Vec<Finding> {
     let Ok(p) = crate::limiter::admission::Params::new(l.clone()) else {
         return v;
     };
-    let depth = p.total_depth();
     for c in &l.consumers {
         let floor = l.capacity as f64 * c.reserved_bp as f64 / BP_FULL as f64;
         if c.reserved_bp > 0 && floor < 1.0 {
@@ -205,60 +204,55 @@ fn size_findings(file: &SharedFile) -> Vec<Finding> {
             ));
         }
     }
-    if l.unit == crate::limiter::admission::Unit::Tpm {
-        let input = file.input_tokens.mean().max(1.0);
-        let reserve = match l.accounting {
-            crate::limiter::rates::OutputAccounting::OnCompletion => 0.0,
-            _ => file.max_tokens as f64,
-        };
-        let charge = input + reserve;
-        if charge > depth as f64 {
-            v.push(f(
-                Level::Error,
-                format!(
-                    "a request charges about {charge:.0} tokens at admission (input {input:.0}{}), more than the deployment's buckets hold ({depth} tokens at capacity {} TPM): no request can ever be admitted; raise capacity, --burst or lower max_tokens",
-                    if reserve > 0.0 { format!(" + max_tokens {reserve:.0} reserved") } else { String::new() },
-                    l.capacity
-                ),
-            ));
+    // what a typical request needs of capacity at admission (the core's
+    // charge rule), against the most each consumer can ever be admitted
+    // with (the core's `largest_need`): the proxy answers a larger one 400
+    let tokens = l.unit == crate::limiter::admission::Unit::Tpm;
+    let input = file.input_tokens.mean().max(1.0).round() as u64;
+    let need = l
+        .deploy_spec()
+        .admit_charge(crate::limiter::rates::Cost {
+            input_tokens: input,
+            max_tokens: file.max_tokens,
+        })
+        .1;
+    let never: Vec<String> = l
+        .consumers
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| p.largest_need(i) < need)
+        .map(|(i, c)| format!("{} ({})", c.name, p.largest_need(i)))
+        .collect();
+    if !never.is_empty() {
+        let what = if tokens {
+            format!("about {need} tokens at admission (input {input} + what the accounting reserves of max_tokens {})", file.max_tokens)
         } else {
-            let small: Vec<String> = l
-                .consumers
-                .iter()
-                .enumerate()
-                .filter(|(i, c)| c.reserved_bp > 0 && (p.floor_depth(*i) as f64) < charge)
-                .map(|(i, c)| format!("{} ({})", c.name, p.floor_depth(i)))
-                .collect();
-            if !small.is_empty() {
-                v.push(f(
-                    Level::Warn,
-                    format!(
-                        "a request charges about {charge:.0} tokens, more than the floor credits of {} tokens hold: those floors cannot admit a request by themselves and only borrowing does",
-                        small.join(", ")
-                    ),
-                ));
-            }
-        }
-    }
-    let reserved = l.consumers.iter().filter(|c| c.reserved_bp > 0).count() as u64;
-    if matches!(
-        l.semantics,
-        Semantics::StrictFloors | Semantics::Partitioned
-    ) && reserved > 0
-        && depth <= reserved
-        && l.unit == crate::limiter::admission::Unit::Rpm
-    {
-        let floors: f64 = l
-            .consumers
-            .iter()
-            .map(|c| l.capacity as f64 * c.reserved_bp as f64 / BP_FULL as f64)
-            .sum();
+            "one request".to_string()
+        };
         v.push(f(
-            Level::Warn,
+            Level::Error,
             format!(
-                "the deployment bucket holds {depth} units, and the {reserved} floors always keep one accruing credit each in it: nothing beyond the floors is lent out, so under load only the floors ({floors:.1} {u} in total) are admitted and the unreserved pool gets nothing; raise capacity or --burst above {reserved}"
+                "a request needs {what}, more than can ever be admitted for {} {u}: the proxy refuses every such request (400) whatever the wait; raise capacity, --burst or lower max_tokens",
+                never.join(", ")
             ),
         ));
+    } else if tokens {
+        let small: Vec<String> = l
+            .consumers
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| c.reserved_bp > 0 && p.floor_depth(*i) < need)
+            .map(|(i, c)| format!("{} ({})", c.name, p.floor_depth(i)))
+            .collect();
+        if !small.is_empty() {
+            v.push(f(
+                Level::Warn,
+                format!(
+                    "a request charges about {need} tokens, more than the floor credits of {} tokens hold: those floors cannot admit a request by themselves and only borrowing does",
+                    small.join(", ")
+                ),
+            ));
+        }
     }
     v
 }

@@ -153,11 +153,12 @@ pub fn table(p: &Plan) -> String {
     let cap = l.capacity as f64;
     let u = l.unit.name().to_uppercase();
     let mut s = String::new();
-    // the deployment bucket is at least as deep as the floors' credits, so
-    // at tiny capacities it is deeper than the burst headroom asked for
+    // the deployment bucket holds the floors' credits, the one each is
+    // accruing and the pool beyond them, so with a small burst it is deeper
+    // than the burst headroom asked for
     let depth = p.runs.first().map_or(0, |r| r.limited.burst_depth);
     let depth_note = if depth > l.burst_units() {
-        format!(" (bucket depth {depth}: at least one credit per floor)")
+        format!(" (bucket depth {depth}: the floors' credits and a pool beyond them)")
     } else {
         String::new()
     };

@@ -21,7 +21,6 @@ use crate::client::{Call, CallerPolicy, Layer, Next, PoolShared, Reply, Send as 
 use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng, Timed};
 use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
-use crate::limiter::rates::OutputAccounting;
 use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
 use crate::work::{Tally, UNITS_PER_REQUEST};
 use std::cmp::Reverse;
@@ -492,6 +491,7 @@ pub fn run_scenario_probed(
     let seconds = sc.duration.div_ceil(NS_PER_SEC) as usize;
     // the configuration was validated when the file or flags were read
     let mut lim = limiter.map(|c| Limiter::new(c.clone(), 0).expect("validated limiter config"));
+    let deploy = cfg.deploy_spec();
     let mut tok_rng: Vec<Rng> = (0..n).map(|c| token_stream(seed, sc, c)).collect();
     let mut arr_rng: Vec<Vec<Option<OpenArrivals>>> = Vec::new();
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
@@ -644,23 +644,15 @@ pub fn run_scenario_probed(
                         let m = (now / MINUTE) as usize;
                         out[c].offered += 1;
                         out[c].offered_per_min[m] += 1;
-                        let units = match (cfg.unit, cfg.accounting) {
-                            (crate::limiter::Unit::Rpm, _) => 1,
-                            (crate::limiter::Unit::Tpm, OutputAccounting::OnCompletion) => {
-                                r.input as u64
-                            }
-                            (crate::limiter::Unit::Tpm, _) => r.input as u64 + file.max_tokens,
+                        let lreq = crate::limiter::admission::Request {
+                            consumer: c,
+                            input_tokens: r.input as u64,
+                            max_tokens: file.max_tokens,
                         };
+                        let units = deploy.admit_charge(lreq.cost()).0;
                         out[c].offered_units_per_min[m] += units;
                         let decision = match lim.as_mut() {
-                            Some(l) => l.decide(
-                                now,
-                                &crate::limiter::admission::Request {
-                                    consumer: c,
-                                    input_tokens: r.input as u64,
-                                    max_tokens: file.max_tokens,
-                                },
-                            ),
+                            Some(l) => l.decide(now, &lreq),
                             None => Decision::Admit(Grant {
                                 consumer: c,
                                 source: crate::limiter::admission::Source::Pool,
@@ -736,18 +728,19 @@ pub fn run_scenario_probed(
             debug_assert!(matches!(done, Next::Done(_)));
             let c = r.consumer as usize;
             out[c].completed += 1;
-            if cfg.unit == crate::limiter::Unit::Tpm && r.grant.is_some() {
-                // settle the admission minute's units like the limiter does:
-                // refund unused max_tokens, or add output counted on completion
-                let u = &mut out[c].admitted_units_per_min[r.adm_min as usize];
-                match cfg.accounting {
-                    OutputAccounting::ReserveRefund => {
-                        *u =
-                            u.saturating_sub(file.max_tokens.saturating_sub(d.output_tokens as u64))
-                    }
-                    OutputAccounting::ReserveNoRefund => {}
-                    OutputAccounting::OnCompletion => *u += d.output_tokens as u64,
+            if let Some(g) = r.grant.as_ref() {
+                // settle the admission minute's units as the limiter does
+                // (the core's rule: refund unused max_tokens, charge output
+                // counted on completion or above the reservation)
+                let cost = crate::limiter::admission::Request {
+                    consumer: c,
+                    input_tokens: g.input_tokens,
+                    max_tokens: g.max_tokens,
                 }
+                .cost();
+                let (refund, extra) = deploy.settle(cost, d.output_tokens as u64);
+                let u = &mut out[c].admitted_units_per_min[r.adm_min as usize];
+                *u = u.saturating_sub(refund) + extra;
             }
             server.completed += 1;
             server.output_tokens += d.output_tokens as u64;

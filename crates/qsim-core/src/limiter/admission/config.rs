@@ -2,7 +2,8 @@
 //! threshold, burst, semantics, accounting and the consumers (names,
 //! reservations, policies). [`super::Params`] compiles it once.
 
-use crate::limiter::rates::OutputAccounting;
+use crate::limiter::rates::{Counts, LimitSpec, OutputAccounting};
+use crate::time::NS_PER_SEC;
 use serde::{Deserialize, Serialize};
 
 /// Reservations are kept in basis points (1/100 of a percent).
@@ -129,6 +130,21 @@ pub struct LimiterConfig {
 }
 
 impl LimiterConfig {
+    /// How a request is charged against capacity: the deployment's limit
+    /// (units per minute) with its accounting. Its `admit_charge` and
+    /// `settle` are the rules every driver counts capacity units by.
+    pub fn deploy_spec(&self) -> LimitSpec {
+        LimitSpec {
+            name: "capacity".into(),
+            counts: match self.unit {
+                Unit::Rpm => Counts::Requests,
+                Unit::Tpm => Counts::Tokens,
+            },
+            limit: self.capacity,
+            window: 60 * NS_PER_SEC,
+            accounting: self.accounting,
+        }
+    }
     pub fn burst_units(&self) -> u64 {
         self.burst.unwrap_or_else(|| {
             ((1.0 - self.threshold).max(0.0) * self.capacity as f64).round() as u64

@@ -49,7 +49,7 @@ pub struct Request {
 }
 
 impl Request {
-    pub(super) fn cost(&self) -> Cost {
+    pub fn cost(&self) -> Cost {
         Cost {
             input_tokens: self.input_tokens,
             max_tokens: self.max_tokens,

@@ -93,6 +93,55 @@ use crate::time::{Nanos, NEVER};
 use semantics::capacity;
 use std::sync::Arc;
 
+/// Why a request can never be admitted, whatever the wait (the denial
+/// [`decide`] gives it carries `NEVER`): the limit, what the request needs
+/// of it and the most it can ever hold for this consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NeverFits {
+    pub limit: Limit,
+    pub need: u64,
+    pub largest: u64,
+}
+
+impl Params {
+    /// `Some` iff no wait can admit `req`: its input is over
+    /// `max_input_tokens`, or its charge is over the depth of one of the
+    /// consumer's own buckets, or its capacity need is over
+    /// [`Params::largest_need`]. Exactly the requests [`decide`] denies with
+    /// `NEVER` (a property test holds the two together).
+    pub fn never_fits(&self, req: &Request) -> Option<NeverFits> {
+        let c = req.consumer;
+        if let Some(m) = self.cfg.consumers[c].policy.max_input_tokens {
+            if req.input_tokens > m {
+                return Some(NeverFits {
+                    limit: Limit::MaxInputTokens,
+                    need: req.input_tokens,
+                    largest: m,
+                });
+            }
+        }
+        let cost = req.cost();
+        for o in &self.own[c] {
+            let (_, need) = o.spec.admit_charge(cost);
+            let largest = self.buckets[o.slot].capacity();
+            if need > largest {
+                return Some(NeverFits {
+                    limit: o.kind,
+                    need,
+                    largest,
+                });
+            }
+        }
+        let (_, need) = self.deploy.admit_charge(cost);
+        let largest = self.largest_need(c);
+        (need > largest).then_some(NeverFits {
+            limit: Limit::Capacity,
+            need,
+            largest,
+        })
+    }
+}
+
 /// An admission worked out on a read-only state, applied by [`apply`].
 struct Admission {
     t: Nanos,

@@ -3,7 +3,7 @@
 //! (their capacity and refill window) and what each one means; the
 //! [`State`](super::State) holds only their levels.
 
-use super::config::{LimiterConfig, Semantics, Unit};
+use super::config::{LimiterConfig, Semantics};
 use super::decision::Limit;
 use super::layout::{Layout, MINUTE};
 use crate::limiter::bucket::BucketSpec;
@@ -53,16 +53,7 @@ impl Params {
     /// the layout): the consumers' own limits are added after them.
     pub(super) fn assemble(cfg: LimiterConfig, lay: Layout) -> Result<Params, String> {
         let n = cfg.consumers.len();
-        let deploy = LimitSpec {
-            name: "capacity".into(),
-            counts: match cfg.unit {
-                Unit::Rpm => Counts::Requests,
-                Unit::Tpm => Counts::Tokens,
-            },
-            limit: cfg.capacity,
-            window: MINUTE,
-            accounting: cfg.accounting,
-        };
+        let deploy = cfg.deploy_spec();
         let mut buckets = lay.buckets;
         let mut own = Vec::with_capacity(n);
         let mut slots = Vec::with_capacity(n);

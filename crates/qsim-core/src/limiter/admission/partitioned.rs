@@ -18,7 +18,10 @@ use crate::time::Nanos;
 pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {
     let sum = strict_floors::credits(cfg, s, lay)?;
     let g_bp = cfg.reserved_bp_total();
-    strict_floors::deployment(s, lay, g_bp, sum)?;
+    // the reserved consumers' headroom beyond their credits: one unit
+    // (their own credits are their burst)
+    let floors = lay.floor.iter().flatten().count() as u64;
+    strict_floors::deployment(s, lay, g_bp, sum, floors, 0)?;
     let pool_bp = BP_FULL - g_bp;
     if pool_bp > 0 {
         lay.pool = Some(lay.add(s.bucket(s.depth(pool_bp), pool_bp)?));

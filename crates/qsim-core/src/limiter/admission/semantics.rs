@@ -33,6 +33,43 @@ impl Params {
         }
         Params::assemble(cfg, lay)
     }
+
+    /// The largest capacity need (units, as [`LimitSpec::admit_charge`]
+    /// counts them) that consumer `c` is always admitted with, once the
+    /// deployment has been idle long enough: a larger one can never pass
+    /// the capacity check, whatever the wait, and [`decide`](super::decide)
+    /// denies it with `NEVER`. 0 when the consumer has no capacity at all
+    /// (an unreserved consumer under `partitioned` with everything
+    /// reserved).
+    ///
+    /// When idle every bucket is full. `strict-floors` / `partitioned`: a
+    /// request its own credits cover needs only its units in `G`; a
+    /// borrower must leave in `G` every other consumer's credits and its own
+    /// accruing one (see `strict_floors.rs`).
+    ///
+    /// [`LimitSpec::admit_charge`]: crate::limiter::rates::LimitSpec::admit_charge
+    pub fn largest_need(&self, c: usize) -> u64 {
+        let depth = |i: Option<usize>| i.map_or(0, |i| self.buckets[i].capacity());
+        let own = depth(self.floor[c]);
+        match self.cfg.semantics {
+            Semantics::RateLimitOnly => depth(self.pool),
+            Semantics::Partitioned if own == 0 => depth(self.pool),
+            Semantics::StrictFloors | Semantics::Partitioned => {
+                let g = depth(self.shared);
+                let credits: u64 = self.floor.iter().map(|&i| depth(i)).sum();
+                let others = credits - own;
+                let keep = if own > 0 { others + 1 } else { others };
+                own.max(g.saturating_sub(keep))
+            }
+            Semantics::LitellmPriority => self
+                .floor
+                .iter()
+                .chain(std::iter::once(&self.pool))
+                .map(|&i| depth(i))
+                .max()
+                .unwrap_or(0),
+        }
+    }
 }
 
 /// Earliest time ≥ `from` at which `need` units can come out of capacity

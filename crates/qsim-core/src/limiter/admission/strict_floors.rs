@@ -1,5 +1,8 @@
 //! `strict-floors` (the default): one deployment bucket `G` (rate `C`, depth
-//! `max(B, Σ d_i)`) plus, per reserved consumer, a *credit* bucket (rate
+//! `max(B, Σ d_i + k + h)` for `k` floors, where `h` is the unreserved
+//! share's depth, at least one unit: beyond every credit and the one each
+//! floor is accruing, which borrowers must leave in `G`, the pool still
+//! holds `h`) plus, per reserved consumer, a *credit* bucket (rate
 //! `r_i·C`, depth `d_i` = [`CREDIT_SECONDS`] of that rate: credits guarantee
 //! the floor *rate*; the burst headroom is shared).
 //!
@@ -44,15 +47,29 @@ pub(super) fn credits(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Resu
 }
 
 /// The deployment bucket `G` of the credit holders: rate `g_bp` of
-/// capacity, at least as deep as all floor credits.
+/// capacity, at least as deep as all floor credits, plus one accruing
+/// credit per floor, plus the depth of a `pool_bp` share (at least one
+/// unit).
+///
+/// Without that headroom (`G` exactly `Σ d_i` deep, as a burst below `Σ d_i`
+/// once made it) a borrower must find `need + Σ credits` in `G`, which an
+/// idle deployment, every credit full, never holds: an unreserved consumer
+/// was refused forever while all capacity sat idle. Under load the floors
+/// claim their accruing credits too; without them in the depth, borrowing
+/// needed `G` nearly full.
 pub(super) fn deployment(
     s: &Sizing,
     lay: &mut Layout,
     g_bp: u32,
     sum_credits: u64,
+    floors: u64,
+    pool_bp: u32,
 ) -> Result<(), String> {
     if g_bp > 0 {
-        let d = s.depth(g_bp).max(sum_credits);
+        let beyond = sum_credits
+            .saturating_add(floors)
+            .saturating_add(s.depth(pool_bp));
+        let d = s.depth(g_bp).max(beyond);
         lay.shared = Some(lay.add(s.bucket(d, g_bp)?));
     }
     Ok(())
@@ -60,7 +77,15 @@ pub(super) fn deployment(
 
 pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {
     let sum = credits(cfg, s, lay)?;
-    deployment(s, lay, BP_FULL, sum)
+    let floors = lay.floor.iter().flatten().count() as u64;
+    deployment(
+        s,
+        lay,
+        BP_FULL,
+        sum,
+        floors,
+        BP_FULL - cfg.reserved_bp_total(),
+    )
 }
 
 /// Whole floor credits of consumer `j` at `t` (0 without a floor).
@@ -189,15 +214,22 @@ mod tests {
     }
 
     /// Regression (found by the property `denials_change_nothing_and_retry_times_are_exact`):
-    /// partitioned, 40 RPM, one consumer reserving 1 %: its credit and `G`
-    /// are both one unit deep, so `G` can never hold the request plus the
-    /// accruing credit; the retry time is when its own credit is whole
-    /// again (one unit per 150 s at 0.4 RPM), not `NEVER`.
+    /// partitioned, 40 RPM, one consumer reserving 1 %: its credit is one
+    /// unit deep. `G` was too (it can never hold the request plus the
+    /// accruing credit); now it holds the credit, the accruing one and one
+    /// more (3), so a second request borrows at once. The third's retry time
+    /// is when its own credit is whole again (one unit per 150 s at
+    /// 0.4 RPM), not `NEVER`.
     #[test]
     fn a_consumer_whose_credits_fill_g_is_told_when_to_retry() {
         let mut c = cfg(Semantics::Partitioned, &[100]);
         c.capacity = 40;
         let mut l = Limiter::new(c, 0).unwrap();
+        assert_eq!(
+            l.params().buckets()[l.params().capacity_slots()[0]].capacity(),
+            3
+        );
+        assert!(l.decide(0, &req(0)).is_admit());
         assert!(l.decide(0, &req(0)).is_admit());
         match l.decide(0, &req(0)) {
             Decision::Deny { limit, retry_at } => {
