@@ -145,8 +145,8 @@ enum Read {
 
 fn read_file(path: &PathBuf) -> Result<Read, ConfigError> {
     let f = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(&f, "", format!("cannot read: {e}")))?;
+    let text = qsim_sim::input::read_text(path, qsim_sim::input::Kind::Data)
+        .map_err(|e| ConfigError::new(&f, "", e))?;
     if text.trim_start().starts_with('{') {
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| ConfigError::new(&f, "", format!("not JSON: {e}")))?;

@@ -139,7 +139,8 @@ pub fn encoder() -> qsim_live::record::Encoder {
 }
 
 fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
-    let cols = qsim_results::read_parquet_text(path).map_err(|e| e.reason)?;
+    let cols =
+        qsim_results::read_parquet_text(path, &qsim_sim::input::load_data).map_err(|e| e.reason)?;
     let n = cols.first().map_or(0, |c| c.1.len());
     let col = |name: &str| -> Result<&Vec<Option<String>>, String> {
         cols.iter()
@@ -246,7 +247,7 @@ pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
         if name.ends_with(".parquet") {
             out.extend(parquet_records(&f).map_err(bad)?);
         } else {
-            let text = std::fs::read_to_string(&f).map_err(|e| bad(e.to_string()))?;
+            let text = qsim_sim::input::read_text(&f, qsim_sim::input::Kind::Data).map_err(bad)?;
             for (i, l) in text.lines().enumerate() {
                 if l.trim().is_empty() {
                     continue;

@@ -13,6 +13,7 @@ mod golden;
 mod hardening_budget;
 mod hist_props;
 mod hosted_swarm;
+mod input_bounds;
 mod limiter_props;
 mod limiter_shared_state;
 mod live_end_to_end;

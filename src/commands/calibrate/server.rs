@@ -198,8 +198,8 @@ fn secs_of(file: &str, key: &str, x: &Value) -> Result<f64, ConfigError> {
 /// Read and check one vLLM benchmark result file.
 pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| field_err(&file, "", format!("cannot read: {e}")))?;
+    let text = qsim_sim::input::read_text(path, qsim_sim::input::Kind::Data)
+        .map_err(|e| field_err(&file, "", e))?;
     let v: Value =
         serde_json::from_str(&text).map_err(|e| field_err(&file, "", format!("not JSON: {e}")))?;
     if !v.is_object() {
@@ -1332,8 +1332,8 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
             .unwrap_or("server")
             .to_string();
         let name = a.name.clone().unwrap_or(format!("{base_name}-calibrated"));
-        let text = std::fs::read_to_string(&a.profile)
-            .map_err(|e| field_err(&base_file, "", format!("cannot read: {e}")))?;
+        let text = qsim_sim::input::read_text(&a.profile, qsim_sim::input::Kind::Config)
+            .map_err(|e| field_err(&base_file, "", e))?;
         let files: Vec<String> = pr.fit.iter().map(|b| b.file.clone()).collect();
         let mut comment = format!(
             "Fitted by `qsim calibrate server --profile {base_file}` to {}.\nObjective Σ ln(sim/obs)²/σ² over mean TTFT, ITL, E2E: {:.5}; saturation {} req/s.",

@@ -189,6 +189,38 @@ pub fn parse_capacity(c: &str) -> Result<u64, ConfigError> {
     Ok(v as u64)
 }
 
+/// The deepest burst headroom a plan accepts, in minutes of capacity: a
+/// year. A bucket deeper than that never refills within any plan (the
+/// scenarios last minutes to hours), and a depth near `u64::MAX` (what
+/// `--burst 18446744073709551616` becomes) overflows the limiter's window
+/// arithmetic, where each admission decision then iterates up to 10,000
+/// times (about 40 CPU-seconds for the default plan, not counted by the
+/// work meter, which counts requests): refused up front instead.
+pub const MAX_BURST_MINUTES: u64 = 365 * 24 * 60;
+
+/// Refuse a burst headroom deeper than [`MAX_BURST_MINUTES`] of capacity
+/// (naming `--burst` if the flag set it, else the file's `deployment.burst`).
+pub fn check_burst(
+    source: &str,
+    from_flag: bool,
+    lim: &crate::limiter::admission::LimiterConfig,
+) -> Result<(), ConfigError> {
+    let Some(b) = lim.burst else { return Ok(()) };
+    let max = lim.capacity.saturating_mul(MAX_BURST_MINUTES);
+    if b <= max {
+        return Ok(());
+    }
+    let reason = format!(
+        "burst headroom of {b} units is deeper than a year of capacity ({max} units at {} per minute): a bucket that deep never refills within a plan; give at most {max}",
+        lim.capacity
+    );
+    Err(if from_flag {
+        flag_err("--burst", reason)
+    } else {
+        ConfigError::new(source, "deployment.burst", reason)
+    })
+}
+
 /// Default names of reserved consumers: A..Z, then AA, AB, … (as
 /// spreadsheet columns), so any number of shares gets distinct names.
 pub fn default_name(i: usize) -> String {
@@ -401,6 +433,7 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
         }
     }
     lim.validate().map_err(|r| flag_err("plan", r))?;
+    check_burst(&f.source, args.burst.is_some(), &f.limiter)?;
     for (si, s) in f.scenarios.iter().enumerate() {
         for (li, l) in s.loads.iter().enumerate() {
             if let config::Who::Named(n) = &l.who {
