@@ -172,3 +172,62 @@ fn an_oversized_file_is_refused_with_the_cap() {
     let name = f.display().to_string();
     refused_within(&["run", &name], 20, &[&name, "larger than 64 MiB"]);
 }
+
+/// CPU time of the calling thread so far (`/proc/thread-self/schedstat`):
+/// what a busy machine does not inflate, unlike the wall clock.
+fn thread_cpu() -> std::time::Duration {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").expect("schedstat");
+    let ns: u64 = s.split_whitespace().next().unwrap().parse().unwrap();
+    std::time::Duration::from_nanos(ns)
+}
+
+/// Consumers in the validation test.
+const MANY: usize = 50_000;
+/// Thread CPU time allowed to validate [`MANY`] consumers. Linear
+/// validation takes about 0.3 CPU-s here (parsing the 1 MB file
+/// included); the quadratic name checks it replaced (n²/2 name comparisons
+/// per check) took 15 CPU-s; the bound leaves a factor of ~6 for a slower
+/// machine, and CPU time is not inflated by a busy one.
+const MANY_CPU: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Validation is linear in the number of consumers (issue 26, item 7):
+/// a scenario file with 50,000 consumers, renamed by `--names` and all
+/// needed by `--need`, validates within a CPU-time bound (duplicate-name
+/// checks by a set, not by a search of the names before each).
+#[test]
+fn validation_is_linear_in_the_consumers() {
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("many.toml");
+    let mut text =
+        std::fs::read_to_string(root().join("experiments/shared-deployment.toml")).unwrap();
+    for i in 0..MANY {
+        text.push_str(&format!(
+            "\n[[consumer]]\nname = \"c{i}\"\nreserved_pct = 0\n"
+        ));
+    }
+    std::fs::write(&f, text).unwrap();
+    let mut names: Vec<String> = ["A", "B", "C", "dev"].map(String::from).to_vec();
+    names.extend((0..MANY).map(|i| format!("n{i}")));
+    let need: Vec<String> = names.iter().map(|n| format!("{n}=1")).collect();
+    let spec = qsim_sim::plan::PlanSpec {
+        scenarios: Some(f),
+        // the scenarios' loads name A, B, C and dev: keep those names
+        names: Some(names.join(",")),
+        model: Some("ideal".into()),
+        seeds: 1,
+        ..Default::default()
+    };
+    let t0 = thread_cpu();
+    let (file, _) = qsim_sim::plan::build(&spec).expect("valid");
+    let needs = qsim_sim::plan::parse_need(&need.join(",")).expect("valid");
+    let cpu = thread_cpu() - t0;
+    assert_eq!(file.limiter.consumers.len(), MANY + 4);
+    assert_eq!(needs.len(), MANY + 4);
+    eprintln!("validated {} consumers in {cpu:?} of CPU time", MANY + 4);
+    assert!(cpu < MANY_CPU, "{cpu:?} of CPU time for {MANY} consumers");
+    // a duplicate is still found, and named
+    let e = qsim_sim::plan::parse_need("a=1,b=1,a=2")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("a given twice"), "{e}");
+}

@@ -238,6 +238,7 @@ pub fn default_name(i: usize) -> String {
 /// A parsed `--need A=250,B=150`: (consumer name, units per minute).
 pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
     let mut v = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for part in s.split(',') {
         let (n, x) = part
             .split_once('=')
@@ -256,7 +257,7 @@ pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
                 format!("need of {n} must be > 0, got {x}"),
             ));
         }
-        if v.iter().any(|(m, _)| m == n) {
+        if !seen.insert(n) {
             return Err(flag_err("--need", format!("{n} given twice")));
         }
         v.push((n.to_string(), x));
@@ -322,8 +323,9 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
         if ns.iter().any(|x| x.is_empty()) {
             return Err(flag_err("--names", "empty name"));
         }
-        for (i, a) in ns.iter().enumerate() {
-            if ns[..i].contains(a) {
+        let mut seen = std::collections::HashSet::with_capacity(ns.len());
+        for a in ns {
+            if !seen.insert(a.as_str()) {
                 return Err(flag_err("--names", format!("{a} given twice")));
             }
         }
@@ -397,8 +399,9 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
             }
             cs.push(u);
         }
-        for (i, c) in cs.iter().enumerate() {
-            if cs[..i].iter().any(|d| d.name == c.name) {
+        let mut seen = std::collections::HashSet::with_capacity(cs.len());
+        for c in &cs {
+            if !seen.insert(c.name.as_str()) {
                 let (flag, why) = if names.is_some() {
                     ("--names", String::new())
                 } else {
@@ -434,10 +437,16 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
     }
     lim.validate().map_err(|r| flag_err("plan", r))?;
     check_burst(&f.source, args.burst.is_some(), &f.limiter)?;
+    let known: std::collections::HashSet<&str> = f
+        .limiter
+        .consumers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     for (si, s) in f.scenarios.iter().enumerate() {
         for (li, l) in s.loads.iter().enumerate() {
             if let config::Who::Named(n) = &l.who {
-                if f.resolve(&l.who).is_empty() {
+                if !known.contains(n.as_str()) {
                     return Err(ConfigError::new(
                         &f.source,
                         format!("scenario.{si}.load.{li}.who"),
