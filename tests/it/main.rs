@@ -51,5 +51,6 @@ mod server_queueing;
 mod server_swarm;
 mod sweep_scale;
 mod whatif_live;
+mod whatif_restart;
 mod whatif_wait;
 mod work_budget;
