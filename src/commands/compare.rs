@@ -152,7 +152,7 @@ fn from_records(r: &Records) -> Values {
 }
 
 /// Read a records CSV or a `qsim run --format json` report.
-pub fn read_values(path: &PathBuf) -> Result<Values, ConfigError> {
+pub fn read_values(path: &std::path::Path) -> Result<Values, ConfigError> {
     match read_file(path)? {
         Read::Json(v) => Ok(v),
         Read::Records(r) => Ok(from_records(&r)),
@@ -193,7 +193,7 @@ enum Read {
     Records(Records),
 }
 
-fn read_file(path: &PathBuf) -> Result<Read, ConfigError> {
+fn read_file(path: &std::path::Path) -> Result<Read, ConfigError> {
     let f = path.display().to_string();
     let text = qsim_sim::input::read_text(path, qsim_sim::input::Kind::Data)
         .map_err(|e| ConfigError::new(&f, "", e))?;

@@ -49,9 +49,9 @@ impl Kind {
 }
 
 fn size(b: u64) -> String {
-    if b >= 1 << 30 && b % (1 << 30) == 0 {
+    if b >= 1 << 30 && b.is_multiple_of(1 << 30) {
         format!("{} GiB", b >> 30)
-    } else if b >= 1 << 20 && b % (1 << 20) == 0 {
+    } else if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{} MiB", b >> 20)
     } else {
         format!("{b} bytes")
