@@ -99,7 +99,7 @@ pub fn check(dir: &Path, force: bool) -> Result<(), CliError> {
 /// single-machine tables.
 pub fn merge(dirs: &[PathBuf], out: &Path, force: bool) -> Result<(), CliError> {
     check(out, force)?;
-    let m = qsim_results::merge::merge_dirs(dirs, command_line())
+    let m = qsim_results::merge::merge_dirs(dirs, command_line(), &qsim_sim::input::load_data)
         .map_err(|e| CliError::Config(ConfigError::new(e.what, "", e.reason)))?;
     write(out, force, &m.results, &m.manifest)
 }

@@ -465,8 +465,8 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             let mut texts = Vec::with_capacity(files.len());
             for f in &files {
                 let name = f.display().to_string();
-                let text = std::fs::read_to_string(f)
-                    .map_err(|e| CliError::Config(ConfigError::new(&name, "", e.to_string())))?;
+                let text = qsim_sim::input::read_text(f, qsim_sim::input::Kind::Data)
+                    .map_err(|e| CliError::Config(ConfigError::new(&name, "", e)))?;
                 texts.push((name, text));
             }
             let text = qsim_sim::sweep::merge(&texts)?;

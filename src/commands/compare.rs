@@ -71,12 +71,62 @@ pub struct Values {
 }
 
 impl Values {
-    fn get(&self, subject: &str, metric: &str) -> Option<Spread> {
+    /// (subject, metric) → spread, for lookups in constant time (a linear
+    /// search per metric made a comparison quadratic in the metrics).
+    fn index(&self) -> std::collections::HashMap<(&str, &str), Spread> {
         self.items
             .iter()
-            .find(|((s, m), _)| s == subject && m == metric)
-            .map(|x| x.1)
+            .map(|((s, m), v)| ((s.as_str(), m.as_str()), *v))
+            .collect()
     }
+}
+
+/// Metrics that state a run's conditions rather than its outcome: the rows
+/// a hosted experiment sends (`total`). A prediction and an observation
+/// that differ in them are different runs: every count, the elapsed time
+/// and the percentiles' sampling differ for that reason alone.
+pub const CONDITIONS: &[&str] = &["total"];
+
+/// Refuse to compare runs made under different conditions ([`CONDITIONS`]):
+/// a 5-row replay against a 200-row simulation would report every count
+/// as a disagreement of the model. Refused rather than warned about: a
+/// verdict per metric over different runs is wrong, not doubtful, and
+/// simulating the observed conditions costs a second.
+pub fn check_conditions(
+    sim_name: &str,
+    obs_name: &str,
+    sim: &Values,
+    obs: &Values,
+) -> Result<(), ConfigError> {
+    let o = obs.index();
+    for ((s, m), p) in &sim.items {
+        if !CONDITIONS.contains(&m.as_str()) {
+            continue;
+        }
+        let Some(x) = o.get(&(s.as_str(), m.as_str())) else {
+            continue;
+        };
+        if x.lo < p.lo - 1e-9 || x.hi > p.hi + 1e-9 {
+            let obs_v = if x.lo == x.hi {
+                num(x.median)
+            } else {
+                format!("{}–{}", num(x.lo), num(x.hi))
+            };
+            let sim_v = if p.lo == p.hi {
+                num(p.median)
+            } else {
+                format!("{}–{}", num(p.lo), num(p.hi))
+            };
+            return Err(ConfigError::new(
+                obs_name,
+                "",
+                format!(
+                    "{s}: observed {obs_v} rows ({m}), but the prediction {sim_name} simulated {sim_v}: these are different runs, not a prediction of this one; simulate the observed rows (qsim run ... --set rows={obs_v}) and compare again"
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn from_records(r: &Records) -> Values {
@@ -102,7 +152,7 @@ fn from_records(r: &Records) -> Values {
 }
 
 /// Read a records CSV or a `qsim run --format json` report.
-pub fn read_values(path: &PathBuf) -> Result<Values, ConfigError> {
+pub fn read_values(path: &std::path::Path) -> Result<Values, ConfigError> {
     match read_file(path)? {
         Read::Json(v) => Ok(v),
         Read::Records(r) => Ok(from_records(&r)),
@@ -143,10 +193,10 @@ enum Read {
     Records(Records),
 }
 
-fn read_file(path: &PathBuf) -> Result<Read, ConfigError> {
+fn read_file(path: &std::path::Path) -> Result<Read, ConfigError> {
     let f = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(&f, "", format!("cannot read: {e}")))?;
+    let text = qsim_sim::input::read_text(path, qsim_sim::input::Kind::Data)
+        .map_err(|e| ConfigError::new(&f, "", e))?;
     if text.trim_start().starts_with('{') {
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| ConfigError::new(&f, "", format!("not JSON: {e}")))?;
@@ -179,6 +229,16 @@ fn read_file(path: &PathBuf) -> Result<Read, ConfigError> {
         let value: f64 = rec[3].parse().map_err(|_| {
             ConfigError::new(&f, &at, format!("value {:?} is not a number", &rec[3]))
         })?;
+        if !value.is_finite() {
+            return Err(ConfigError::new(
+                &f,
+                format!("{at}, column value"),
+                format!(
+                    "{:?} is not a finite number (a record is a measured value)",
+                    &rec[3]
+                ),
+            ));
+        }
         r.push(seed, &rec[1], &rec[2], value);
     }
     if r.is_empty() {
@@ -213,6 +273,13 @@ fn from_json(f: &str, v: &Value) -> Result<Values, ConfigError> {
                 .and_then(Value::as_array)
                 .and_then(|a| Some((a.first()?.as_f64()?, a.get(1)?.as_f64()?)));
             let (lo, hi) = iv.unwrap_or((m, m));
+            if ![m, lo, hi].iter().all(|x| x.is_finite()) {
+                return Err(ConfigError::new(
+                    f,
+                    format!("experiments.{i}.{k}"),
+                    "not a finite number",
+                ));
+            }
             items.push(((name.to_string(), k.clone()), Spread { median: m, lo, hi }));
         }
     }
@@ -240,11 +307,12 @@ pub struct Row {
 
 /// Compare every (subject, metric) of `sim` that `obs` has too, in `sim`'s order.
 pub fn compare(sim: &Values, obs: &Values, tolerance: f64, metrics: &[String]) -> Vec<Row> {
+    let obs = obs.index();
     sim.items
         .iter()
         .filter(|((_, m), _)| metrics.is_empty() || metrics.contains(m))
         .filter_map(|((s, m), p)| {
-            let o = obs.get(s, m)?.median;
+            let o = obs.get(&(s.as_str(), m.as_str()))?.median;
             let error = o - p.median;
             let rel_error = (p.median != 0.0).then(|| error / p.median.abs());
             let in_interval = p.lo - 1e-9 <= o && o <= p.hi + 1e-9;
@@ -372,6 +440,12 @@ pub fn run_cli(a: CompareArgs) -> Result<(), CliError> {
     targets.check()?;
     let sim = read_values(&a.simulated)?;
     let obs = read_observed(&a.observed)?;
+    check_conditions(
+        &a.simulated.display().to_string(),
+        &observed_names(&a),
+        &sim,
+        &obs,
+    )?;
     let rows = compare(&sim, &obs, a.tolerance, &a.metric);
     if rows.is_empty() {
         return Err(ConfigError::new(

@@ -360,7 +360,7 @@ pub fn read_prompts(path: &Path, col: &str) -> Result<Vec<String>, ConfigError> 
         Some("parquet" | "pq")
     ) {
         // Parquet through qsim-results (polars)
-        return qsim_results::read_column(path, col).map_err(|e| {
+        return qsim_results::read_column(path, col, &qsim_sim::input::load_data).map_err(|e| {
             let field = if e.reason.contains(col) {
                 "--prompt-column"
             } else {
@@ -369,8 +369,8 @@ pub fn read_prompts(path: &Path, col: &str) -> Result<Vec<String>, ConfigError> 
             ConfigError::new(&f, field, e.reason)
         });
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(&f, "", format!("cannot read the rows file: {e}")))?;
+    let text = qsim_sim::input::read_text(path, qsim_sim::input::Kind::Data)
+        .map_err(|e| ConfigError::new(&f, "", e))?;
     let ext = path
         .extension()
         .and_then(|e| e.to_str())

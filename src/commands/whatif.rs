@@ -43,8 +43,15 @@
 //! **Events.** One [`EventQueue`] (the simulation engine's): at equal times,
 //! events run in the order they were scheduled.
 //!
-//! The limiter state starts empty at the window's start. Minutes are counted
-//! from the window's start (default: the first replayed request).
+//! **Restarts.** The limiter state starts empty at the window's start. A
+//! log that spans several proxy runs (their `run_unix_ms` differ: the
+//! proxy was restarted on the same directory) held a fresh in-memory
+//! limiter in each: the what-if's limiter starts afresh at each later
+//! run's start too (completions of requests admitted before it no longer
+//! credit the new state; waiting requests keep waiting), and the output
+//! says so. Runs on a shared-state clock (Redis) kept their state across
+//! restarts and are replayed as one limiter, as they ran. Minutes are
+//! counted from the window's start (default: the first replayed request).
 
 use crate::cli::common::CliError;
 use qsim_core::limiter::admission::{complete, decide, Decision, Limit, Params, Request, State};
@@ -139,7 +146,8 @@ pub fn encoder() -> qsim_live::record::Encoder {
 }
 
 fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
-    let cols = qsim_results::read_parquet_text(path).map_err(|e| e.reason)?;
+    let cols =
+        qsim_results::read_parquet_text(path, &qsim_sim::input::load_data).map_err(|e| e.reason)?;
     let n = cols.first().map_or(0, |c| c.1.len());
     let col = |name: &str| -> Result<&Vec<Option<String>>, String> {
         cols.iter()
@@ -246,7 +254,7 @@ pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
         if name.ends_with(".parquet") {
             out.extend(parquet_records(&f).map_err(bad)?);
         } else {
-            let text = std::fs::read_to_string(&f).map_err(|e| bad(e.to_string()))?;
+            let text = qsim_sim::input::read_text(&f, qsim_sim::input::Kind::Data).map_err(bad)?;
             for (i, l) in text.lines().enumerate() {
                 if l.trim().is_empty() {
                     continue;
@@ -322,6 +330,14 @@ pub struct Outcome {
     pub replayed: usize,
     pub unmatched: usize,
     pub callers_with_retries: usize,
+    /// Proxy runs among the replayed records (restarts + 1; 0 if none).
+    pub runs: usize,
+    /// Times (from the window's start) at which the what-if's limiter
+    /// started afresh: the later runs' starts (none for runs sharing their
+    /// state through a shared-state clock).
+    pub restarts: Vec<Nanos>,
+    /// The runs share one limiter state (a shared-state clock).
+    pub shared_state: bool,
 }
 
 /// One caller: its logged attempts (record indices), oldest first.
@@ -379,7 +395,11 @@ pub struct Replayed {
 
 #[derive(Clone, Copy)]
 enum Ev {
-    Complete(qsim_core::limiter::admission::Grant, u64),
+    /// A completion of a grant of the limiter of restart `.2` (ignored by
+    /// a later one).
+    Complete(qsim_core::limiter::admission::Grant, u64, usize),
+    /// A proxy restart: a fresh limiter state.
+    Restart,
     Attempt {
         chain: usize,
         k: usize,
@@ -388,11 +408,7 @@ enum Ev {
     /// A waiting request's timer or wake-up; stale unless `epoch` is its
     /// current one (a wake-up cancels its earlier timer, as the proxy's
     /// `select!` drops its sleep).
-    Wake {
-        c: usize,
-        ticket: u64,
-        epoch: u32,
-    },
+    Wake { c: usize, ticket: u64, epoch: u32 },
 }
 
 /// A waiting request: its attempt and its rules.
@@ -414,6 +430,8 @@ struct Replayer<'a> {
     chains: &'a [Chain],
     start: Nanos,
     state: State,
+    /// Restarts so far (the limiter a grant belongs to).
+    restart: usize,
     waits: Queues<usize, Held>,
     q: EventQueue<Ev>,
     table: Table,
@@ -575,7 +593,7 @@ impl Replayer<'_> {
         );
         let ch = &self.chains[chain];
         let (done, out) = (t.saturating_add(ch.duration), ch.output);
-        self.q.schedule(done, Ev::Complete(g, out));
+        self.q.schedule(done, Ev::Complete(g, out, self.restart));
     }
 
     fn refusal(&mut self, t: Nanos, chain: usize, k: usize, since: Nanos, r: Refusal) {
@@ -686,6 +704,26 @@ pub fn replay(
     }
     let minute = |t: Nanos| t.saturating_sub(start) / 60_000_000_000;
     let mut table: Table = BTreeMap::new();
+
+    // proxy runs among the replayed records: each later run's start is a
+    // restart (a fresh limiter), unless the runs share a state's clock
+    let mut run_starts: BTreeMap<u64, (Nanos, bool)> = BTreeMap::new();
+    for &(i, _, _) in &sel {
+        let r = &recs[i];
+        let off = (r.run_unix_ms - first_run) as f64 * 1e6 * r.time_scale.max(1e-9);
+        let e = run_starts
+            .entry(r.run_unix_ms)
+            .or_insert((off as Nanos, false));
+        e.1 |= r.arrival_ns > 1_000_000_000_000_000;
+    }
+    let runs = run_starts.len();
+    let shared_state = runs > 1 && run_starts.values().all(|&(_, shared)| shared);
+    // a run on a shared-state clock found the state its predecessors left
+    let restarts: Vec<Nanos> = run_starts
+        .values()
+        .filter(|&&(t, shared)| !shared && t > start && end.is_none_or(|e| t < e))
+        .map(|&(t, _)| t - start)
+        .collect();
 
     // observed
     for &(i, c, t) in &sel {
@@ -814,11 +852,16 @@ pub fn replay(
         chains: &chains,
         start,
         state: State::new(params, start),
+        restart: 0,
         waits: Queues::new(),
         q: EventQueue::new(),
         table,
         decisions: Vec::new(),
     };
+    // restarts first: at equal times, a run's first request meets its fresh limiter
+    for &t in &restarts {
+        r.q.schedule(start + t, Ev::Restart);
+    }
     for (ci, ch) in chains.iter().enumerate() {
         let t = sel[ch.attempts[0]].2;
         r.q.schedule(
@@ -832,8 +875,14 @@ pub fn replay(
     }
     while let Some((t, ev)) = r.q.pop() {
         match ev {
-            Ev::Complete(g, out) => {
-                complete(params, &mut r.state, t, &g, out);
+            Ev::Restart => {
+                r.state = State::new(params, t);
+                r.restart += 1;
+            }
+            Ev::Complete(g, out, restart) => {
+                if restart == r.restart {
+                    complete(params, &mut r.state, t, &g, out);
+                }
                 // capacity or a slot may have freed up: every head decides
                 let heads: Vec<(usize, u64, u32)> =
                     r.waits.heads().map(|(&c, k, h)| (c, k, h.epoch)).collect();
@@ -860,6 +909,9 @@ pub fn replay(
         replayed: sel.len(),
         unmatched,
         callers_with_retries,
+        runs,
+        restarts,
+        shared_state,
     }
 }
 
@@ -878,6 +930,9 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                 o.unmatched,
                 o.callers_with_retries
             );
+            if let Some(note) = runs_note(o) {
+                let _ = writeln!(s, "{note}");
+            }
             let _ = writeln!(
                 s,
                 "{:<10} {:>6}  {:>17}  {:>17}  {:>17}  {:>15}",
@@ -954,6 +1009,9 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                 "replayed": o.replayed,
                 "unmatched": o.unmatched,
                 "callers_with_retries": o.callers_with_retries,
+                "runs": o.runs,
+                "shared_state": o.shared_state,
+                "restarts_s": o.restarts.iter().map(|&t| t as f64 / 1e9).collect::<Vec<_>>(),
                 "rows": rows,
             });
             s = serde_json::to_string_pretty(&v).unwrap_or_default();
@@ -968,6 +1026,31 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
         }
     }
     Ok(s)
+}
+
+/// The line that says how a log of several proxy runs was replayed.
+pub fn runs_note(o: &Outcome) -> Option<String> {
+    if o.runs <= 1 {
+        return None;
+    }
+    if o.shared_state {
+        return Some(format!(
+            "the log spans {} proxy runs sharing their limiter state (a shared-state clock): replayed as one limiter, as they ran",
+            o.runs
+        ));
+    }
+    let at: Vec<String> = o
+        .restarts
+        .iter()
+        .map(|&t| format!("{:.1} s", t as f64 / 1e9))
+        .collect();
+    Some(format!(
+        "the log spans {} proxy runs: the what-if's limiter starts afresh at each restart, as the proxy's did ({} in the window{}{})",
+        o.runs,
+        at.len(),
+        if at.is_empty() { "" } else { ", at " },
+        at.join(", ")
+    ))
 }
 
 fn add(a: &mut Counts, b: &Counts) {

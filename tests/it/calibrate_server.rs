@@ -415,3 +415,115 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
         assert!(err.contains(want), "{fit}: {err}");
     }
 }
+
+/// Issue 26, item 6: out-of-range inputs are refused naming the file and
+/// field (a rate of 1e308 was accepted), and a fit with fewer independent
+/// observed means than coefficients is refused (five coefficients were
+/// fitted to one file silently). No live dependencies: files only.
+#[test]
+fn out_of_range_benchmarks_and_underdetermined_fits_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |v: &Value, name: &str, extra: &[&str]| {
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, v.to_string()).unwrap();
+        let fs = f.to_str().unwrap().to_string();
+        let mut a = vec!["calibrate", "server", "--profile", BASE, &fs];
+        a.extend_from_slice(&["--reps", "1", "--max-evals", "5", "--bootstrap", "0"]);
+        a.extend_from_slice(extra);
+        let (code, out, err) = qsim(&a, Duration::from_secs(120));
+        (code, out, err, fs)
+    };
+    let mut no_arrays = good_bench();
+    for k in ["input_lens", "output_lens", "ttfts", "itls", "errors"] {
+        no_arrays.as_object_mut().unwrap().remove(k);
+    }
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "rate",
+            {
+                let mut v = good_bench();
+                v["request_rate"] = 1e308.into();
+                v
+            },
+            "request_rate: must be a rate > 0 and at most 100000 requests/s",
+        ),
+        (
+            "completed",
+            {
+                let mut v = no_arrays.clone();
+                v["completed"] = 1e15.into();
+                v
+            },
+            "completed: must be a count from 1 to 1000000",
+        ),
+        (
+            "ttft",
+            {
+                let mut v = good_bench();
+                v["mean_ttft_ms"] = 1e300.into();
+                v
+            },
+            "mean_ttft_ms: ",
+        ),
+        (
+            "tokens",
+            {
+                let mut v = no_arrays.clone();
+                v["total_input_tokens"] = 1e300.into();
+                v
+            },
+            "total_input_tokens: ",
+        ),
+        (
+            "req-ttft",
+            {
+                let mut v = good_bench();
+                v["ttfts"][1] = 1e9.into();
+                v
+            },
+            "ttfts.1: ",
+        ),
+    ];
+    for (name, v, want) in cases {
+        let (code, out, err, fs) = run(&v, name, &["--fit", "compute_efficiency"]);
+        assert_eq!((code, out.as_str()), (2, ""), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("qsim: {fs}: {want}")),
+            "{name}: {err}"
+        );
+    }
+    // one file with per-request arrays: 4 independent means < 5 coefficients
+    let (code, _, err, _) = run(&good_bench(), "one", &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with(
+            "qsim: --fit: 5 coefficients (the default --fit) to fit to 4 independent observed means (1 benchmark file(s)"
+        ),
+        "{err}"
+    );
+    // without the arrays: 3
+    let (code, _, err, _) = run(
+        &no_arrays,
+        "one-means",
+        &[
+            "--fit",
+            "compute_efficiency,bandwidth_efficiency,cpu_overhead_ms,ingress_ms",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.starts_with("qsim: --fit: 4 coefficients to fit to 3 independent"),
+        "{err}"
+    );
+    // as many coefficients as means: fitted
+    let (code, _, err, _) = run(
+        &no_arrays,
+        "one-ok",
+        &[
+            "--fit",
+            "compute_efficiency,bandwidth_efficiency,cpu_overhead_ms",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+}

@@ -278,3 +278,56 @@ fn plot_and_html_of_a_comparison() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--plot"), "{err}");
 }
+
+/// Issue 26, item 6: a non-finite value is refused naming the file, row and
+/// column; a prediction of other conditions (200 rows simulated against a
+/// 5-row replay) is refused, not compared metric by metric.
+#[test]
+fn non_finite_values_and_different_runs_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let sim = run(d.path(), "sim.csv", &["--format", "csv"]);
+    for v in ["NaN", "inf", "-inf", "1e400"] {
+        let bad = d.path().join("nan.csv");
+        std::fs::write(
+            &bad,
+            format!("seed,subject,metric,value\n1,exp1-direct,ok,3\n1,exp1-direct,elapsed_s,{v}\n"),
+        )
+        .unwrap();
+        let (code, out, err) = qsim(&["compare", &sim, bad.to_str().unwrap()]);
+        assert_eq!((code, out.as_str()), (2, ""), "{v}: {err}");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "qsim: {}: row 3, column value: {v:?} is not a finite number (a record is a measured value)",
+                bad.display()
+            )
+        );
+    }
+    // 5 rows observed, 200 simulated
+    let small = run(
+        d.path(),
+        "small.csv",
+        &["--format", "csv", "--set", "rows=5"],
+    );
+    let (code, out, err) = qsim(&["compare", &sim, &small]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "qsim: {small}: exp1-direct: observed 5 rows (total)"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("simulated 200") && err.contains("--set rows=5"),
+        "{err}"
+    );
+    // the same conditions compare
+    let sim5 = run(
+        d.path(),
+        "sim5.csv",
+        &["--format", "csv", "--set", "rows=5", "--seeds", "3"],
+    );
+    let (code, _, err) = qsim(&["compare", &sim5, &small]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -1,5 +1,5 @@
 //! The documentation's command outputs are real: every ```console block in
-//! README.md and docs/guide/*.md is run with the built `qsim` binary and
+//! README.md, docs/*.md and docs/guide/*.md is run with the built `qsim` binary and
 //! compared with the block's text, so the docs cannot go stale.
 //!
 //! A block holds one or more commands, each a line `$ qsim …` (a line ending
@@ -41,17 +41,19 @@ fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The documentation files whose console blocks are checked: README.md and
-/// every docs/guide/*.md, in name order.
+/// The documentation files whose console blocks are checked: README.md,
+/// every docs/*.md and every docs/guide/*.md, in name order.
 fn doc_files(root: &Path) -> Vec<PathBuf> {
     let mut files = vec![root.join("README.md")];
-    let mut guide: Vec<PathBuf> = std::fs::read_dir(root.join("docs/guide"))
-        .expect("docs/guide is readable")
-        .map(|e| e.expect("docs/guide entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    guide.sort();
-    files.extend(guide);
+    for dir in ["docs", "docs/guide"] {
+        let mut md: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .unwrap_or_else(|e| panic!("{dir} is readable: {e}"))
+            .map(|e| e.expect("directory entry").path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        md.sort();
+        files.extend(md);
+    }
     files
 }
 

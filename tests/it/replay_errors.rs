@@ -133,10 +133,20 @@ fn replay(target: &str, exp: &str, rows: u32, extra: &[&str]) -> Out {
     assert_eq!(o.rows.len(), rows as usize, "no row lost: {:?}", o.rows);
     // the Parquet twins hold the same rows (read back with polars)
     // (a column without empty cells: `status` is empty for transport errors)
-    let rows_of = qsim_results::read_column(&out.join("attempts.parquet"), "row").unwrap();
+    let rows_of = qsim_results::read_column(
+        &out.join("attempts.parquet"),
+        "row",
+        &qsim_sim::input::load_data,
+    )
+    .unwrap();
     let csv_rows: Vec<String> = o.attempts.iter().map(|a| a["row"].clone()).collect();
     assert_eq!(rows_of, csv_rows, "attempts.parquet vs attempts.csv");
-    let rows_pq = qsim_results::read_column(&out.join("rows.parquet"), "row").unwrap();
+    let rows_pq = qsim_results::read_column(
+        &out.join("rows.parquet"),
+        "row",
+        &qsim_sim::input::load_data,
+    )
+    .unwrap();
     let csv_rows: Vec<String> = o.rows.iter().map(|r| r["row"].clone()).collect();
     assert_eq!(rows_pq, csv_rows, "rows.parquet vs rows.csv");
     o

@@ -20,18 +20,36 @@ mod read {
         )
         .unwrap();
         let want = ["hi, there", "two\nlines"];
-        assert_eq!(read_column(&pq, "prompt").unwrap(), want);
-        assert_eq!(read_column(&csv, "prompt").unwrap(), want);
-        assert_eq!(read_column(&pq, "n").unwrap(), ["1", "20"]);
-        assert_eq!(read_column(&csv, "n").unwrap(), ["1", "20"]);
+        assert_eq!(
+            read_column(&pq, "prompt", &qsim_sim::input::load_data).unwrap(),
+            want
+        );
+        assert_eq!(
+            read_column(&csv, "prompt", &qsim_sim::input::load_data).unwrap(),
+            want
+        );
+        assert_eq!(
+            read_column(&pq, "n", &qsim_sim::input::load_data).unwrap(),
+            ["1", "20"]
+        );
+        assert_eq!(
+            read_column(&csv, "n", &qsim_sim::input::load_data).unwrap(),
+            ["1", "20"]
+        );
         let jl = d.path().join("t.jsonl");
         std::fs::write(
             &jl,
             "{\"prompt\": \"hi, there\", \"n\": 1}\n\n{\"prompt\": \"two\\nlines\", \"n\": 20}\n",
         )
         .unwrap();
-        assert_eq!(read_column(&jl, "prompt").unwrap(), want);
-        assert_eq!(read_column(&jl, "n").unwrap(), ["1", "20"]);
+        assert_eq!(
+            read_column(&jl, "prompt", &qsim_sim::input::load_data).unwrap(),
+            want
+        );
+        assert_eq!(
+            read_column(&jl, "n", &qsim_sim::input::load_data).unwrap(),
+            ["1", "20"]
+        );
     }
 
     #[test]
@@ -45,22 +63,28 @@ mod read {
             )],
         )
         .unwrap();
-        let e = read_column(&pq, "b").unwrap_err().to_string();
+        let e = read_column(&pq, "b", &qsim_sim::input::load_data)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("t.parquet") && e.contains("no column \"b\" (columns: a)"),
             "{e}"
         );
-        let e = read_column(&csv, "a").unwrap_err().to_string();
+        let e = read_column(&csv, "a", &qsim_sim::input::load_data)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("row 2: no value"), "{e}");
         let jl = d.path().join("t.jsonl");
         std::fs::write(&jl, "{\"a\": 1}\nnot json\n").unwrap();
-        let e = read_column(&jl, "a").unwrap_err().to_string();
+        let e = read_column(&jl, "a", &qsim_sim::input::load_data)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2: invalid JSON"), "{e}");
-        let e = read_column(&d.path().join("t.txt"), "a")
+        let e = read_column(&d.path().join("t.txt"), "a", &qsim_sim::input::load_data)
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown format"), "{e}");
-        let e = read_column(&d.path().join("none.csv"), "a")
+        let e = read_column(&d.path().join("none.csv"), "a", &qsim_sim::input::load_data)
             .unwrap_err()
             .to_string();
         assert!(e.contains("none.csv"), "{e}");

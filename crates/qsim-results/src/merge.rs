@@ -5,6 +5,7 @@
 
 use crate::error::ResultsError;
 use crate::manifest::{sha256_hex, Manifest, MergedShard};
+use crate::read::Load;
 use crate::results::{Results, ResultsBuilder, MANIFEST, RUNS_PARQUET};
 use polars::prelude::*;
 use std::path::{Path, PathBuf};
@@ -17,17 +18,26 @@ pub struct Merged {
 
 /// Merge shard directories (any order). `command` is the merge's command
 /// line, recorded in the merged manifest with each shard's own.
-pub fn merge_dirs(dirs: &[PathBuf], command: Vec<String>) -> Result<Merged, ResultsError> {
+pub fn merge_dirs(
+    dirs: &[PathBuf],
+    command: Vec<String>,
+    load: Load,
+) -> Result<Merged, ResultsError> {
     let mut shards: Vec<(String, Manifest, PathBuf)> = Vec::new();
     for d in dirs {
         let name = d.display().to_string();
         let mpath = d.join(MANIFEST);
-        let text = std::fs::read_to_string(&mpath).map_err(|e| {
-            ResultsError::new(
-                &name,
-                format!("not a qsim output directory: cannot read {MANIFEST}: {e}"),
-            )
-        })?;
+        let text = load(&mpath)
+            .and_then(|b| String::from_utf8(b).map_err(|e| format!("not UTF-8: {e}")))
+            .map_err(|e| {
+                ResultsError::new(
+                    &name,
+                    format!(
+                        "not a qsim output directory: cannot read {MANIFEST}: {}",
+                        e.trim_start_matches("cannot read: ")
+                    ),
+                )
+            })?;
         let m = Manifest::parse(&mpath.display().to_string(), &text)?;
         if m.shard.is_none() {
             return Err(ResultsError::new(
@@ -35,7 +45,7 @@ pub fn merge_dirs(dirs: &[PathBuf], command: Vec<String>) -> Result<Merged, Resu
                 "not a shard (written without --shard I/N): nothing to merge it with",
             ));
         }
-        check_file_hash(&name, d, &text)?;
+        check_file_hash(&name, d, &text, load)?;
         shards.push((name, m, d.clone()));
     }
     let Some((first_name, first, _)) = shards.first().cloned() else {
@@ -83,7 +93,7 @@ pub fn merge_dirs(dirs: &[PathBuf], command: Vec<String>) -> Result<Merged, Resu
     shards.sort_by_key(|(_, m, _)| m.shard.map(|s| s.0));
     let mut b = ResultsBuilder::new(first.axes.clone());
     for (name, m, dir) in &shards {
-        push_runs(&mut b, name, dir, m)?;
+        push_runs(&mut b, name, dir, m, load)?;
     }
     let manifest = Manifest {
         version: first.version.clone(),
@@ -108,7 +118,7 @@ pub fn merge_dirs(dirs: &[PathBuf], command: Vec<String>) -> Result<Merged, Resu
 }
 
 /// The shard's runs.parquet must be the one its manifest lists.
-fn check_file_hash(name: &str, dir: &Path, manifest: &str) -> Result<(), ResultsError> {
+fn check_file_hash(name: &str, dir: &Path, manifest: &str, load: Load) -> Result<(), ResultsError> {
     let v: serde_json::Value = serde_json::from_str(manifest)
         .map_err(|e| ResultsError::new(name, format!("{MANIFEST}: {e}")))?;
     let want = v["files"]
@@ -117,8 +127,7 @@ fn check_file_hash(name: &str, dir: &Path, manifest: &str) -> Result<(), Results
         .and_then(|f| f["sha256"].as_str())
         .ok_or_else(|| ResultsError::new(name, format!("{MANIFEST} lists no {RUNS_PARQUET}")))?;
     let p = dir.join(RUNS_PARQUET);
-    let bytes = std::fs::read(&p)
-        .map_err(|e| ResultsError::new(p.display().to_string(), format!("cannot read: {e}")))?;
+    let bytes = load(&p).map_err(|e| ResultsError::new(p.display().to_string(), e))?;
     if sha256_hex(&bytes) != want {
         return Err(ResultsError::new(
             p.display().to_string(),
@@ -133,12 +142,13 @@ fn push_runs(
     name: &str,
     dir: &Path,
     m: &Manifest,
+    load: Load,
 ) -> Result<(), ResultsError> {
     let p = dir.join(RUNS_PARQUET);
     let what = p.display().to_string();
     let bad = |r: String| ResultsError::new(&what, r);
-    let f = std::fs::File::open(&p).map_err(|e| bad(format!("cannot read: {e}")))?;
-    let df = ParquetReader::new(f)
+    let bytes = load(&p).map_err(bad)?;
+    let df = ParquetReader::new(std::io::Cursor::new(bytes))
         .finish()
         .map_err(|e| bad(e.to_string()))?;
     let names: Vec<String> = df

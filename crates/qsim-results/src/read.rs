@@ -4,6 +4,11 @@ use crate::error::ResultsError;
 use polars::prelude::*;
 use std::path::Path;
 
+/// How a file's bytes are read: the caller's bounded reader (the binary
+/// passes `qsim_sim::input::load_data`, which reads only regular files up
+/// to a cap), so that this crate never reads an input unbounded.
+pub type Load<'a> = &'a dyn Fn(&Path) -> Result<Vec<u8>, String>;
+
 /// The file formats [`read_column`] reads, by extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -31,7 +36,7 @@ impl Format {
 /// cast to text, a JSON string as is and any other JSON value as JSON. A
 /// missing column, a missing (null or empty) value or an unreadable file is
 /// an error naming the file (and the row or line).
-pub fn read_column(path: &Path, column: &str) -> Result<Vec<String>, ResultsError> {
+pub fn read_column(path: &Path, column: &str, load: Load) -> Result<Vec<String>, ResultsError> {
     let name = path.display().to_string();
     let format = Format::of(path).ok_or_else(|| {
         ResultsError::new(
@@ -39,10 +44,11 @@ pub fn read_column(path: &Path, column: &str) -> Result<Vec<String>, ResultsErro
             "unknown format: expected a .csv, .parquet (.pq) or .jsonl (.ndjson) file",
         )
     })?;
+    let bytes = load(path).map_err(|e| ResultsError::new(&name, e))?;
     match format {
-        Format::Jsonl => read_jsonl(&name, path, column),
+        Format::Jsonl => read_jsonl(&name, bytes, column),
         Format::Csv | Format::Parquet => {
-            let df = read_frame(path, format).map_err(|e| ResultsError::new(&name, e))?;
+            let df = read_frame(bytes, format).map_err(|e| ResultsError::new(&name, e))?;
             column_text(&name, &df, column)
         }
     }
@@ -53,9 +59,10 @@ pub type TextColumns = Vec<(String, Vec<Option<String>>)>;
 
 /// Every column of a Parquet file as text (a value cast to text, `None`
 /// for a null), in the file's column order.
-pub fn read_parquet_text(path: &Path) -> Result<TextColumns, ResultsError> {
+pub fn read_parquet_text(path: &Path, load: Load) -> Result<TextColumns, ResultsError> {
     let name = path.display().to_string();
-    let df = read_frame(path, Format::Parquet).map_err(|e| ResultsError::new(&name, e))?;
+    let bytes = load(path).map_err(|e| ResultsError::new(&name, e))?;
+    let df = read_frame(bytes, Format::Parquet).map_err(|e| ResultsError::new(&name, e))?;
     df.columns()
         .iter()
         .map(|c| {
@@ -73,19 +80,17 @@ pub fn read_parquet_text(path: &Path) -> Result<TextColumns, ResultsError> {
         .collect()
 }
 
-fn read_frame(path: &Path, format: Format) -> Result<DataFrame, String> {
+fn read_frame(bytes: Vec<u8>, format: Format) -> Result<DataFrame, String> {
+    let cur = std::io::Cursor::new(bytes);
     match format {
         // every column read as text, exactly as written
         Format::Csv => CsvReadOptions::default()
             .with_has_header(true)
             .with_infer_schema_length(Some(0))
-            .try_into_reader_with_file_path(Some(path.to_path_buf()))
-            .and_then(|r| r.finish())
+            .into_reader_with_file_handle(cur)
+            .finish()
             .map_err(|e| e.to_string()),
-        Format::Parquet => {
-            let f = std::fs::File::open(path).map_err(|e| format!("cannot read file: {e}"))?;
-            ParquetReader::new(f).finish().map_err(|e| e.to_string())
-        }
+        Format::Parquet => ParquetReader::new(cur).finish().map_err(|e| e.to_string()),
         Format::Jsonl => unreachable!("JSON Lines are read with serde_json"),
     }
 }
@@ -118,9 +123,9 @@ fn column_text(name: &str, df: &DataFrame, column: &str) -> Result<Vec<String>, 
         .collect()
 }
 
-fn read_jsonl(name: &str, path: &Path, column: &str) -> Result<Vec<String>, ResultsError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ResultsError::new(name, format!("cannot read file: {e}")))?;
+fn read_jsonl(name: &str, bytes: Vec<u8>, column: &str) -> Result<Vec<String>, ResultsError> {
+    let text = String::from_utf8(bytes)
+        .map_err(|e| ResultsError::new(name, format!("cannot read file: not UTF-8: {e}")))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {

@@ -206,8 +206,8 @@ pub fn read_toml(path: &Path) -> Result<toml::Value, ConfigError> {
         note_read(&src, text);
         return parse_toml(&src, text);
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(&src, "", format!("cannot read file: {e}")))?;
+    let text = crate::input::read_text(path, crate::input::Kind::Config)
+        .map_err(|e| ConfigError::new(&src, "", e))?;
     note_read(&src, &text);
     parse_toml(&src, &text)
 }

@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod engine;
 pub mod experiment;
 pub mod hosted;
+pub mod input;
 pub mod plan;
 pub mod report;
 pub mod serve_model;

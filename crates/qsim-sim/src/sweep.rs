@@ -51,8 +51,9 @@ pub fn parse_vary(vary: &[String]) -> Result<Vec<Axis>, ConfigError> {
             }
             vals
         };
-        for (i, x) in vals.iter().enumerate() {
-            if vals[..i].contains(x) {
+        let mut seen = std::collections::HashSet::with_capacity(vals.len());
+        for x in &vals {
+            if !seen.insert(x) {
                 return Err(vary_err(v, format!("value {x} given twice")));
             }
         }

@@ -727,7 +727,8 @@ pub struct HostedFit {
 pub fn read_log(path: &std::path::Path) -> Result<(Vec<Obs>, Vec<String>, bool), ConfigError> {
     let file = path.display().to_string();
     let err = |field: &str, reason: String| ConfigError::new(&file, field, reason);
-    let mut rd = csv::Reader::from_path(path).map_err(|e| err("--log", e.to_string()))?;
+    let bytes = qsim_sim::input::load_data(path).map_err(|e| err("", e))?;
+    let mut rd = csv::Reader::from_reader(bytes.as_slice());
     let headers = rd
         .headers()
         .map_err(|e| err("--log", e.to_string()))?

@@ -150,6 +150,18 @@ pub struct Bench {
     per_request: Option<Vec<Obs>>,
 }
 
+/// The largest finite request rate read (requests per second): a faster
+/// benchmark sends its requests at once, which the file states as "inf".
+pub const MAX_RATE: f64 = 1e5;
+/// The most requests a benchmark file may state (`completed`, the arrays):
+/// each is simulated `--reps` times at every candidate of the fit.
+pub const MAX_BENCH_REQUESTS: f64 = 1e6;
+/// The largest mean latency read (`mean_*_ms`, a request's `ttfts`, the
+/// sum of its `itls`): a day.
+pub const MAX_LATENCY_S: f64 = 86_400.0;
+/// The largest mean prompt or answer read (tokens per request).
+pub const MAX_MEAN_TOKENS: f64 = 1e7;
+
 fn field_err(file: &str, field: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::new(file, field, reason)
 }
@@ -198,8 +210,8 @@ fn secs_of(file: &str, key: &str, x: &Value) -> Result<f64, ConfigError> {
 /// Read and check one vLLM benchmark result file.
 pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
     let file = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| field_err(&file, "", format!("cannot read: {e}")))?;
+    let text = qsim_sim::input::read_text(path, qsim_sim::input::Kind::Data)
+        .map_err(|e| field_err(&file, "", e))?;
     let v: Value =
         serde_json::from_str(&text).map_err(|e| field_err(&file, "", format!("not JSON: {e}")))?;
     if !v.is_object() {
@@ -214,12 +226,14 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
         Some(Value::String(s)) if s == "inf" => f64::INFINITY,
         Some(x) => x
             .as_f64()
-            .filter(|r| r.is_finite() && *r > 0.0)
+            .filter(|r| r.is_finite() && *r > 0.0 && *r <= MAX_RATE)
             .ok_or_else(|| {
                 field_err(
                     &file,
                     "request_rate",
-                    format!("must be a rate > 0 or \"inf\", got {x}"),
+                    format!(
+                        "must be a rate > 0 and at most {MAX_RATE} requests/s (\"inf\" for every request at once), got {x}"
+                    ),
                 )
             })?,
     };
@@ -240,11 +254,11 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
         ));
     }
     let completed = get_num(&file, &v, "completed")?;
-    if completed < 1.0 || completed.fract() != 0.0 {
+    if completed < 1.0 || completed.fract() != 0.0 || completed > MAX_BENCH_REQUESTS {
         return Err(field_err(
             &file,
             "completed",
-            format!("must be a count ≥ 1, got {completed}"),
+            format!("must be a count from 1 to {MAX_BENCH_REQUESTS}, got {completed}"),
         ));
     }
     let ms = |k: &str| get_num(&file, &v, k).map(|x| x / 1e3);
@@ -261,6 +275,13 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
         if x <= 0.0 {
             return Err(field_err(&file, k, "must be > 0 to fit to"));
         }
+        if x > MAX_LATENCY_S {
+            return Err(field_err(
+                &file,
+                k,
+                format!("{} ms is more than a day: not a latency to fit to", x * 1e3),
+            ));
+        }
     }
     let mut observed = Means {
         ttft,
@@ -274,6 +295,16 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
     let outs = get_array(&file, &v, "output_lens")?;
     let (reqs, per_request) = match (ins, outs) {
         (Some(ins), Some(outs)) => {
+            if ins.len() as f64 > MAX_BENCH_REQUESTS {
+                return Err(field_err(
+                    &file,
+                    "input_lens",
+                    format!(
+                        "{} requests, more than {MAX_BENCH_REQUESTS} to simulate",
+                        ins.len()
+                    ),
+                ));
+            }
             if ins.len() != outs.len() {
                 return Err(field_err(
                     &file,
@@ -310,12 +341,26 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
                 if let (Some(t), Some(g)) = (ttfts, itls) {
                     let _ = output;
                     let ttft = secs_of(&file, &format!("ttfts.{i}"), &t[i])?;
+                    if ttft > MAX_LATENCY_S {
+                        return Err(field_err(
+                            &file,
+                            &format!("ttfts.{i}"),
+                            format!("{ttft} s is more than a day"),
+                        ));
+                    }
                     let gaps = g[i].as_array().ok_or_else(|| {
                         field_err(&file, &format!("itls.{i}"), "must be an array of seconds")
                     })?;
                     let mut sum = 0.0;
                     for (j, x) in gaps.iter().enumerate() {
                         sum += secs_of(&file, &format!("itls.{i}.{j}"), x)?;
+                    }
+                    if sum > MAX_LATENCY_S {
+                        return Err(field_err(
+                            &file,
+                            &format!("itls.{i}"),
+                            format!("the gaps add up to {sum} s, more than a day"),
+                        ));
                     }
                     obs.push(Obs {
                         ttft,
@@ -350,6 +395,15 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             let tin = get_num(&file, &v, "total_input_tokens")?;
             let tout = get_num(&file, &v, "total_output_tokens")?;
             let (i, o) = ((tin / completed).round(), (tout / completed).round());
+            for (k, m) in [("total_input_tokens", i), ("total_output_tokens", o)] {
+                if m > MAX_MEAN_TOKENS {
+                    return Err(field_err(
+                        &file,
+                        k,
+                        format!("{m} tokens per request, more than {MAX_MEAN_TOKENS}"),
+                    ));
+                }
+            }
             if o < 1.0 {
                 return Err(field_err(
                     &file,
@@ -1288,6 +1342,37 @@ pub fn fitted_toml(
     out
 }
 
+/// Independent observed means a benchmark gives the fit: mean TTFT, ITL
+/// and E2E, and with per-request arrays the split of TTFT between long and
+/// short prompts (one more: the two halves average to the mean TTFT).
+pub fn data_points(b: &Bench) -> usize {
+    3 + usize::from(b.observed.ttft_long.is_finite() && b.observed.ttft_short.is_finite())
+}
+
+/// Refuse to fit more coefficients than the benchmarks have independent
+/// observed means: the fit would be underdetermined, any of a family of
+/// values fitting as well, and the one reported an accident of the search.
+pub fn check_determined(
+    names: &[String],
+    from_flag: bool,
+    fit: &[Bench],
+) -> Result<(), ConfigError> {
+    let points: usize = fit.iter().map(data_points).sum();
+    if names.len() <= points {
+        return Ok(());
+    }
+    Err(field_err(
+        "--fit",
+        "",
+        format!(
+            "{} coefficients{} to fit to {points} independent observed means ({} benchmark file(s): mean TTFT, ITL and E2E each, and the long/short-prompt TTFT split where the file has per-request arrays): the fit is underdetermined; give benchmarks at more request rates, or fit fewer coefficients with --fit",
+            names.len(),
+            if from_flag { "" } else { " (the default --fit)" },
+            fit.len()
+        ),
+    ))
+}
+
 pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
     let base_file = a.profile.display().to_string();
     if let Some(out) = &a.out {
@@ -1315,6 +1400,7 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
         .iter()
         .map(|p| read_bench(p))
         .collect::<Result<Vec<_>, _>>()?;
+    check_determined(&coefs.names, a.fit.is_some(), &fit)?;
     let pr = Problem {
         coefs,
         fit,
@@ -1332,8 +1418,8 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
             .unwrap_or("server")
             .to_string();
         let name = a.name.clone().unwrap_or(format!("{base_name}-calibrated"));
-        let text = std::fs::read_to_string(&a.profile)
-            .map_err(|e| field_err(&base_file, "", format!("cannot read: {e}")))?;
+        let text = qsim_sim::input::read_text(&a.profile, qsim_sim::input::Kind::Config)
+            .map_err(|e| field_err(&base_file, "", e))?;
         let files: Vec<String> = pr.fit.iter().map(|b| b.file.clone()).collect();
         let mut comment = format!(
             "Fitted by `qsim calibrate server --profile {base_file}` to {}.\nObjective Σ ln(sim/obs)²/σ² over mean TTFT, ITL, E2E: {:.5}; saturation {} req/s.",

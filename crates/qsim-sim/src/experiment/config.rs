@@ -405,6 +405,7 @@ impl HostedSuite {
             ));
         }
         let mut experiments = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (i, e) in raw.experiment.iter().enumerate() {
             let at = format!("experiment[{i}]");
             let rows = positive_int(
@@ -476,7 +477,7 @@ impl HostedSuite {
                     ))
                 }
             };
-            if raw.experiment[..i].iter().any(|o| o.name == e.name) {
+            if !seen.insert(e.name.as_str()) {
                 return Err(ConfigError::new(
                     f,
                     format!("{at}.name"),

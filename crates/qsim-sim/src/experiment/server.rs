@@ -184,6 +184,7 @@ impl ServerSuite {
             ));
         }
         let mut scenarios = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (i, s) in raw.scenario.iter().enumerate() {
             let at = format!("scenario[{i}]");
             let fld = |x: &str| format!("{at}.{x}");
@@ -272,7 +273,7 @@ impl ServerSuite {
                     )
                 })?,
             };
-            if raw.scenario[..i].iter().any(|p| p.name == s.name) {
+            if !seen.insert(s.name.as_str()) {
                 return Err(ConfigError::new(
                     f,
                     fld("name"),

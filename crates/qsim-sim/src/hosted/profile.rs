@@ -93,6 +93,7 @@ impl HostedProfile {
         let raw: RawHostedProfile = from_value(file, v)?;
         crate::config::expect_kind(file, &raw.kind, "hosted", "a hosted-API profile")?;
         let mut limits = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (i, l) in raw.limits.iter().enumerate() {
             let f = |x: &str| format!("limits.{i}.{x}");
             if l.limit <= 0 {
@@ -106,7 +107,7 @@ impl HostedProfile {
             if l.name.trim().is_empty() {
                 return Err(ConfigError::new(file, f("name"), "must not be empty"));
             }
-            if raw.limits[..i].iter().any(|o| o.name == l.name) {
+            if !seen.insert(l.name.as_str()) {
                 return Err(ConfigError::new(
                     file,
                     f("name"),

@@ -208,10 +208,12 @@ pub fn limiter_config(
         }
     };
     let default_policy = defaults.unwrap_or_default().validate(f, "defaults")?;
-    let mut consumers = Vec::new();
+    let mut consumers = Vec::with_capacity(consumers_raw.len());
+    // names seen so far: a set, so validation stays linear in the consumers
+    let mut seen = std::collections::HashSet::with_capacity(consumers_raw.len());
     for (i, c) in consumers_raw.iter().enumerate() {
         let at = format!("consumer.{i}");
-        if c.name.trim().is_empty() || consumers.iter().any(|x: &ConsumerSpec| x.name == c.name) {
+        if c.name.trim().is_empty() || !seen.insert(c.name.as_str()) {
             return Err(ConfigError::new(
                 f,
                 format!("{at}.name"),

@@ -189,6 +189,38 @@ pub fn parse_capacity(c: &str) -> Result<u64, ConfigError> {
     Ok(v as u64)
 }
 
+/// The deepest burst headroom a plan accepts, in minutes of capacity: a
+/// year. A bucket deeper than that never refills within any plan (the
+/// scenarios last minutes to hours), and a depth near `u64::MAX` (what
+/// `--burst 18446744073709551616` becomes) overflows the limiter's window
+/// arithmetic, where each admission decision then iterates up to 10,000
+/// times (about 40 CPU-seconds for the default plan, not counted by the
+/// work meter, which counts requests): refused up front instead.
+pub const MAX_BURST_MINUTES: u64 = 365 * 24 * 60;
+
+/// Refuse a burst headroom deeper than [`MAX_BURST_MINUTES`] of capacity
+/// (naming `--burst` if the flag set it, else the file's `deployment.burst`).
+pub fn check_burst(
+    source: &str,
+    from_flag: bool,
+    lim: &crate::limiter::admission::LimiterConfig,
+) -> Result<(), ConfigError> {
+    let Some(b) = lim.burst else { return Ok(()) };
+    let max = lim.capacity.saturating_mul(MAX_BURST_MINUTES);
+    if b <= max {
+        return Ok(());
+    }
+    let reason = format!(
+        "burst headroom of {b} units is deeper than a year of capacity ({max} units at {} per minute): a bucket that deep never refills within a plan; give at most {max}",
+        lim.capacity
+    );
+    Err(if from_flag {
+        flag_err("--burst", reason)
+    } else {
+        ConfigError::new(source, "deployment.burst", reason)
+    })
+}
+
 /// Default names of reserved consumers: A..Z, then AA, AB, … (as
 /// spreadsheet columns), so any number of shares gets distinct names.
 pub fn default_name(i: usize) -> String {
@@ -206,6 +238,7 @@ pub fn default_name(i: usize) -> String {
 /// A parsed `--need A=250,B=150`: (consumer name, units per minute).
 pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
     let mut v = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for part in s.split(',') {
         let (n, x) = part
             .split_once('=')
@@ -224,7 +257,7 @@ pub fn parse_need(s: &str) -> Result<Vec<(String, f64)>, ConfigError> {
                 format!("need of {n} must be > 0, got {x}"),
             ));
         }
-        if v.iter().any(|(m, _)| m == n) {
+        if !seen.insert(n) {
             return Err(flag_err("--need", format!("{n} given twice")));
         }
         v.push((n.to_string(), x));
@@ -290,8 +323,9 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
         if ns.iter().any(|x| x.is_empty()) {
             return Err(flag_err("--names", "empty name"));
         }
-        for (i, a) in ns.iter().enumerate() {
-            if ns[..i].contains(a) {
+        let mut seen = std::collections::HashSet::with_capacity(ns.len());
+        for a in ns {
+            if !seen.insert(a.as_str()) {
                 return Err(flag_err("--names", format!("{a} given twice")));
             }
         }
@@ -365,8 +399,9 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
             }
             cs.push(u);
         }
-        for (i, c) in cs.iter().enumerate() {
-            if cs[..i].iter().any(|d| d.name == c.name) {
+        let mut seen = std::collections::HashSet::with_capacity(cs.len());
+        for c in &cs {
+            if !seen.insert(c.name.as_str()) {
                 let (flag, why) = if names.is_some() {
                     ("--names", String::new())
                 } else {
@@ -401,10 +436,17 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
         }
     }
     lim.validate().map_err(|r| flag_err("plan", r))?;
+    check_burst(&f.source, args.burst.is_some(), &f.limiter)?;
+    let known: std::collections::HashSet<&str> = f
+        .limiter
+        .consumers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     for (si, s) in f.scenarios.iter().enumerate() {
         for (li, l) in s.loads.iter().enumerate() {
             if let config::Who::Named(n) = &l.who {
-                if f.resolve(&l.who).is_empty() {
+                if !known.contains(n.as_str()) {
                     return Err(ConfigError::new(
                         &f.source,
                         format!("scenario.{si}.load.{li}.who"),
