@@ -22,8 +22,10 @@
 //! The load generator reports how late its sends left (virtual time): a run
 //! in which some send was over 1 virtual second late (the machine stalled
 //! the generator; seen here under a load average of ~12 with other builds)
-//! is reported and repeated once — the comparison is only meaningful for a
-//! replay that kept its schedule — and a second such run fails the test.
+//! is reported and repeated in real time (1×: a fifth of the work per
+//! second, three minutes) — the comparison is only meaningful for a replay
+//! that kept its schedule — and only a real-time run that cannot keep it
+//! either fails the test. No verdict rests on how fast the machine is.
 //!
 //! Checked:
 //! - upstream side (llmock's own request journal, `GET /_llmock/requests`,
@@ -36,8 +38,10 @@
 //! - every floor (A 300, B 200, C 300 RPM) is met in each saturated minute
 //!   (≥ 99 %);
 //! - each consumer's admitted count per saturated minute is within 5 % (or
-//!   10 requests) of `qsim plan`'s prediction — its median over 10 seeds of
-//!   its own metric `admitted_per_saturated_min` (from its CSV records) —
+//!   10 requests, or three of the plan's own standard deviations over its
+//!   seeds: a live run is one more draw of the same race) of `qsim plan`'s
+//!   prediction — its median over 10 seeds of its own metric
+//!   `admitted_per_saturated_min` (from its CSV records) —
 //!   and the plan figures `qsim load --compare-with-sim` prints are those
 //!   records (seed 1 per minute, the median over seeds).
 
@@ -69,13 +73,13 @@ fn get_json(base: &str, path: &str) -> Value {
 /// `qsim load` of the heavy scenario beside the plan: (the load's JSON
 /// report, llmock's journal, the load's wall time). The processes end with
 /// the call.
-fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
+fn enforce(cfg: &std::path::Path, scale: f64) -> (Value, Value, Duration) {
     let (_up, up_url) = llmock(&[]);
     let child = qsim()
         .args(["proxy", "--config"])
         .arg(cfg)
         .args(["--listen", "127.0.0.1:0", "--upstream", &up_url])
-        .args(["--time-scale", &SCALE.to_string(), "--threads", "1"])
+        .args(["--time-scale", &scale.to_string(), "--threads", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -87,7 +91,7 @@ fn enforce(cfg: &std::path::Path) -> (Value, Value, Duration) {
     let load = qsim()
         .args(["load", "builtin:experiments/shared-deployment.toml"])
         .args(["--target", &proxy_url, "--scenario", "heavy"])
-        .args(["--time-scale", &SCALE.to_string(), "--threads", "1"])
+        .args(["--time-scale", &scale.to_string(), "--threads", "1"])
         .args(["--timeout", "10s", "--max-requests", "40000"])
         .args(["--compare-with-sim", "--sim-seeds", &SEEDS.to_string()])
         .args(["--format", "json"])
@@ -161,28 +165,37 @@ fn plan_then_enforce_heavy_scenario() {
         })
         .collect();
     assert_eq!(plan_median.len(), 4);
+    // the plan's own spread over its seeds (sample standard deviation)
+    let plan_sd: BTreeMap<String, f64> = per_sat
+        .iter()
+        .map(|(c, v)| {
+            let m = v.iter().sum::<f64>() / v.len() as f64;
+            let ss: f64 = v.iter().map(|x| (x - m) * (x - m)).sum();
+            (c.clone(), (ss / (v.len() - 1) as f64).sqrt())
+        })
+        .collect();
 
     // 2.–3. enforce and load; a run in which the load generator could not
     // keep its schedule (the machine stalled it: sends over MAX_LAG_S late)
     // says nothing about the limiter, so it is reported and repeated once
-    let mut runs = 0;
+    let mut scale = SCALE;
     let (r, j, wall) = loop {
-        runs += 1;
-        let (r, j, wall) = enforce(&cfg);
+        let (r, j, wall) = enforce(&cfg, scale);
         let lag = r["send_lag_max_s"].as_f64().unwrap();
         if lag <= MAX_LAG_S {
             break (r, j, wall);
         }
         assert!(
-            runs < 2,
-            "twice the load generator fell up to {lag} virtual s behind schedule \
-             (> {MAX_LAG_S} s): this machine is too busy for a faithful replay at {SCALE}x"
+            scale > 1.0,
+            "in real time too the load generator fell up to {lag} virtual s behind schedule \
+             (> {MAX_LAG_S} s): this machine cannot run three minutes of 120 requests/s"
         );
         eprintln!(
-            "run {runs}: the load generator fell up to {lag} virtual s behind schedule \
-             (> {MAX_LAG_S} s, {} sends over 1 s late): repeated",
+            "at {scale}x the load generator fell up to {lag} virtual s behind schedule \
+             (> {MAX_LAG_S} s, {} sends over 1 s late): repeated in real time",
             r["sends_over_1s_late"]
         );
+        scale = 1.0;
     };
 
     // every attempt answered: none unanswered, abandoned or cut
@@ -268,7 +281,7 @@ fn plan_then_enforce_heavy_scenario() {
             "qsim load's plan median is qsim plan's: {row} vs {pm}"
         );
         let ob = row["observed"].as_f64().unwrap();
-        let tol = (0.05 * pm).max(10.0);
+        let tol = (0.05 * pm).max(10.0).max(3.0 * plan_sd[c]);
         report.push_str(&format!(
             "{c:>4} per saturated minute: plan median {pm} observed {ob} ({:+.1})\n",
             ob - pm
@@ -300,7 +313,7 @@ fn plan_then_enforce_heavy_scenario() {
     // at most capacity + burst (+1 %) in each virtual minute of the
     // scenario, minutes counted from the first request llmock received (the
     // load's t = 0 plus one round trip: the first arrival is admitted at once)
-    let minute = 60.0 / SCALE;
+    let minute = 60.0 / scale;
     let mut per_min = [0usize; 4];
     for t in &starts {
         let m = ((t - starts[0]) / minute) as usize;
