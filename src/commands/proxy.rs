@@ -73,6 +73,8 @@ struct RawProxy {
     limit_shape: Option<String>,
     max_body_bytes: Option<i64>,
     default_max_tokens: Option<i64>,
+    header_read_timeout_s: Option<f64>,
+    body_read_timeout_s: Option<f64>,
     upstream_timeout_s: Option<f64>,
     stream_idle_timeout_s: Option<f64>,
     lease_s: Option<f64>,
@@ -145,6 +147,18 @@ struct RawProxyFile {
     defaults: Option<RawPolicy>,
     consumer: Vec<RawConsumer>,
 }
+
+/// A request head (line and headers, a few hundred bytes) that takes longer
+/// than this is a slow client or an attack: 10 s is generous even on a bad
+/// mobile link, and longer than the idle keep-alive of common HTTP clients
+/// (httpx 5 s, hyper's pool here 4 s), so a pooled connection is not
+/// closed under a client about to reuse it.
+const DEFAULT_HEADER_READ_TIMEOUT_S: f64 = 10.0;
+
+/// A whole request body (at most `max_body_bytes`, 1 MiB by default) in
+/// this long: at least ~35 KB/s for the largest default body, far below
+/// any real client's upload rate; prompts are usually a few KB.
+const DEFAULT_BODY_READ_TIMEOUT_S: f64 = 30.0;
 
 fn pos_secs(f: &str, field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
     let x = v.unwrap_or(default);
@@ -311,6 +325,18 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
             ))
         }
     };
+    let header_read_timeout = pos_secs(
+        f,
+        "proxy.header_read_timeout_s",
+        p.header_read_timeout_s,
+        DEFAULT_HEADER_READ_TIMEOUT_S,
+    )?;
+    let body_read_timeout = pos_secs(
+        f,
+        "proxy.body_read_timeout_s",
+        p.body_read_timeout_s,
+        DEFAULT_BODY_READ_TIMEOUT_S,
+    )?;
     let upstream_timeout = pos_secs(f, "proxy.upstream_timeout_s", p.upstream_timeout_s, 600.0)?;
     let stream_idle_timeout = pos_secs(
         f,
@@ -495,6 +521,8 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         limit_shape,
         max_body_bytes,
         default_max_tokens,
+        header_read_timeout,
+        body_read_timeout,
         upstream_timeout,
         stream_idle_timeout,
         lease,
