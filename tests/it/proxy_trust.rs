@@ -387,3 +387,41 @@ fn a_waiting_client_that_leaves_is_counted_abandoned() {
         0.0
     );
 }
+
+#[test]
+fn placeholder_keys_of_an_emitted_config_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.toml");
+    let o = crate::common::qsim()
+        .args(["plan", "--capacity", "1000", "--reserve", "30,20,30"])
+        .arg("--emit-proxy-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    // every setting is in it, as a comment with its default
+    for s in [
+        "header_read_timeout_s",
+        "body_read_timeout_s",
+        "max_body_bytes",
+    ] {
+        assert!(text.contains(&format!("# {s} ")), "{s}:\n{text}");
+    }
+    let (code, _, err) = crate::common::qsim_env(
+        &[
+            "proxy",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(cfg.to_str().unwrap()), "{err}");
+    assert!(err.contains("proxy.keys."), "{err}");
+    assert!(err.contains("placeholder"), "{err}");
+}

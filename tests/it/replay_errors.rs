@@ -509,8 +509,16 @@ fn large_answers_are_streamed_not_buffered() {
     let out = dir.path().join("out");
     let mut child = crate::common::qsim()
         .args(["replay", EXP, "--target", &url, "--only", "exp1-direct"])
-        .args(["--set", "rows=2", "--time-scale", "1000"])
-        .args(["--attempt-timeout", "60000s", "--out"])
+        // time-scaled ×10 (the rows' pacing), bounds far beyond any machine's
+        // speed: 100 MB over loopback took seconds on a busy one
+        .args(["--set", "rows=2", "--time-scale", "10"])
+        .args([
+            "--attempt-timeout",
+            "100000s",
+            "--timeout",
+            "100000s",
+            "--out",
+        ])
         .arg(&out)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

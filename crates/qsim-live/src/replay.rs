@@ -374,46 +374,59 @@ async fn exchange(
             x.error = Some(("status", error_text(status, &kept)));
             return;
         }
-        // a success: parsed as it arrives (a blocking task reading from a
+        // a success: an answer up to ERROR_KEEP bytes is parsed whole; a
+        // larger one as it arrives (a blocking task reading from a
         // channel), keeping only what is read from it (usage, the first
         // choice's finish_reason) and its first bytes (for an error
         // message), never the whole answer
-        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
-        let parser = tokio::task::spawn_blocking(move || {
-            serde_json::from_reader::<_, Answer>(ChannelReader {
-                rx,
-                cur: Bytes::new(),
-            })
-        });
         let mut head = Vec::new();
+        let mut large: Option<(
+            tokio::sync::mpsc::Sender<Bytes>,
+            tokio::task::JoinHandle<serde_json::Result<Answer>>,
+        )> = None;
         let mut parsing = true;
         loop {
             match next_data(&mut body).await {
                 None => break,
-                Some(Ok(d)) => {
-                    keep(&mut head, &d);
+                Some(Ok(d)) => match &large {
                     // the parser gone (it failed early): the rest is only read
-                    parsing = parsing && tx.send(d).await.is_ok();
-                }
+                    Some((tx, _)) => parsing = parsing && tx.send(d).await.is_ok(),
+                    None if head.len() + d.len() <= ERROR_KEEP => head.extend_from_slice(&d),
+                    None => {
+                        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                        let parser = tokio::task::spawn_blocking(move || {
+                            serde_json::from_reader::<_, Answer>(ChannelReader {
+                                rx,
+                                cur: Bytes::new(),
+                            })
+                        });
+                        parsing = tx.send(Bytes::from(head.clone())).await.is_ok()
+                            && tx.send(d).await.is_ok();
+                        large = Some((tx, parser));
+                    }
+                },
                 Some(Err(e)) => {
                     x.error = Some(("body", format!("answer cut off: {}", short(&chain(&e)))));
                     return;
                 }
             }
         }
-        drop(tx);
-        let answer = match parser.await {
-            Ok(Ok(a)) => a,
-            _ => {
-                x.error = Some((
-                    "non_json",
-                    format!(
-                        "answer is not JSON: {:?}",
-                        short(&String::from_utf8_lossy(&head))
-                    ),
-                ));
-                return;
+        let answer = match large {
+            None => serde_json::from_slice::<Answer>(&head).ok(),
+            Some((tx, parser)) => {
+                drop(tx);
+                parser.await.ok().and_then(Result::ok)
             }
+        };
+        let Some(answer) = answer else {
+            x.error = Some((
+                "non_json",
+                format!(
+                    "answer is not JSON: {:?}",
+                    short(&String::from_utf8_lossy(&head))
+                ),
+            ));
+            return;
         };
         if let Some(u) = answer.usage {
             usage(&json!({ "usage": u }), &mut x);
@@ -444,6 +457,7 @@ async fn exchange(
 /// The first bytes of an answer kept for its error message.
 const ERROR_KEEP: usize = 64 * 1024;
 
+/// Append what fits of `d` below [`ERROR_KEEP`].
 fn keep(kept: &mut Vec<u8>, d: &[u8]) {
     let room = ERROR_KEEP.saturating_sub(kept.len());
     kept.extend_from_slice(&d[..d.len().min(room)]);
