@@ -309,7 +309,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Recommend { args } => crate::commands::recommend::run_cli(&args),
         Cmd::Proxy { args } => {
-            let cfg = crate::commands::proxy::load(&args)
+            let cfg = crate::commands::proxy::load_checked(&args)
                 .map_err(|e| name_fields(e, Some(&args.config), &[]))?;
             let file = args.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)

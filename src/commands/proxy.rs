@@ -56,6 +56,11 @@ pub struct ProxyArgs {
     /// keys) into this directory (`[proxy.log] dir`); Parquet files.
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
+    /// Accept the placeholder keys `--emit-proxy-config` writes
+    /// (`key-NAME`, which `qsim load` sends by default) instead of refusing
+    /// to start: for a local test only (a WARN at start says so).
+    #[arg(long)]
+    pub allow_placeholder_keys: bool,
     /// The upstream's profile (kind = "hosted" or "server"): predict TTFT,
     /// ITL, E2E and 429s for the forwarded load and flag drift on /metrics.
     #[arg(long)]
@@ -73,6 +78,8 @@ struct RawProxy {
     limit_shape: Option<String>,
     max_body_bytes: Option<i64>,
     default_max_tokens: Option<i64>,
+    header_read_timeout_s: Option<f64>,
+    body_read_timeout_s: Option<f64>,
     upstream_timeout_s: Option<f64>,
     stream_idle_timeout_s: Option<f64>,
     lease_s: Option<f64>,
@@ -145,6 +152,18 @@ struct RawProxyFile {
     defaults: Option<RawPolicy>,
     consumer: Vec<RawConsumer>,
 }
+
+/// A request head (line and headers, a few hundred bytes) that takes longer
+/// than this is a slow client or an attack: 10 s is generous even on a bad
+/// mobile link, and longer than the idle keep-alive of common HTTP clients
+/// (httpx 5 s, hyper's pool here 4 s), so a pooled connection is not
+/// closed under a client about to reuse it.
+const DEFAULT_HEADER_READ_TIMEOUT_S: f64 = 10.0;
+
+/// A whole request body (at most `max_body_bytes`, 1 MiB by default) in
+/// this long: at least ~35 KB/s for the largest default body, far below
+/// any real client's upload rate; prompts are usually a few KB.
+const DEFAULT_BODY_READ_TIMEOUT_S: f64 = 30.0;
 
 fn pos_secs(f: &str, field: &str, v: Option<f64>, default: f64) -> Result<Duration, ConfigError> {
     let x = v.unwrap_or(default);
@@ -311,6 +330,18 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
             ))
         }
     };
+    let header_read_timeout = pos_secs(
+        f,
+        "proxy.header_read_timeout_s",
+        p.header_read_timeout_s,
+        DEFAULT_HEADER_READ_TIMEOUT_S,
+    )?;
+    let body_read_timeout = pos_secs(
+        f,
+        "proxy.body_read_timeout_s",
+        p.body_read_timeout_s,
+        DEFAULT_BODY_READ_TIMEOUT_S,
+    )?;
     let upstream_timeout = pos_secs(f, "proxy.upstream_timeout_s", p.upstream_timeout_s, 600.0)?;
     let stream_idle_timeout = pos_secs(
         f,
@@ -495,6 +526,8 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         limit_shape,
         max_body_bytes,
         default_max_tokens,
+        header_read_timeout,
+        body_read_timeout,
         upstream_timeout,
         stream_idle_timeout,
         lease,
@@ -677,10 +710,46 @@ fn drift_config(
     })
 }
 
+/// The consumers whose keys are still the placeholder `--emit-proxy-config`
+/// writes (`key-NAME`): anyone who read the plan could use them.
+pub fn placeholder_keys(cfg: &ProxyConfig) -> Vec<&str> {
+    let names = &cfg.limiter.consumers;
+    cfg.keys
+        .iter()
+        .filter(|(k, c)| k.strip_prefix("key-") == Some(names[*c].name.as_str()))
+        .map(|(_, c)| names[*c].name.as_str())
+        .collect()
+}
+
+/// [`load`], then refuse a config whose keys are still the emitted
+/// placeholders (unless `--allow-placeholder-keys`: then a WARN on stderr).
+pub fn load_checked(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
+    let cfg = load(args)?;
+    if let Some(name) = placeholder_keys(&cfg).first() {
+        let f = args.config.display().to_string();
+        let field = format!("proxy.keys.{name}");
+        if !args.allow_placeholder_keys {
+            return Err(ConfigError::new(
+                &f,
+                &field,
+                format!(
+                    "still the placeholder \"key-{name}\" that --emit-proxy-config writes: \
+                     replace it with a secret key (--allow-placeholder-keys: accept it, for a local test)"
+                ),
+            ));
+        }
+        eprintln!(
+            "qsim proxy: WARN {f}: {field}: the placeholder key \"key-{name}\" is in use \
+             (--allow-placeholder-keys); anyone who read the plan can use it"
+        );
+    }
+    Ok(cfg)
+}
+
 /// [`load`] again on SIGHUP: the same validation, its error as one line
 /// (`qsim: FILE: FIELD: reason`, as at start).
 pub fn reload(args: &ProxyArgs) -> Result<ProxyConfig, String> {
-    load(args).map_err(|e| {
+    load_checked(args).map_err(|e| {
         let e = crate::cli::common::name_fields(e, Some(&args.config), &[]);
         format!("qsim: {e}")
     })
@@ -694,24 +763,65 @@ fn accounting_name(a: OutputAccounting) -> &'static str {
     }
 }
 
+/// Every `[proxy]` setting: name, default, what it does. Written as
+/// comments into the emitted config; docs/guide/proxy.md's table lists the
+/// same (a test checks both).
+pub const SETTINGS: &[(&str, &str, &str)] = &[
+    ("listen", "\"127.0.0.1:8080\"", "address to listen on (port 0: any free port)"),
+    ("upstream", "(required)", "upstream base URL, http[s]://host[:port][/prefix]; a /serving-endpoints suffix is not repeated"),
+    ("credential_env", "(none)", "environment variable holding the upstream credential (sent as a bearer token)"),
+    ("consumer_header", "\"authorization\"", "header identifying the consumer (default: Authorization: Bearer KEY)"),
+    ("unknown_consumer", "\"reject\"", "a missing or unknown key: 401, or the name of a consumer whose policy applies"),
+    ("limit_shape", "\"openai\"", "over-limit answer: \"openai\" (429 with retry headers) or \"fmapi\""),
+    ("max_body_bytes", "1048576", "request bodies above this are answered 413"),
+    ("default_max_tokens", "4096", "reserved when a request states no max_tokens"),
+    ("header_read_timeout_s", "10", "a request head must arrive within this (also an idle keep-alive connection's limit), else the connection is closed"),
+    ("body_read_timeout_s", "30", "a request body must arrive within this, else 408 and the connection closed"),
+    ("upstream_timeout_s", "600", "until the upstream's response headers (then 504)"),
+    ("stream_idle_timeout_s", "120", "longest upstream silence inside a response body"),
+    ("lease_s", "600", "concurrency lease: a slot not released by then is reclaimed"),
+    ("threads", "one per core", "worker threads"),
+    ("state", "\"memory\"", "where the limiter state lives: \"memory\" or redis://HOST:PORT"),
+    ("state_fail", "\"closed\"", "shared state unreachable: \"closed\" (503) or \"open\" (forward unlimited)"),
+    ("time_scale", "1", "the limiter's clock runs this many times faster (tests)"),
+    ("on_limit", "\"reject\"", "over-limit requests: \"reject\" (429) or \"wait\" (held up to max_wait_s)"),
+    ("max_wait_s", "30", "longest a waiting request is held"),
+    ("deadline_header", "(none)", "request header with the client's deadline in seconds (before x-stainless-timeout)"),
+    ("deadline_margin_s", "0.05", "kept before a request's deadline for the upstream's first byte"),
+    ("upstream_ca_file", "(none)", "PEM file of extra CA certificates for an https upstream"),
+    ("drain_timeout_s", "30", "on SIGTERM/SIGINT: how long in-flight requests may take to finish"),
+    ("profile", "(none)", "the upstream's profile: drift alerts ([proxy.drift])"),
+    ("keys", "(required)", "[proxy.keys]: consumer name -> its bearer keys"),
+    ("consumers", "(none)", "[proxy.consumers.NAME]: a consumer's own on_limit / max_wait_s"),
+    ("log", "(off)", "[proxy.log]: the decision log (dir, max_file_mb 64, max_total_mb 1024, max_file_age_s 60, queue 65536)"),
+    ("drift", "(off)", "[proxy.drift]: band [0.67, 1.5], for_s 60, window_s 30, min_samples 20, replicas 4, seed 1000"),
+];
+
 /// A proxy config enforcing `lim` (the limiter a plan sized): `[proxy]` with
-/// placeholders to fill (upstream, keys), then the limiter tables in the
-/// shared-deployment schema, each consumer's effective limits spelled out.
+/// placeholders to fill (upstream, keys), every other setting as a comment
+/// with its default, then the limiter tables in the shared-deployment
+/// schema, each consumer's effective limits spelled out.
 pub fn emit_config(lim: &LimiterConfig, source: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "# qsim proxy config: the limiter sized by `qsim plan` ({source}).\n\
-         # Run: qsim proxy --config THIS_FILE  (fill in upstream and keys first)\n\
+         # Run: qsim proxy --config THIS_FILE  (fill in upstream and keys first:\n\
+         # qsim proxy refuses to start with the placeholder keys key-NAME)\n\
          kind = \"proxy\"\n\n\
          [proxy]\n\
          listen = \"127.0.0.1:8080\"\n\
          upstream = \"http://127.0.0.1:8000\"\n\
-         # credential_env = \"OPENAI_API_KEY\"   # sent upstream as a bearer token\n\
-         limit_shape = \"openai\"               # or \"fmapi\"\n\
-         unknown_consumer = \"reject\"          # or a consumer name whose policy applies\n\n\
-         # consumer name -> the bearer keys that identify it (replace these)\n\
-         [proxy.keys]"
+         limit_shape = \"openai\"\n\
+         unknown_consumer = \"reject\"\n\
+         # Every [proxy] setting, with its default (docs/guide/proxy.md):"
+    );
+    for (name, default, what) in SETTINGS {
+        let _ = writeln!(s, "# {name:<22} default {default}: {what}");
+    }
+    let _ = writeln!(
+        s,
+        "\n# consumer name -> the bearer keys that identify it (replace these)\n[proxy.keys]"
     );
     for c in &lim.consumers {
         let _ = writeln!(s, "{} = [\"key-{}\"]", toml_key(&c.name), c.name);
@@ -784,13 +894,60 @@ mod tests {
         let text = emit_config(&f.limiter, "test");
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("proxy.toml");
+        // as emitted: `qsim proxy` refuses the placeholder keys, naming the field
         std::fs::write(&p, &text).unwrap();
-        let cfg = load(&ProxyArgs {
-            config: p,
+        let args = ProxyArgs {
+            config: p.clone(),
+            ..Default::default()
+        };
+        let e = load_checked(&args).unwrap_err();
+        assert_eq!(e.source, p.display().to_string());
+        assert!(e.field.starts_with("proxy.keys."), "{e:?}");
+        assert!(e.reason.contains("placeholder"), "{e:?}");
+        assert!(load_checked(&ProxyArgs {
+            allow_placeholder_keys: true,
+            ..args.clone()
+        })
+        .is_ok());
+        // the keys filled in: it loads back to the same limiter
+        let filled = text.replace("[\"key-", "[\"secret-");
+        assert_ne!(filled, text);
+        std::fs::write(&p, &filled).unwrap();
+        let cfg = load_checked(&args).unwrap();
+        assert_eq!(cfg.limiter, f.limiter);
+        assert_eq!(cfg.keys.len(), f.limiter.consumers.len());
+        assert!(placeholder_keys(&cfg).is_empty());
+    }
+
+    #[test]
+    fn every_setting_is_in_the_emitted_config_and_the_guide() {
+        let guide = include_str!("../../docs/guide/proxy.md");
+        let (f, _) = qsim_sim::plan::build(&qsim_sim::plan::PlanSpec {
+            capacity: Some("1000".into()),
             ..Default::default()
         })
         .unwrap();
-        assert_eq!(cfg.limiter, f.limiter);
-        assert_eq!(cfg.keys.len(), f.limiter.consumers.len());
+        let text = emit_config(&f.limiter, "test");
+        for (name, default, _) in SETTINGS {
+            assert!(
+                text.contains(&format!("# {name} ")),
+                "{name} not in the emitted config"
+            );
+            let row = format!("| `{name}` | {default} |");
+            assert!(
+                guide.contains(&row),
+                "docs/guide/proxy.md has no row {row:?}"
+            );
+        }
+        // every field RawProxy accepts is listed (a config with each one
+        // set to a wrong type fails on that field, not as unknown)
+        for (name, _, _) in SETTINGS {
+            let t = format!("{name} = []");
+            let v: toml::Value = toml::from_str(&t).unwrap();
+            let e = serde_json::to_string(&v).unwrap();
+            let r: Result<RawProxy, _> = serde_json::from_str(&e);
+            let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(!msg.contains("unknown field"), "{name}: {msg}");
+        }
     }
 }

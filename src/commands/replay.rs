@@ -822,7 +822,33 @@ pub fn run_cli(a: ReplayArgs) -> Result<(), CliError> {
             t
         }
     };
-    emit(&text, None, false)
+    emit(&text, None, false)?;
+    unreached(&runs, &target.url())
+}
+
+/// Exit 1 (after the records and the report are written) when not one
+/// attempt reached the target: every attempt sent failed to connect or in
+/// the TLS handshake (a target that is down, a wrong port or scheme).
+fn unreached(runs: &[(Run, impl Sized)], url: &str) -> Result<(), CliError> {
+    let mut sent = runs
+        .iter()
+        .flat_map(|(r, _)| &r.attempts)
+        .filter(|a| a.sent())
+        .peekable();
+    let Some(first) = sent.peek().map(|a| (*a).clone()) else {
+        return Ok(());
+    };
+    let mut n = 0;
+    for a in sent {
+        if !matches!(a.error_kind, Some("connect" | "tls")) {
+            return Ok(());
+        }
+        n += 1;
+    }
+    Err(CliError::Io(format!(
+        "replay: no request reached {url}: all {n} attempts failed ({})",
+        first.error.as_deref().unwrap_or("no answer")
+    )))
 }
 
 #[cfg(test)]

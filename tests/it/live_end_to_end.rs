@@ -76,6 +76,8 @@ fn proxy_config(listen: SocketAddr, upstream: SocketAddr, rpm: Option<u64>) -> P
         limit_shape: LimitShape::OpenAi,
         max_body_bytes: 1 << 20,
         default_max_tokens: 256,
+        header_read_timeout: Duration::from_secs(10),
+        body_read_timeout: Duration::from_secs(30),
         upstream_timeout: Duration::from_secs(10),
         stream_idle_timeout: Duration::from_secs(10),
         lease: None,

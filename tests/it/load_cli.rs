@@ -135,7 +135,7 @@ fn closed_loop_with_retries_through_the_proxy() {
 
     let (_up, up) = llmock(&[]);
     let child = qsim()
-        .args(["proxy", "--config"])
+        .args(["proxy", "--allow-placeholder-keys", "--config"])
         .arg(&cfg)
         .args(["--listen", "127.0.0.1:0", "--threads", "1"])
         .args(["--upstream", &up])

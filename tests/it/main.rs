@@ -35,6 +35,7 @@ mod proxy_live;
 mod proxy_ops;
 mod proxy_redis;
 mod proxy_redis_wait;
+mod proxy_trust;
 mod recommend;
 mod replay_errors;
 mod replay_llmock;

@@ -76,7 +76,7 @@ fn get_json(base: &str, path: &str) -> Value {
 fn enforce(cfg: &std::path::Path, scale: f64) -> (Value, Value, Duration) {
     let (_up, up_url) = llmock(&[]);
     let child = qsim()
-        .args(["proxy", "--config"])
+        .args(["proxy", "--allow-placeholder-keys", "--config"])
         .arg(cfg)
         .args(["--listen", "127.0.0.1:0", "--upstream", &up_url])
         .args(["--time-scale", &scale.to_string(), "--threads", "1"])

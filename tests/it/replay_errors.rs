@@ -87,6 +87,7 @@ struct Out {
     rows: Vec<BTreeMap<String, String>>,
     summary: Vec<BTreeMap<String, String>>,
     stdout: String,
+    stderr: String,
 }
 
 impl Out {
@@ -102,6 +103,11 @@ impl Out {
 
 /// Replay `exp` with `rows` rows against `target`; it must end with exit 0.
 fn replay(target: &str, exp: &str, rows: u32, extra: &[&str]) -> Out {
+    replay_exit(target, exp, rows, extra, 0)
+}
+
+/// [`replay`], ending with exit `code` (its records written all the same).
+fn replay_exit(target: &str, exp: &str, rows: u32, extra: &[&str], code: i32) -> Out {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let set = format!("rows={rows}");
@@ -122,13 +128,14 @@ fn replay(target: &str, exp: &str, rows: u32, extra: &[&str]) -> Out {
         out.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let (code, stdout, stderr) = qsim(&args, &[("REPLAY_KEY", "k")]);
-    assert_eq!(code, 0, "qsim replay against {target}: {stderr}");
+    let (exit, stdout, stderr) = qsim(&args, &[("REPLAY_KEY", "k")]);
+    assert_eq!(exit, code, "qsim replay against {target}: {stderr}");
     let o = Out {
         attempts: read_csv(&out.join("attempts.csv")),
         rows: read_csv(&out.join("rows.csv")),
         summary: read_csv(&out.join("summary.csv")),
         stdout,
+        stderr,
     };
     assert_eq!(o.rows.len(), rows as usize, "no row lost: {:?}", o.rows);
     // the Parquet twins hold the same rows (read back with polars)
@@ -178,8 +185,17 @@ fn unreachable_target_every_attempt_recorded_and_retried_as_the_policy_says() {
     let url = format!("http://127.0.0.1:{}", free_port());
     // exp2: own backoff retries 5xx (a failed exchange is 599), 8 attempts,
     // each with the SDK's 2 hidden retries
-    let o = replay(&url, "exp2-backoff", 3, &[]);
+    // nothing reached the target: exit 1 with one line saying so, after
+    // the records are written
+    let o = replay_exit(&url, "exp2-backoff", 3, &[], 1);
     all_failed(&o, "connect", "599", 3 * 8 * 3);
+    let last = o.stderr.trim_end().lines().last().unwrap_or("");
+    assert!(
+        last.starts_with(&format!("qsim: replay: no request reached {url}")),
+        "{}",
+        o.stderr
+    );
+    assert!(last.contains("all 72 attempts failed"), "{last}");
     assert!(
         o.attempts[0]["error"].to_lowercase().contains("connect"),
         "{:?}",
@@ -195,9 +211,10 @@ fn tls_failure_is_recorded_per_attempt() {
         "HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
     ));
     let url = url.replace("http://", "https://");
-    let o = replay(&url, "exp1-direct", 2, &[]);
+    let o = replay_exit(&url, "exp1-direct", 2, &[], 1);
     // exp1: no own retry; the SDK retries the failed exchange twice
     all_failed(&o, "tls", "599", 2 * 3);
+    assert!(o.stderr.contains("no request reached"), "{}", o.stderr);
 }
 
 #[test]
@@ -462,4 +479,75 @@ fn a_target_off_this_machine_needs_yes_and_shows_the_budget_first() {
         "{stderr}"
     );
     assert!(stderr.contains("qsim: --yes: the target"), "{stderr}");
+}
+
+/// The peak RSS (VmHWM, kB) of a running process, read until it exits.
+fn peak_kb(child: &mut std::process::Child) -> u64 {
+    let path = format!("/proc/{}/status", child.id());
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(s) = std::fs::read_to_string(&path) {
+            if let Some(v) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak = peak.max(v);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    peak
+}
+
+#[test]
+fn large_answers_are_streamed_not_buffered() {
+    // two answers of 100 MB each (the message's content): the replay keeps
+    // usage and finish_reason, never the answer (it held 320 MB)
+    const MB: usize = 1 << 20;
+    let content = "a".repeat(100 * MB);
+    let body = format!(
+        r#"{{"id":"x","object":"chat.completion","choices":[{{"index":0,"message":{{"role":"assistant","content":"{content}"}},"finish_reason":"length"}}],"usage":{{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}}}"#
+    );
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    drop((content, body));
+    let (url, _) = fake(Some(Box::leak(answer.into_boxed_str())));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let mut child = crate::common::qsim()
+        .args(["replay", EXP, "--target", &url, "--only", "exp1-direct"])
+        // time-scaled ×10 (the rows' pacing), bounds far beyond any machine's
+        // speed: 100 MB over loopback took seconds on a busy one
+        .args(["--set", "rows=2", "--time-scale", "10"])
+        .args([
+            "--attempt-timeout",
+            "100000s",
+            "--timeout",
+            "100000s",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let peak = peak_kb(&mut child);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let attempts = read_csv(&out.join("attempts.csv"));
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    for a in &attempts {
+        assert_eq!(a["status"], "200", "{a:?}");
+        assert_eq!(a["output_tokens"], "7", "{a:?}");
+        assert_eq!(a["input_tokens"], "5", "{a:?}");
+        assert_eq!(a["finish_reason"], "length", "{a:?}");
+    }
+    assert!(
+        peak < 100 * 1024,
+        "peak RSS {} MB while reading two 100 MB answers",
+        peak / 1024
+    );
 }

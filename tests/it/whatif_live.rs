@@ -44,7 +44,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// `qsim proxy` with this config and log directory (time-scaled); its URL.
 fn proxy(cfg: &Path, up: &str, log: &Path) -> (Proc, String) {
     let child = qsim()
-        .args(["proxy", "--config"])
+        .args(["proxy", "--allow-placeholder-keys", "--config"])
         .arg(cfg)
         .args(["--listen", "127.0.0.1:0", "--upstream", up])
         .args(["--time-scale", SCALE, "--threads", "1", "--log-dir"])

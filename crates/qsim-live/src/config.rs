@@ -64,6 +64,14 @@ pub struct ProxyConfig {
     pub max_body_bytes: usize,
     /// Reserved when a request does not state `max_tokens`.
     pub default_max_tokens: u64,
+    /// A client connection's request head (line and headers) must arrive
+    /// within this, from the connection's start or the end of its previous
+    /// answer (then the connection is closed); also bounds an idle
+    /// keep-alive connection.
+    pub header_read_timeout: Duration,
+    /// A request's whole body must arrive within this, from the handler's
+    /// start (then 408 and the connection closed).
+    pub body_read_timeout: Duration,
     /// Until the upstream's response headers arrive (then 504).
     pub upstream_timeout: Duration,
     /// Longest silence of the upstream inside a response body (then the
@@ -115,6 +123,8 @@ impl fmt::Debug for ProxyConfig {
             .field("limit_shape", &self.limit_shape)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("default_max_tokens", &self.default_max_tokens)
+            .field("header_read_timeout", &self.header_read_timeout)
+            .field("body_read_timeout", &self.body_read_timeout)
             .field("upstream_timeout", &self.upstream_timeout)
             .field("stream_idle_timeout", &self.stream_idle_timeout)
             .field("lease", &self.lease)

@@ -9,7 +9,7 @@ use crate::body::{Settle, Tracked};
 use crate::config::OnLimit;
 use crate::estimate;
 use crate::http::{self, error, RespBody};
-use crate::metrics::{ReasonLabel, RejectLabel, RouteLabel, StatusLabel};
+use crate::metrics::{PhaseLabel, ReasonLabel, RejectLabel, RouteLabel, StatusLabel};
 use crate::record::Pending;
 use crate::respond::{limited, wait_ms};
 use crate::store::FailMode;
@@ -31,10 +31,13 @@ enum Route {
     Health,
     Metrics,
     Proxy(&'static str),
+    /// Dot segments or encoded slashes (see [`http::unsafe_path`]): 400.
+    Unsafe,
 }
 
 fn route(path: &str) -> Option<Route> {
     match path {
+        p if http::unsafe_path(p) => Some(Route::Unsafe),
         "/healthz" => Some(Route::Health),
         "/metrics" => Some(Route::Metrics),
         "/v1/chat/completions" => Some(Route::Proxy("chat")),
@@ -73,6 +76,12 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody>
             rec.answered(r.status().as_u16());
             r
         }
+        (Some(Route::Unsafe), _) => invalid(
+            &app,
+            StatusCode::BAD_REQUEST,
+            "invalid_path",
+            "the path has a dot segment or an encoded slash, backslash or percent sign",
+        ),
         (Some(_), _) => http::method_not_allowed(),
         (None, _) => http::not_found(),
     };
@@ -211,7 +220,12 @@ async fn read(
             return Err(too_large());
         }
     }
-    let bytes = match Limited::new(body, max).collect().await {
+    let limit = gen.cfg.body_read_timeout;
+    let bytes = match tokio::time::timeout(limit, Limited::new(body, max).collect()).await {
+        Err(_) => return Err(body_timeout(app, limit)),
+        Ok(r) => r,
+    };
+    let bytes = match bytes {
         Ok(c) => c.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
         Err(e) => {
@@ -317,6 +331,24 @@ pub fn output_bound(body: &Value, default: u64) -> Result<u64, String> {
     Ok(cap.unwrap_or(default).saturating_mul(mult))
 }
 
+/// 408 for a body not read within `body_read_timeout` (hyper then closes
+/// the connection: the rest of the body is never read).
+fn body_timeout(app: &App, limit: Duration) -> Response<RespBody> {
+    app.metrics
+        .read_timeouts
+        .get_or_create(&PhaseLabel { phase: "body" })
+        .inc();
+    let mut r = invalid(
+        app,
+        StatusCode::REQUEST_TIMEOUT,
+        "body_timeout",
+        &format!("the request body did not arrive within {limit:?}"),
+    );
+    r.headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
 /// The admission decision (at once, or held by `wait.rs`): the admitted
 /// request's settlement guard and how long it was held, or the answer (a
 /// 429, a 400, a 503 when the shared state is down and fails closed).
@@ -392,7 +424,8 @@ async fn admission(
         }
         Outcome::Unavailable(FailMode::Open, e) => {
             unavailable("fail_open");
-            tracing::warn!(id, error = %e, "limiter state unavailable: forwarded unlimited (fail open)");
+            // debug: the outage is logged once per transition (store.rs)
+            tracing::debug!(id, error = %e, "limiter state unavailable: forwarded unlimited (fail open)");
             let mut g = Settle::new(app.clone(), gen.clone(), None, arrived, id);
             rec.set(|r| r.decision = "forwarded_unlimited".into());
             g.rec = rec.rec.take();
@@ -400,7 +433,7 @@ async fn admission(
         }
         Outcome::Unavailable(FailMode::Closed, e) => {
             unavailable("fail_closed");
-            tracing::warn!(id, error = %e, "limiter state unavailable: refused (fail closed)");
+            tracing::debug!(id, error = %e, "limiter state unavailable: refused (fail closed)");
             rec.set(|r| r.decision = "unavailable".into());
             let mut r = error(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -483,7 +516,7 @@ async fn forward(
         .unwrap_or("/");
     let mut up = Request::builder()
         .method(Method::POST)
-        .uri(format!("{}{}", gen.cfg.upstream, pq));
+        .uri(http::upstream_url(&gen.cfg.upstream, pq));
     let h = up.headers_mut().expect("fresh builder");
     for (k, v) in parts.headers.iter() {
         let n = k.as_str();

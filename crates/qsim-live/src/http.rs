@@ -29,7 +29,10 @@ use serde_json::Value;
 use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -104,6 +107,64 @@ pub fn invocations(path: &str) -> Option<&str> {
     (!name.is_empty() && !name.contains('/')).then_some(name)
 }
 
+/// Whether a request path could name another path upstream than the one
+/// routed here: a dot segment (`.`, `..`, also percent-encoded: `%2e`), an
+/// encoded slash or backslash (`%2F`, `%5C`), a backslash, or an encoded
+/// percent sign (`%25`: decoded twice by some servers). Such paths are
+/// refused (400) before anything is forwarded with the proxy's credential.
+pub fn unsafe_path(path: &str) -> bool {
+    if path.contains('\\') {
+        return true;
+    }
+    let lower = path.to_ascii_lowercase();
+    if ["%2f", "%5c", "%25"].iter().any(|e| lower.contains(e)) {
+        return true;
+    }
+    lower
+        .split('/')
+        .any(|seg| matches!(seg.replace("%2e", ".").as_str(), "." | ".."))
+}
+
+/// The upstream URL of a request: the base, then the request's path and
+/// query. A base ending in `/serving-endpoints` (a Databricks workspace's
+/// serving endpoints, as their docs write it) is not repeated for a path
+/// that starts with it: `https://W/serving-endpoints` and `https://W` both
+/// send `/serving-endpoints/chat/completions` to
+/// `https://W/serving-endpoints/chat/completions`.
+pub fn upstream_url(base: &str, path_and_query: &str) -> String {
+    const SE: &str = "/serving-endpoints";
+    let base = match base.strip_suffix(SE) {
+        Some(b)
+            if path_and_query
+                .strip_prefix(SE)
+                .is_some_and(|r| r.is_empty() || r.starts_with(['/', '?'])) =>
+        {
+            b
+        }
+        _ => base,
+    };
+    format!("{base}{path_and_query}")
+}
+
+/// A URL with its userinfo (`user:password@`) replaced by `***@`, for
+/// printing.
+pub fn redact_userinfo(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (auth, tail) = rest.split_at(end);
+    let auth = match auth.rsplit_once('@') {
+        Some((_, host)) => format!("***@{host}"),
+        None => auth.to_string(),
+    };
+    match scheme {
+        Some(s) => format!("{s}://{auth}{tail}"),
+        None => format!("{auth}{tail}"),
+    }
+}
+
 /// Tag an answer with its request id (`x-request-id`).
 pub fn with_request_id(mut r: Response<RespBody>, id: u64) -> Response<RespBody> {
     if let Ok(v) = HeaderValue::from_str(&id.to_string()) {
@@ -133,15 +194,28 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// How a server's connections are read: the request head's deadline
+/// (`None`: hyper's default, 30 s) and what is told when a connection is
+/// closed by it (`true`: part of a request head had arrived; `false`: the
+/// connection was idle, nothing sent since its start or its last answer).
+#[derive(Clone, Default)]
+pub struct ConnLimits {
+    pub header_read_timeout: Option<Duration>,
+    pub on_header_timeout: Option<Arc<dyn Fn(bool) + Send + Sync>>,
+}
+
 /// Serve HTTP/1.1 connections with `handle` until SIGINT/SIGTERM; each
-/// connection is watched by `graceful` (the caller drains it).
-pub async fn accept_until_shutdown<H, F>(
+/// connection is watched by `graceful` (the caller drains it). `limits`:
+/// read each new connection's [`ConnLimits`] (at accept).
+pub async fn accept_until_shutdown<H, F, L>(
     listener: &tokio::net::TcpListener,
     graceful: &GracefulShutdown,
+    limits: L,
     handle: H,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<RespBody>> + Send + 'static,
+    L: Fn() -> ConnLimits,
 {
     let mut shutdown = std::pin::pin!(shutdown_signal());
     loop {
@@ -157,14 +231,84 @@ pub async fn accept_until_shutdown<H, F>(
                     let f = handle(req);
                     async move { Ok::<_, Infallible>(f.await) }
                 });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .serve_connection(TokioIo::new(stream), svc);
+                let lim = limits();
+                let stream = Watched { io: stream, partial: Arc::new(AtomicBool::new(false)) };
+                let partial = stream.partial.clone();
+                let mut b = hyper::server::conn::http1::Builder::new();
+                b.timer(TokioTimer::new());
+                if let Some(t) = lim.header_read_timeout {
+                    b.header_read_timeout(t);
+                }
+                let conn = b.serve_connection(TokioIo::new(stream), svc);
                 let conn = graceful.watch(conn);
-                tokio::spawn(async move { let _ = conn.await; });
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        if e.is_timeout() {
+                            if let Some(f) = &lim.on_header_timeout {
+                                f(partial.load(Ordering::Relaxed));
+                            }
+                        }
+                    }
+                });
             }
             _ = &mut shutdown => break,
         }
+    }
+}
+
+/// A server connection that knows whether bytes arrived since it last
+/// wrote (part of a request head, when the head's deadline closes it).
+struct Watched {
+    io: tokio::net::TcpStream,
+    partial: Arc<AtomicBool>,
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.partial.store(true, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.partial.store(false, Ordering::Relaxed);
+        }
+        r
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.partial.store(false, Ordering::Relaxed);
+        }
+        r
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -338,6 +482,69 @@ fn decimal_ns(s: &str, unit_ns: u64) -> Option<Nanos> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_that_could_leave_the_route_are_unsafe() {
+        for bad in [
+            "/serving-endpoints/../invocations",
+            "/serving-endpoints/./x/invocations",
+            "/serving-endpoints/%2e%2e/invocations",
+            "/serving-endpoints/.%2E/invocations",
+            "/serving-endpoints/x%2Fy/invocations",
+            "/serving-endpoints/x%2f..%2fy/invocations",
+            "/serving-endpoints/x%5Cy/invocations",
+            "/serving-endpoints/x\\y/invocations",
+            "/serving-endpoints/%252e%252e/invocations",
+            "/v1/chat/completions/..",
+        ] {
+            assert!(unsafe_path(bad), "{bad}");
+        }
+        for ok in [
+            "/serving-endpoints/my-ep_1/invocations",
+            "/serving-endpoints/a.b/invocations",
+            "/serving-endpoints/chat/completions",
+            "/v1/chat/completions",
+            "/serving-endpoints/...x/invocations",
+        ] {
+            assert!(!unsafe_path(ok), "{ok}");
+        }
+    }
+
+    #[test]
+    fn upstream_base_with_or_without_serving_endpoints() {
+        for base in ["https://w", "https://w/serving-endpoints"] {
+            assert_eq!(
+                upstream_url(base, "/serving-endpoints/chat/completions"),
+                "https://w/serving-endpoints/chat/completions"
+            );
+            assert_eq!(
+                upstream_url(base, "/serving-endpoints/ep/invocations?x=1"),
+                "https://w/serving-endpoints/ep/invocations?x=1"
+            );
+        }
+        assert_eq!(
+            upstream_url("http://h:1/prefix", "/v1/chat/completions"),
+            "http://h:1/prefix/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_url("http://h/serving-endpoints", "/v1/chat/completions"),
+            "http://h/serving-endpoints/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_url("http://h/x-serving-endpoints", "/serving-endpoints-2/x"),
+            "http://h/x-serving-endpoints/serving-endpoints-2/x"
+        );
+    }
+
+    #[test]
+    fn userinfo_is_redacted() {
+        assert_eq!(
+            redact_userinfo("http://user:pw@host:8000/x?a=b@c"),
+            "http://***@host:8000/x?a=b@c"
+        );
+        assert_eq!(redact_userinfo("https://h/p"), "https://h/p");
+        assert_eq!(redact_userinfo("http://a@b@h"), "http://***@h");
+    }
 
     #[test]
     fn decimals_in_integer_nanoseconds() {

@@ -42,6 +42,12 @@ pub struct WaitLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// idle (no byte of a request head) | headers (part of one) | body
+    pub phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -65,6 +71,7 @@ pub struct Metrics {
     pub wait_seconds: Histogram,
     pub overhead: Histogram,
     pub reloads: Family<ResultLabel, Counter>,
+    pub read_timeouts: Family<PhaseLabel, Counter>,
     pub generation: Gauge,
 }
 
@@ -90,6 +97,7 @@ impl Metrics {
             // 10 µs to ~1.3 s
             overhead: Histogram::new(exponential_buckets(0.00001, 2.0, 18)),
             reloads: Family::default(),
+            read_timeouts: Family::default(),
             generation: Gauge::default(),
             registry: Registry::default(),
         };
@@ -177,6 +185,11 @@ impl Metrics {
             "reloads",
             "Policy reloads on SIGHUP, by result (ok, error)",
             m.reloads.clone(),
+        );
+        registry.register(
+            "read_timeouts",
+            "Client connections closed because a request was not read in time, by phase (idle: no request head begun within header_read_timeout_s; headers: a request head begun but not finished within it; body: a request body not finished within body_read_timeout_s, answered 408)",
+            m.read_timeouts.clone(),
         );
         registry.register(
             "policy_generation",

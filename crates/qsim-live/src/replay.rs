@@ -355,41 +355,91 @@ async fn exchange(
             read_stream(&mut body, &mut x, clock).await;
             return;
         }
-        let bytes = match body.collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => {
-                x.error = Some(("body", format!("answer cut off: {}", short(&chain(&e)))));
-                return;
-            }
-        };
-        let parsed: Option<Value> = serde_json::from_slice(&bytes).ok();
         if !(200..300).contains(&status) {
+            // an error answer: its first ERROR_KEEP bytes (the message, a
+            // retry hint), the rest read and dropped
+            let mut kept = Vec::new();
+            loop {
+                match next_data(&mut body).await {
+                    None => break,
+                    Some(Ok(d)) => keep(&mut kept, &d),
+                    Some(Err(e)) => {
+                        x.error = Some(("body", format!("answer cut off: {}", short(&chain(&e)))));
+                        return;
+                    }
+                }
+            }
+            let parsed: Option<Value> = serde_json::from_slice(&kept).ok();
             x.hint = http::retry_hint(&headers, parsed.as_ref());
-            x.error = Some(("status", error_text(status, &bytes)));
+            x.error = Some(("status", error_text(status, &kept)));
             return;
         }
-        let Some(v) = parsed else {
+        // a success: an answer up to ERROR_KEEP bytes is parsed whole; a
+        // larger one as it arrives (a blocking task reading from a
+        // channel), keeping only what is read from it (usage, the first
+        // choice's finish_reason) and its first bytes (for an error
+        // message), never the whole answer
+        let mut head = Vec::new();
+        let mut large: Option<(
+            tokio::sync::mpsc::Sender<Bytes>,
+            tokio::task::JoinHandle<serde_json::Result<Answer>>,
+        )> = None;
+        let mut parsing = true;
+        loop {
+            match next_data(&mut body).await {
+                None => break,
+                Some(Ok(d)) => match &large {
+                    // the parser gone (it failed early): the rest is only read
+                    Some((tx, _)) => parsing = parsing && tx.send(d).await.is_ok(),
+                    None if head.len() + d.len() <= ERROR_KEEP => head.extend_from_slice(&d),
+                    None => {
+                        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                        let parser = tokio::task::spawn_blocking(move || {
+                            serde_json::from_reader::<_, Answer>(ChannelReader {
+                                rx,
+                                cur: Bytes::new(),
+                            })
+                        });
+                        parsing = tx.send(Bytes::from(head.clone())).await.is_ok()
+                            && tx.send(d).await.is_ok();
+                        large = Some((tx, parser));
+                    }
+                },
+                Some(Err(e)) => {
+                    x.error = Some(("body", format!("answer cut off: {}", short(&chain(&e)))));
+                    return;
+                }
+            }
+        }
+        let answer = match large {
+            None => serde_json::from_slice::<Answer>(&head).ok(),
+            Some((tx, parser)) => {
+                drop(tx);
+                parser.await.ok().and_then(Result::ok)
+            }
+        };
+        let Some(answer) = answer else {
             x.error = Some((
                 "non_json",
                 format!(
                     "answer is not JSON: {:?}",
-                    short(&String::from_utf8_lossy(&bytes))
+                    short(&String::from_utf8_lossy(&head))
                 ),
             ));
             return;
         };
-        usage(&v, &mut x);
-        match v.pointer("/choices/0") {
-            Some(c) => {
-                x.finish_reason = c
-                    .get("finish_reason")
-                    .and_then(Value::as_str)
-                    .map(String::from);
-            }
-            None => {
+        if let Some(u) = answer.usage {
+            usage(&json!({ "usage": u }), &mut x);
+        }
+        match answer.choices {
+            Some(First(Some(f))) => x.finish_reason = f,
+            _ => {
                 x.error = Some((
                     "bad_answer",
-                    format!("answer has no choices: {}", short(&v.to_string())),
+                    format!(
+                        "answer has no choices: {}",
+                        short(&String::from_utf8_lossy(&head))
+                    ),
                 ))
             }
         }
@@ -402,6 +452,113 @@ async fn exchange(
     }
     x.end = clock.now();
     x
+}
+
+/// The first bytes of an answer kept for its error message.
+const ERROR_KEEP: usize = 64 * 1024;
+
+/// Append what fits of `d` below [`ERROR_KEEP`].
+fn keep(kept: &mut Vec<u8>, d: &[u8]) {
+    let room = ERROR_KEEP.saturating_sub(kept.len());
+    kept.extend_from_slice(&d[..d.len().min(room)]);
+}
+
+/// The next data frame of a body (trailers skipped).
+async fn next_data(body: &mut Incoming) -> Option<Result<Bytes, hyper::Error>> {
+    loop {
+        match body.frame().await? {
+            Err(e) => return Some(Err(e)),
+            Ok(f) => {
+                if let Ok(d) = f.into_data() {
+                    return Some(Ok(d));
+                }
+            }
+        }
+    }
+}
+
+/// What a replay reads from a JSON answer; every other field (the
+/// message's content among them) is skipped as it is parsed.
+#[derive(serde::Deserialize)]
+struct Answer {
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    choices: Option<First>,
+}
+
+/// `choices`: the first one's `finish_reason` (`Some(None)`: a first
+/// choice without one; `None`: no choice).
+struct First(Option<Option<String>>);
+
+impl<'de> serde::Deserialize<'de> for First {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = First;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of choices")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<First, A::Error> {
+                let first = seq.next_element::<Choice>()?.map(|c| c.0);
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(First(first))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// One choice: its `finish_reason` if a string.
+struct Choice(Option<String>);
+
+impl<'de> serde::Deserialize<'de> for Choice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Choice;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a choice object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<Choice, A::Error> {
+                let mut reason = None;
+                while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if k == "finish_reason" {
+                        reason = m.next_value::<Value>()?.as_str().map(String::from);
+                    } else {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(Choice(reason))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A blocking reader of the chunks an async task sends (end: the sender
+/// dropped).
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    cur: Bytes,
+}
+
+impl std::io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.cur.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(b) => self.cur = b,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.cur.len());
+        buf[..n].copy_from_slice(&self.cur[..n]);
+        bytes::Buf::advance(&mut self.cur, n);
+        Ok(n)
+    }
 }
 
 /// Read an SSE answer: TTFT at the first content, `finish_reason` and

@@ -169,7 +169,13 @@ async fn serve<B: Backend>(cfg: ServeConfig, backend: B) -> Result<(), String> {
     }
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let a = app.clone();
-    http::accept_until_shutdown(&listener, &graceful, move |req| handle(a.clone(), req)).await;
+    http::accept_until_shutdown(
+        &listener,
+        &graceful,
+        http::ConnLimits::default,
+        move |req| handle(a.clone(), req),
+    )
+    .await;
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}

@@ -8,7 +8,7 @@ use crate::clock::Clock;
 use crate::config::ProxyConfig;
 use crate::drift::Drift;
 use crate::http::{self, HttpClient};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, PhaseLabel};
 use crate::queue::Waits;
 use crate::record::{DecisionLog, Encoder};
 use crate::store::{RedisState, StateBackend};
@@ -147,12 +147,26 @@ impl Proxy {
         });
         app.metrics.generation.set(1);
         println!("qsim proxy: listening on http://{addr}");
-        tracing::info!(%addr, upstream = %gen.cfg.upstream, consumers = gen.names.len(), "listening");
+        tracing::info!(%addr, upstream = %http::redact_userinfo(&gen.cfg.upstream), consumers = gen.names.len(), "listening");
         drop(gen);
         tokio::spawn(crate::reload::on_sighup(app.clone()));
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let a = app.clone();
-        http::accept_until_shutdown(&listener, &graceful, move |req| {
+        let m = app.clone();
+        let on_header_timeout: Arc<dyn Fn(bool) + Send + Sync> = Arc::new(move |partial| {
+            let phase = if partial { "headers" } else { "idle" };
+            m.metrics
+                .read_timeouts
+                .get_or_create(&PhaseLabel { phase })
+                .inc();
+            tracing::debug!(phase, "connection closed: request head not read in time");
+        });
+        let l = app.clone();
+        let limits = move || http::ConnLimits {
+            header_read_timeout: Some(l.current().cfg.header_read_timeout),
+            on_header_timeout: Some(on_header_timeout.clone()),
+        };
+        http::accept_until_shutdown(&listener, &graceful, limits, move |req| {
             crate::handler::handle(a.clone(), req)
         })
         .await;

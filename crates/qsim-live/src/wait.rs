@@ -70,6 +70,24 @@ fn count(app: &App, gen: &Gen, consumer: usize, outcome: &'static str) {
         .inc();
 }
 
+/// A request held in its consumer's queue: counted `abandoned` when
+/// dropped while `left` (its client disconnected: hyper dropped the
+/// handler's future).
+struct Held<'a> {
+    app: &'a App,
+    gen: &'a Gen,
+    consumer: usize,
+    left: bool,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        if self.left {
+            count(self.app, self.gen, self.consumer, "abandoned");
+        }
+    }
+}
+
 /// A duration in ns, capped (a bound far beyond any run).
 fn nanos(d: Duration) -> Nanos {
     d.as_nanos().min(NEVER as u128 / 2) as Nanos
@@ -131,7 +149,15 @@ pub async fn admit(
         return refuse(r, app.now());
     }
     let ticket = app.waits.join(&name, req, &app.metrics.waiting);
-    loop {
+    // counts the request `abandoned` if its client leaves while it is held
+    // (the connection closed: this future dropped)
+    let mut held = Held {
+        app,
+        gen,
+        consumer: req.consumer,
+        left: true,
+    };
+    let out = 'held: loop {
         if ticket.is_head() {
             match decide_once(app, gen, req, arrived, id).await {
                 Outcome::Admit(s) => {
@@ -139,7 +165,7 @@ pub async fn admit(
                     let waited = arrived.elapsed();
                     app.metrics.wait_seconds.observe(waited.as_secs_f64());
                     tracing::info!(id, consumer = %name, waited_ms = waited.as_millis() as u64, "admitted after waiting");
-                    return Outcome::Admit(s);
+                    break 'held Outcome::Admit(s);
                 }
                 Outcome::Deny {
                     limit,
@@ -148,7 +174,7 @@ pub async fn admit(
                 } => {
                     let until = match w.decided(now, &denial(limit, retry_at)) {
                         Next::Sleep(until) => until,
-                        Next::Refuse(r) => return refuse(r, now),
+                        Next::Refuse(r) => break 'held refuse(r, now),
                         Next::Admit | Next::Join => {
                             unreachable!("a denial neither admits nor joins")
                         }
@@ -160,7 +186,7 @@ pub async fn admit(
                 }
                 o @ Outcome::Unavailable(..) => {
                     count(app, gen, req.consumer, wait::Outcome::Unavailable.name());
-                    return o;
+                    break 'held o;
                 }
             }
         } else {
@@ -168,13 +194,15 @@ pub async fn admit(
                 _ = ticket.wake.notified() => {}
                 _ = tokio::time::sleep_until(app.clock.instant_at(bound)) => {
                     if ticket.is_head() {
-                        continue; // one last decision
+                        continue 'held; // one last decision
                     }
                     let now = app.now();
                     let p = predict(app, &name, req, Some(ticket.ticket)).await;
-                    return refuse(w.expired(p), now);
+                    break 'held refuse(w.expired(p), now);
                 }
             }
         }
-    }
+    };
+    held.left = false;
+    out
 }
