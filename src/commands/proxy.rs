@@ -263,7 +263,14 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         }
     };
 
-    let index = |name: &str| limiter.consumers.iter().position(|c| c.name == name);
+    // by name, and each key once: linear in the config's size
+    let by_name: std::collections::HashMap<&str, usize> = limiter
+        .consumers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.as_str(), i))
+        .collect();
+    let index = |name: &str| by_name.get(name).copied();
     let unknown_consumer = match p.unknown_consumer.as_deref() {
         None | Some("reject") => None,
         Some(n) => Some(index(n).ok_or_else(|| {
@@ -276,6 +283,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
     };
 
     let mut keys: Vec<(String, usize)> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (name, ks) in &p.keys {
         let at = format!("proxy.keys.{name}");
         let c = index(name)
@@ -288,7 +296,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
                     "keys must be non-empty, without surrounding spaces",
                 ));
             }
-            if keys.iter().any(|(x, _)| x == k) {
+            if !seen.insert(k.as_str()) {
                 // the key itself is never printed
                 return Err(ConfigError::new(f, &at, "a key is given twice"));
             }

@@ -425,3 +425,94 @@ fn placeholder_keys_of_an_emitted_config_are_refused_naming_the_field() {
     assert!(err.contains("proxy.keys."), "{err}");
     assert!(err.contains("placeholder"), "{err}");
 }
+
+/// Start `qsim proxy` on `cfg` (its `[proxy.keys]` and limiter tables) in
+/// front of the recording upstream.
+fn trust_proxy(dir: &tempfile::TempDir, name: &str, up: &Recorder, cfg: &str) -> (Proc, String) {
+    let path = dir.path().join(name);
+    std::fs::write(&path, crate::common::proxy_config(&up.url, cfg)).unwrap();
+    let child = crate::common::qsim()
+        .args(["proxy", "--threads", "2", "--config"])
+        .arg(&path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut p = Proc(child);
+    let url = crate::common::proxy_url(&mut p);
+    (p, url)
+}
+
+fn post(url: &str, key: &str, body: &str) -> (u16, String) {
+    let auth = format!("Bearer {key}");
+    let (st, _, b) = crate::common::http(
+        url,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &auth),
+            ("content-type", "application/json"),
+        ],
+        body.as_bytes(),
+    );
+    (st, b)
+}
+
+/// Issue 26, cases 2 and 5: under a TPM limit (10,000 TPM, no burst, all
+/// of it reserved for A: A's credits hold 5 s, 834 tokens, and the bucket
+/// behind them 836, so A can never be admitted more than 835), `{"max_tokens": 1,
+/// "max_completion_tokens": 90000}` was reserved 1 token and forwarded
+/// (200), and `max_tokens` 10^12 was told "retry in 18446744070 s" (429,
+/// type `requests`). Now the larger cap is what is reserved, and a request
+/// that no wait can admit is a 400 that says so (nothing forwarded); a
+/// consumer with no capacity at all (partitioned, everything reserved for
+/// another) a 403.
+#[test]
+fn output_caps_are_all_reserved_and_what_never_fits_is_a_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = recorder();
+    let cfg = r#"
+[proxy.keys]
+A = ["key-a"]
+B = ["key-b"]
+
+[deployment]
+capacity = 10000
+unit = "tpm"
+threshold = 1.0
+semantics = "partitioned"
+
+[[consumer]]
+name = "A"
+reserved_pct = 100
+
+[[consumer]]
+name = "B"
+"#;
+    let (_p, url) = trust_proxy(&dir, "tpm.toml", &up, cfg);
+    let msg =
+        |m: &str| format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],{m}}}"#);
+    let (st, body) = post(&url, "key-a", &msg(r#""max_tokens":4"#));
+    assert_eq!(st, 200, "{body}");
+    for m in [
+        r#""max_tokens":1,"max_completion_tokens":90000"#,
+        r#""max_tokens":null,"max_completion_tokens":90000"#,
+        r#""max_tokens":1000000000000"#,
+        r#""max_tokens":100,"n":50"#,
+    ] {
+        let (st, body) = post(&url, "key-a", &msg(m));
+        assert_eq!(st, 400, "{m}: {body}");
+        assert!(
+            body.contains("\"code\":\"request_too_large\""),
+            "{m}: {body}"
+        );
+        assert!(body.contains("can never hold more than"), "{m}: {body}");
+        assert!(!body.contains("retry in"), "{m}: {body}");
+    }
+    // B: nothing unreserved under partitioned
+    let (st, body) = post(&url, "key-b", &msg(r#""max_tokens":4"#));
+    assert_eq!(st, 403, "{body}");
+    assert!(body.contains("\"code\":\"no_capacity\""), "{body}");
+    // only the one request that fits reached the upstream
+    assert_eq!(up.seen.lock().unwrap().len(), 1);
+}

@@ -367,6 +367,26 @@ fn cap(dir: &Path, max: u64) {
 
 /// Stale `.tmp` files of a killed run: JSON Lines finished up to the last
 /// complete line, Parquet deleted (it was being written when killed).
+/// The length of a file up to and including its last newline (0: none),
+/// read backwards in 64 KiB blocks.
+fn last_line_end(p: &Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(p)?;
+    let mut end = f.metadata()?.len();
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let n = end.min(buf.len() as u64);
+        let start = end - n;
+        f.seek(SeekFrom::Start(start))?;
+        f.read_exact(&mut buf[..n as usize])?;
+        if let Some(i) = buf[..n as usize].iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
+}
+
 fn recover(dir: &Path) -> Result<(), String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     for e in rd.flatten() {
@@ -378,13 +398,21 @@ fn recover(dir: &Path) -> Result<(), String> {
             continue;
         }
         if let Some(fin) = n.strip_suffix(".tmp") {
+            if !e.file_type().is_ok_and(|t| t.is_file()) {
+                // not a log this proxy wrote (a directory, a device, a link)
+                continue;
+            }
             if fin.ends_with(".jsonl") {
-                let bytes = std::fs::read(&p).unwrap_or_default();
-                let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+                // cut after the last whole line, found from the end (the
+                // file is never read whole)
+                let keep = last_line_end(&p).unwrap_or(0);
                 if keep == 0 {
                     let _ = std::fs::remove_file(&p);
                 } else {
-                    let _ = std::fs::write(&p, &bytes[..keep])
+                    let _ = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&p)
+                        .and_then(|f| f.set_len(keep))
                         .and_then(|_| std::fs::rename(&p, dir.join(fin)));
                 }
             } else {
