@@ -71,9 +71,9 @@ pub struct Values {
 }
 
 impl Values {
-    /// (subject, metric) → spread, for lookups in constant time (a linear
+    /// (subject, metric) → spread, for lookups in log time (a linear
     /// search per metric made a comparison quadratic in the metrics).
-    fn index(&self) -> std::collections::HashMap<(&str, &str), Spread> {
+    fn index(&self) -> std::collections::BTreeMap<(&str, &str), Spread> {
         self.items
             .iter()
             .map(|((s, m), v)| ((s.as_str(), m.as_str()), *v))

@@ -264,7 +264,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
     };
 
     // by name, and each key once: linear in the config's size
-    let by_name: std::collections::HashMap<&str, usize> = limiter
+    let by_name: BTreeMap<&str, usize> = limiter
         .consumers
         .iter()
         .enumerate()
@@ -283,7 +283,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
     };
 
     let mut keys: Vec<(String, usize)> = Vec::new();
-    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut seen: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     for (name, ks) in &p.keys {
         let at = format!("proxy.keys.{name}");
         let c = index(name)
