@@ -1202,11 +1202,6 @@ mod tests {
     };
 
     fn params(rpm_a: Option<u64>) -> Params {
-        let _ = (
-            ConsumerPolicy::default(),
-            Semantics::RateLimitOnly,
-            Unit::Rpm,
-        );
         let mut cfg: LimiterConfig = LimiterConfig {
             capacity: 60,
             unit: Unit::Rpm,
