@@ -20,8 +20,7 @@ pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Resul
     let g_bp = cfg.reserved_bp_total();
     // the reserved consumers' headroom beyond their credits: one unit
     // (their own credits are their burst)
-    let floors = lay.floor.iter().flatten().count() as u64;
-    strict_floors::deployment(s, lay, g_bp, sum, floors, 0)?;
+    strict_floors::deployment(s, lay, g_bp, sum, 0)?;
     let pool_bp = BP_FULL - g_bp;
     if pool_bp > 0 {
         lay.pool = Some(lay.add(s.bucket(s.depth(pool_bp), pool_bp)?));

@@ -42,24 +42,17 @@ impl Params {
     /// (an unreserved consumer under `partitioned` with everything
     /// reserved).
     ///
-    /// When idle every bucket is full. `strict-floors` / `partitioned`: a
-    /// request its own credits cover needs only its units in `G`; a
-    /// borrower must leave in `G` every other consumer's credits and its own
-    /// accruing one (see `strict_floors.rs`).
+    /// When idle every bucket is full; `strict_floors::largest_need` says
+    /// what a borrower must leave in `G`.
     ///
     /// [`LimitSpec::admit_charge`]: crate::limiter::rates::LimitSpec::admit_charge
     pub fn largest_need(&self, c: usize) -> u64 {
         let depth = |i: Option<usize>| i.map_or(0, |i| self.buckets[i].capacity());
-        let own = depth(self.floor[c]);
         match self.cfg.semantics {
             Semantics::RateLimitOnly => depth(self.pool),
-            Semantics::Partitioned if own == 0 => depth(self.pool),
+            Semantics::Partitioned if self.floor[c].is_none() => depth(self.pool),
             Semantics::StrictFloors | Semantics::Partitioned => {
-                let g = depth(self.shared);
-                let credits: u64 = self.floor.iter().map(|&i| depth(i)).sum();
-                let others = credits - own;
-                let keep = if own > 0 { others + 1 } else { others };
-                own.max(g.saturating_sub(keep))
+                strict_floors::largest_need(self, c)
             }
             Semantics::LitellmPriority => self
                 .floor

@@ -62,9 +62,9 @@ pub(super) fn deployment(
     lay: &mut Layout,
     g_bp: u32,
     sum_credits: u64,
-    floors: u64,
     pool_bp: u32,
 ) -> Result<(), String> {
+    let floors = lay.floor.iter().flatten().count() as u64;
     if g_bp > 0 {
         let beyond = sum_credits
             .saturating_add(floors)
@@ -77,15 +77,19 @@ pub(super) fn deployment(
 
 pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {
     let sum = credits(cfg, s, lay)?;
-    let floors = lay.floor.iter().flatten().count() as u64;
-    deployment(
-        s,
-        lay,
-        BP_FULL,
-        sum,
-        floors,
-        BP_FULL - cfg.reserved_bp_total(),
-    )
+    deployment(s, lay, BP_FULL, sum, BP_FULL - cfg.reserved_bp_total())
+}
+
+/// The largest need consumer `c` is ever admitted with (see
+/// [`Params::largest_need`]): when idle every credit is full; a request its
+/// own credits cover needs only its units in `G`, a borrower must leave in
+/// `G` every other consumer's credits and its own accruing one ([`keep`]).
+pub(super) fn largest_need(p: &Params, c: usize) -> u64 {
+    let depth = |i: Option<usize>| i.map_or(0, |i| p.buckets[i].capacity());
+    let own = depth(p.floor[c]);
+    let credits: u64 = p.floor.iter().map(|&i| depth(i)).sum();
+    let keep = credits - own + u64::from(own > 0);
+    own.max(depth(p.shared).saturating_sub(keep))
 }
 
 /// Whole floor credits of consumer `j` at `t` (0 without a floor).
