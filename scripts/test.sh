@@ -12,10 +12,16 @@ python3 scripts/module-cycles.py
 scripts/live-deps.sh
 # Chromium (Debian) for the HTML report's headless-browser test: fails loudly if it cannot be installed
 scripts/plot-deps.sh
+# llama.cpp's llama-server (built once into ~/.cache/qsim-llama, ~25 min cold
+# on two cores) and its random-weight model: the real engine of tests/it/engine.rs
+scripts/llama-deps.sh
 # the live tests are required here: a missing part fails them (a plain
 # `cargo test` skips them and says so)
 export QSIM_REQUIRE_LIVE=1
 cargo test --release --locked --workspace
+# the real-engine tests (ignored in a plain `cargo test`: their timings are
+# real time on shared cores) run alone, one at a time, with the cores free
+cargo test --release --locked --workspace -- --ignored engine:: --test-threads=1
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run
 # the notebooks run on qsim's --out DIR Parquet (venv ~/.cache/qsim-venv: polars, matplotlib, nbclient); a broken one fails the build

@@ -134,6 +134,7 @@ fn bench_streams_through_the_proxy_to_qsim_serve() {
         model: "instant".into(),
         rate: 100.0,
         requests: (0..8).map(|i| (i as f64 * 0.01, 20, 5)).collect(),
+        prompt: std::sync::Arc::new(|i, n| (0..n).map(|j| 1 + i as u32 + j).collect()),
         time_scale: 1.0,
         timeout: Duration::from_secs(20),
     };

@@ -8,6 +8,7 @@ mod calibrate_server;
 mod common;
 mod compare_cli;
 mod docs_output;
+mod engine;
 mod fuzz_inputs;
 mod golden;
 mod hardening_budget;

@@ -10,7 +10,16 @@
 //! after it; E2E (latency) is from the send to the last such chunk; the
 //! output length is the answer's `usage.completion_tokens` (asked for with
 //! `stream_options.include_usage`). The prompt is a list of token ids, so
-//! an OpenAI-compatible server counts exactly the input length asked.
+//! an OpenAI-compatible server counts exactly the input length asked; each
+//! request's ids come from [`BenchConfig::prompt`] (the caller's seeded
+//! draws), so no two prompts share a prefix and a server's prefix cache
+//! cannot hide the prefill the benchmark measures.
+//!
+//! A server may close an idle keep-alive connection just as the next
+//! request is sent on it (llama.cpp's server closes one after 100 requests
+//! or 5 s idle). A request that fails that way, before any byte of an
+//! answer, is sent again once on a new connection ([`http::closed_before_answer`]);
+//! its times still start at the first send. `retries` in the result counts them.
 //!
 //! Times: `time_scale` X is the server's `--time-scale` (the server runs X
 //! times faster than real time): arrivals are sent at model time / X, and
@@ -30,7 +39,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What to send.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BenchConfig {
     /// Base URL, e.g. http://127.0.0.1:8000.
     pub target: String,
@@ -40,6 +49,9 @@ pub struct BenchConfig {
     pub rate: f64,
     /// Per request: (arrival in model seconds from the start, input tokens, max_tokens).
     pub requests: Vec<(f64, u32, u32)>,
+    /// The prompt's token ids of request `i` with `n` input tokens
+    /// (`i == requests.len()` is the initial test request).
+    pub prompt: Arc<dyn Fn(usize, u32) -> Vec<u32> + Send + Sync>,
     pub time_scale: f64,
     /// Real-time limit of one request.
     pub timeout: Duration,
@@ -53,29 +65,38 @@ struct Out {
     latency: f64,
     output: u64,
     error: String,
+    retries: u32,
 }
 
 /// One streamed request; times read on `clock` (model time).
 async fn one(client: &HttpClient, url: &str, body: Bytes, clock: Clock, timeout: Duration) -> Out {
     let mut o = Out::default();
-    let req = match Request::builder()
-        .method(Method::POST)
-        .uri(url)
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            o.error = format!("bad request: {e}");
-            return o;
-        }
+    let req = || {
+        Request::builder()
+            .method(Method::POST)
+            .uri(url)
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body.clone()))
+            .map_err(|e| format!("bad request: {e}"))
     };
+    if let Err(e) = req() {
+        o.error = e;
+        return o;
+    }
     let st = clock.now();
     let mut last = st;
     let mut first = None;
     let mut usage = None;
+    let mut retries = 0;
     let fut = async {
-        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let resp = loop {
+            match client.request(req()?).await {
+                Ok(r) => break r,
+                // the server closed a pooled connection under us: once more, on a new one
+                Err(e) if retries == 0 && http::closed_before_answer(&e) => retries += 1,
+                Err(e) => return Err(e.to_string()),
+            }
+        };
         let status = resp.status().as_u16();
         let mut body = resp.into_body();
         if status != 200 {
@@ -127,7 +148,9 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, clock: Clock, timeout:
         }
         Ok::<(), String>(())
     };
-    match tokio::time::timeout(timeout, fut).await {
+    let done = tokio::time::timeout(timeout, fut).await;
+    o.retries = retries;
+    match done {
         Ok(Ok(())) => match first {
             Some(f) => {
                 o.ok = true;
@@ -179,8 +202,8 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     }
     let client = http::client(&cfg.target, None)?;
     let url = format!("{}/v1/completions", cfg.target.trim_end_matches('/'));
-    let body = |input: u32, out: u32| -> Bytes {
-        let prompt: Vec<u32> = (1..=input.max(1)).collect();
+    let body = |i: usize, input: u32, out: u32| -> Bytes {
+        let prompt = (cfg.prompt)(i, input.max(1));
         Bytes::from(
             json!({"model": cfg.model, "prompt": prompt, "max_tokens": out, "temperature": 0.0,
                 "stream": true, "stream_options": {"include_usage": true}})
@@ -192,7 +215,7 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     let t = one(
         &client,
         &url,
-        body(cfg.requests[0].1, 2),
+        body(cfg.requests.len(), cfg.requests[0].1, 2),
         Clock::new(0, x),
         cfg.timeout,
     )
@@ -204,10 +227,10 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     let url = Arc::new(url);
     let clock = Clock::new(0, x);
     let mut tasks = Vec::with_capacity(cfg.requests.len());
-    for &(at, input, out) in &cfg.requests {
+    for (i, &(at, input, out)) in cfg.requests.iter().enumerate() {
         let at = (at.max(0.0) * 1e9).min(Nanos::MAX as f64) as Nanos;
         tokio::time::sleep_until(clock.instant_at(at)).await;
-        let (c, u, b) = (client.clone(), url.clone(), body(input, out));
+        let (c, u, b) = (client.clone(), url.clone(), body(i, input, out));
         let timeout = cfg.timeout;
         tasks.push(tokio::spawn(
             async move { one(&c, &u, b, clock, timeout).await },
@@ -258,6 +281,7 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
         "itls": outs.iter().map(|o| o.itl.clone()).collect::<Vec<_>>(),
         "generated_texts": outs.iter().map(|_| "").collect::<Vec<_>>(),
         "errors": outs.iter().map(|o| o.error.clone()).collect::<Vec<_>>(),
+        "retries": outs.iter().map(|o| o.retries as u64).sum::<u64>(),
     });
     for (k, xs) in [
         ("ttft", &ttfts),

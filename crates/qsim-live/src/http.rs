@@ -354,6 +354,35 @@ pub fn client(base: &str, ca_file: Option<&Path>) -> Result<HttpClient, String> 
         .build(c))
 }
 
+/// Whether a client request failed because the connection closed (or was
+/// reset) before the answer's headers: typically a pooled keep-alive
+/// connection that the server closed as the request went out on it, which
+/// its handler never saw. (A server that dies while working on a request
+/// looks the same; a caller that sends again accepts doing that one twice.)
+pub fn closed_before_answer(e: &hyper_util::client::legacy::Error) -> bool {
+    use std::error::Error as _;
+    let mut src = e.source();
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::UnexpectedEof
+            ) {
+                return true;
+            }
+        }
+        src = s.source();
+    }
+    false
+}
+
 /// The certificates of a PEM file (at least one), or why not.
 pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)

@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// The model name sent.
     #[arg(long, default_value = "bench")]
     pub model: String,
+    /// Prompt token ids are drawn uniformly from LO..HI (inclusive), fresh
+    /// for every request, so no prefix cache can serve one prompt from
+    /// another; keep HI below the model's vocabulary size.
+    #[arg(long, default_value = "1000..30000")]
+    pub token_ids: String,
     /// Real-time limit of one request.
     #[arg(long, default_value = "120s", value_parser = crate::cli::common::duration_arg)]
     pub timeout: qsim_sim::time::Nanos,
@@ -71,6 +76,17 @@ fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
         return Err(bad());
     }
     Ok((lo, hi))
+}
+
+/// The prompt of request `i`: `n` token ids uniform in `ids`, from the
+/// request's own stream, so prompts are the same for a seed and never
+/// share a prefix by construction.
+pub fn prompt(seed: u64, ids: (u32, u32), i: usize, n: u32) -> Vec<u32> {
+    let mut r = stream(seed, i as u64, component::PROMPT);
+    let span = (ids.1 - ids.0 + 1) as f64;
+    (0..n)
+        .map(|_| ids.0 + ((unit(&mut r) * span) as u32).min(ids.1 - ids.0))
+        .collect()
 }
 
 /// The workload: (arrival model s, input, output) per request.
@@ -117,6 +133,7 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
     }
     let input = range("--input-len", &a.input_len)?;
     let output = range("--output-len", &a.output_len)?;
+    let ids = range("--token-ids", &a.token_ids)?;
     if !crate::commands::replay::is_loopback(&a.target) && !a.yes {
         return Err(ConfigError::new(
             "--yes",
@@ -135,6 +152,10 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
         model: a.model.clone(),
         rate: a.rate,
         requests: workload(a.rate, a.requests, input, output, a.seed),
+        prompt: {
+            let seed = a.seed;
+            std::sync::Arc::new(move |i, n| prompt(seed, ids, i, n))
+        },
         time_scale: a.time_scale,
         timeout,
     };

@@ -35,6 +35,20 @@ pub enum Part {
     Live,
     /// Chromium for the HTML report's browser test: `scripts/plot-deps.sh`.
     Browser,
+    /// llama.cpp's `llama-server` and its random-weight model:
+    /// `scripts/llama-deps.sh`.
+    Engine,
+}
+
+/// llama.cpp's server and the model it serves, as `scripts/llama-deps.sh`
+/// leaves them (`QSIM_LLAMA_CACHE`, default `~/.cache/qsim-llama`).
+pub fn llama_paths() -> (PathBuf, PathBuf) {
+    let c = std::env::var_os("QSIM_LLAMA_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/qsim-llama")
+        });
+    (c.join("bin/llama-server"), c.join("qsim-tiny-llama.gguf"))
 }
 
 fn on_path(cmd: &str) -> bool {
@@ -79,6 +93,15 @@ pub fn ready(part: Part, module: &str) -> bool {
                 vec![c.display().to_string()]
             };
             (m, "scripts/plot-deps.sh")
+        }
+        Part::Engine => {
+            let (server, model) = llama_paths();
+            let m = [server, model]
+                .into_iter()
+                .filter(|p| !p.exists())
+                .map(|p| p.display().to_string())
+                .collect();
+            (m, "scripts/llama-deps.sh")
         }
     };
     if missing.is_empty() {

@@ -16,6 +16,8 @@ pub mod component {
     pub const LIMITER: u64 = 5;
     pub const ARRIVALS: u64 = 6;
     pub const ROUTER: u64 = 7;
+    /// `qsim calibrate bench`'s prompt token ids (scope: the request's index).
+    pub const PROMPT: u64 = 8;
 }
 
 /// A deterministic random stream for `(seed, scope, component)`.
