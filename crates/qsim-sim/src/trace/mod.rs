@@ -87,6 +87,9 @@ pub struct Summary {
     pub reordered: u64,
     /// Proxy-log records skipped (invalid, retries, no token counts).
     pub skipped: u64,
+    /// Tokens of the rows in the window.
+    pub input_total: u64,
+    pub output_total: u64,
 }
 
 /// A validated trace workload.
@@ -352,10 +355,12 @@ impl TraceSpec {
         one.loops = 1;
         one.scale = 1.0;
         let mut src = TraceSource::open(&one, 0, 0)?;
-        let (mut rows, mut last) = (0u64, 0);
+        let (mut rows, mut last, mut input_total, mut output_total) = (0u64, 0, 0u64, 0u64);
         while let Some(a) = src.next()? {
             rows += 1;
             last = a.at;
+            input_total += a.input as u64;
+            output_total += a.output as u64;
         }
         Ok(Summary {
             rows,
@@ -363,7 +368,23 @@ impl TraceSpec {
             consumers: src.consumer_names(),
             reordered: src.reader.reordered,
             skipped: src.reader.skipped,
+            input_total,
+            output_total,
         })
+    }
+
+    /// Requests replayed over all loops (the scale's expected count), and
+    /// the mean output tokens, once scanned.
+    pub fn expected(&self) -> Option<(f64, f64)> {
+        let s = self.summary.as_ref()?;
+        let mean_out = s.output_total as f64 / (s.rows.max(1)) as f64;
+        Some((s.rows as f64 * self.scale * self.loops as f64, mean_out))
+    }
+
+    /// The last arrival of the replay (all loops), once scanned.
+    pub fn last_arrival(&self) -> Option<Nanos> {
+        let s = self.summary.as_ref()?;
+        Some(s.last + (self.loops as u64 - 1) * self.period)
     }
 
     /// The trace's name as shown in reports.

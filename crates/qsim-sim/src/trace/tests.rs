@@ -1,4 +1,5 @@
 use super::*;
+use crate::experiment::server::Load;
 
 /// A file in a fresh temp dir (kept alive by the returned guard).
 fn write(name: &str, text: &str) -> (tempdir::Dir, PathBuf) {
@@ -339,4 +340,148 @@ fn stats_measure_a_small_trace() {
     assert_eq!((st.input_total, st.output_total), (15, 150));
     let fitted = st.fitted_fields().unwrap();
     assert!(fitted.starts_with("rpm = 100.0\narrivals = { process = \"gamma\", cv = "), "{fitted}");
+}
+
+/// Rows (time ns, input, output) with ties, gaps and varied lengths.
+fn rows(n: usize) -> Vec<(u64, u32, u32)> {
+    let mut rng = stream(7, 0, component::WORKLOAD);
+    let mut t = 0u64;
+    (0..n)
+        .map(|k| {
+            // a tie now and then, else up to 0.4 s
+            if k % 7 != 3 {
+                t += (unit(&mut rng) * 4e8) as u64 / 1000 * 1000;
+            }
+            let i = 1 + (unit(&mut rng) * 3000.0) as u32;
+            let o = 1 + (unit(&mut rng) * 300.0) as u32;
+            (t, i, o)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        // the replay's clock starts at the first row
+        .scan(None, |first: &mut Option<u64>, (t, i, o)| {
+            let f = *first.get_or_insert(t);
+            Some((t - f, i, o))
+        })
+        .collect()
+}
+
+/// The same rows in each format (times in µs, which every format can hold).
+fn in_format(format: &str, rows: &[(u64, u32, u32)]) -> (String, &'static str) {
+    let base = 1_700_000_000_000_000u64; // µs since the epoch
+    let mut s = String::new();
+    match format {
+        "azure" => {
+            s.push_str("TIMESTAMP,ContextTokens,GeneratedTokens\n");
+            for &(t, i, o) in rows {
+                let us = base + t / 1000;
+                let (secs, frac) = ((us / 1_000_000) as i64, us % 1_000_000);
+                let days = secs.div_euclid(86_400);
+                let sod = secs.rem_euclid(86_400);
+                // civil from days (Hinnant), independent of the reader's direction
+                let z = days + 719_468;
+                let era = z.div_euclid(146_097);
+                let doe = z - era * 146_097;
+                let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+                let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+                let mp = (5 * doy + 2) / 153;
+                let d = doy - (153 * mp + 2) / 5 + 1;
+                let m = if mp < 10 { mp + 3 } else { mp - 9 };
+                let y = yoe + era * 400 + (m <= 2) as i64;
+                s.push_str(&format!(
+                    "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{frac:06}0,{i},{o}\n",
+                    sod / 3600,
+                    sod / 60 % 60,
+                    sod % 60
+                ));
+            }
+            (s, "trace.csv")
+        }
+        "burstgpt" => {
+            s.push_str("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n");
+            for &(t, i, o) in rows {
+                s.push_str(&format!(
+                    "{}.{:06},ChatGPT,{i},{o},{},Conversation log\n",
+                    t / 1_000_000_000,
+                    t / 1000 % 1_000_000,
+                    i + o
+                ));
+            }
+            (s, "trace.csv")
+        }
+        "mooncake" => {
+            for &(t, i, o) in rows {
+                s.push_str(&format!(
+                    "{{\"timestamp\": {}.{:03}, \"input_length\": {i}, \"output_length\": {o}, \"hash_ids\": [1]}}\n",
+                    t / 1_000_000,
+                    t / 1000 % 1000
+                ));
+            }
+            (s, "trace.jsonl")
+        }
+        "proxy" => {
+            for &(t, i, o) in rows {
+                s.push_str(&proxy_line(
+                    "team",
+                    1_700_000_000_000,
+                    t,
+                    &format!(",\"usage_input\":{i},\"usage_output\":{o}"),
+                ));
+            }
+            (s, "decisions.jsonl")
+        }
+        _ => {
+            s.push_str("when_us,prompt,completion\n");
+            for &(t, i, o) in rows {
+                s.push_str(&format!("{},{i},{o}\n", t / 1000 + 12_345));
+            }
+            (s, "plain.csv")
+        }
+    }
+}
+
+#[test]
+fn a_server_scenario_admits_exactly_the_traces_requests_in_every_format() {
+    use crate::experiment::server::{run_scenario, ServerSuite};
+    let want = rows(400);
+    let (n, tin, tout): (u64, u64, u64) = (
+        want.len() as u64,
+        want.iter().map(|r| r.1 as u64).sum(),
+        want.iter().map(|r| r.2 as u64).sum(),
+    );
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
+    for format in ["azure", "burstgpt", "mooncake", "proxy", "csv"] {
+        let d = tempdir::Dir::new();
+        let (text, name) = in_format(format, &want);
+        std::fs::write(d.0.join(name), text).unwrap();
+        let columns = if format == "csv" {
+            ", format = \"csv\", time_column = \"when_us\", time_unit = \"us\", input_column = \"prompt\", output_column = \"completion\""
+        } else {
+            ""
+        };
+        let exp = format!(
+            "kind = \"server\"\nserver = {model:?}\nreplicas = 4\nduration_s = 1\ndrain = true\n\
+             input_tokens = {{ dist = \"const\", value = 1 }}\noutput_tokens = {{ dist = \"const\", value = 1 }}\n\
+             [[scenario]]\nname = \"replay\"\ntrace = {{ file = \"{name}\"{columns} }}\n"
+        );
+        let ef = d.0.join("exp.toml");
+        std::fs::write(&ef, &exp).unwrap();
+        let v: toml::Value = toml::from_str(&exp).unwrap();
+        let suite = ServerSuite::from_value(&ef, v).unwrap();
+        let s = &suite.scenarios[0];
+        // the source yields the rows themselves
+        let Load::Trace(spec) = &s.load else { panic!("{format}: not a trace") };
+        let got = at_tokens(&all(spec));
+        assert_eq!(got.len(), want.len(), "{format}");
+        if let Some(k) = (0..got.len()).find(|&k| got[k] != want[k]) {
+            panic!("{format}: row {k}: {:?} != {:?}", got[k], want[k]);
+        }
+        assert_eq!(s.duration, want.last().unwrap().0 + 1, "{format}");
+        // and the server admits and completes exactly them
+        let r = run_scenario(suite.profile.clone(), s, 1, 0);
+        let m = r.metrics.total(r.until);
+        assert_eq!((m.submitted, m.completed, m.rejected), (n, n, 0), "{format}");
+        assert_eq!((m.input_tokens, m.output_tokens), (tin, tout), "{format}");
+        assert_eq!(r.unfinished, 0);
+    }
 }
