@@ -128,7 +128,7 @@ fn secs_field(file: &str, field: &str, v: f64) -> Result<Nanos, ConfigError> {
 impl TraceSpec {
     /// Validate `raw` (`file` names the source of the fields in errors,
     /// `at` their prefix, e.g. `scenario.0.trace.`; the trace path is
-    /// relative to `base`). `scan` reads the trace once to check every row
+    /// relative to the file `base`, or as given when `base` is empty). `scan` reads the trace once to check every row
     /// and fill [`TraceSpec::summary`] (always when looping: the period
     /// needs it).
     pub fn from_raw(
@@ -139,7 +139,12 @@ impl TraceSpec {
         scan: bool,
     ) -> Result<TraceSpec, ConfigError> {
         let fld = |x: &str| format!("{at}{x}");
-        let path = resolve_relative(base, &raw.file);
+        let path = if base.as_os_str().is_empty() {
+            // a path from the command line: as given
+            PathBuf::from(&raw.file)
+        } else {
+            resolve_relative(base, &raw.file)
+        };
         let csv_given = raw.time_column.is_some()
             || raw.input_column.is_some()
             || raw.output_column.is_some()

@@ -1,0 +1,286 @@
+//! `qsim trace stats FILE`: a request trace's rates, burstiness and
+//! lengths, and the synthetic workload fitted to it (qsim-sim's
+//! `trace::stats` computes; this module reads the flags and renders).
+
+use crate::cli::common::CliError;
+use qsim_sim::config::ConfigError;
+use qsim_sim::trace::stats::{self, TraceStats, PERCENTILES};
+use qsim_sim::trace::{RawTrace, TraceSpec};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// Which trace and how it is replayed: the fields of a `trace = { … }`
+/// table as flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TraceFlags {
+    /// The trace file.
+    pub file: PathBuf,
+    /// azure, burstgpt, mooncake, proxy or csv (default: from the first line).
+    #[arg(long)]
+    pub format: Option<String>,
+    /// csv: the time column.
+    #[arg(long)]
+    pub time_column: Option<String>,
+    /// csv: the time column's unit: s, ms, us, ns or datetime (default s).
+    #[arg(long)]
+    pub time_unit: Option<String>,
+    /// csv: the input-token column.
+    #[arg(long)]
+    pub input_column: Option<String>,
+    /// csv: the output-token column.
+    #[arg(long)]
+    pub output_column: Option<String>,
+    /// A CSV column naming each request's consumer.
+    #[arg(long)]
+    pub consumer_column: Option<String>,
+    /// Split requests among consumers by share: `--share a=0.7 --share b=0.3`.
+    #[arg(long = "share", value_name = "NAME=WEIGHT")]
+    pub shares: Vec<String>,
+    /// Only requests from this many seconds after the first row.
+    #[arg(long, value_name = "SECS")]
+    pub from: Option<f64>,
+    /// Only requests before this many seconds after the first row.
+    #[arg(long, value_name = "SECS")]
+    pub to: Option<f64>,
+    /// Requests per row (2: the same pattern at twice the traffic).
+    #[arg(long)]
+    pub scale: Option<f64>,
+    /// Time compression (2: the trace in half the time).
+    #[arg(long)]
+    pub compress: Option<f64>,
+    /// Replay the trace this many times back to back.
+    #[arg(long, allow_negative_numbers = true)]
+    pub loops: Option<i64>,
+}
+
+impl TraceFlags {
+    /// The flags as the `trace = { … }` table they stand for.
+    pub fn raw(&self) -> Result<RawTrace, ConfigError> {
+        let shares = if self.shares.is_empty() {
+            None
+        } else {
+            let mut m = BTreeMap::new();
+            for s in &self.shares {
+                let (n, w) = s.split_once('=').ok_or_else(|| {
+                    ConfigError::new("--share", "", format!("expected NAME=WEIGHT, got {s:?}"))
+                })?;
+                let w: f64 = w.trim().parse().map_err(|_| {
+                    ConfigError::new("--share", "", format!("not a number: {w:?} in {s:?}"))
+                })?;
+                if m.insert(n.trim().to_string(), w).is_some() {
+                    return Err(ConfigError::new(
+                        "--share",
+                        "",
+                        format!("{n:?} given twice"),
+                    ));
+                }
+            }
+            Some(m)
+        };
+        Ok(RawTrace {
+            file: self.file.display().to_string(),
+            format: self.format.clone(),
+            time_column: self.time_column.clone(),
+            time_unit: self.time_unit.clone(),
+            input_column: self.input_column.clone(),
+            output_column: self.output_column.clone(),
+            consumer_column: self.consumer_column.clone(),
+            shares,
+            from_s: self.from,
+            to_s: self.to,
+            scale: self.scale,
+            compress: self.compress,
+            loops: self.loops,
+        })
+    }
+
+    /// The validated trace (errors name the flag: `--scale`).
+    pub fn spec(&self) -> Result<TraceSpec, ConfigError> {
+        let raw = self.raw()?;
+        // the file is named as given (relative to the working directory)
+        TraceSpec::from_raw("", "", Path::new(""), &raw, false).map_err(flag_names)
+    }
+}
+
+/// A field of the trace table as the flag that set it.
+fn flag_names(mut e: ConfigError) -> ConfigError {
+    if e.source.is_empty() {
+        let flag = match e.field.as_str() {
+            "from_s" => "--from".to_string(),
+            "to_s" => "--to".to_string(),
+            "shares" => "--share".to_string(),
+            f if f.starts_with("shares.") => "--share".to_string(),
+            f => format!("--{}", f.replace('_', "-")),
+        };
+        e.source = flag;
+        e.field = String::new();
+    }
+    e
+}
+
+#[derive(clap::Args, Debug)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    pub trace: TraceFlags,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed of the draws a fractional --scale or --share makes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TraceCmd {
+    /// Requests, duration, mean and peak rates, inter-arrival CV, index of
+    /// dispersion, length percentiles, and a synthetic workload fitted to
+    /// the trace (a server scenario qsim accepts).
+    Stats(StatsArgs),
+}
+
+pub fn run_cli(cmd: &TraceCmd) -> Result<(), CliError> {
+    match cmd {
+        TraceCmd::Stats(a) => {
+            let spec = a.trace.spec()?;
+            let st = stats::compute(&spec, a.seed)?;
+            if st.reordered > 0 {
+                eprintln!(
+                    "warning: {}: {} rows out of time order were put in order",
+                    st.file, st.reordered
+                );
+            }
+            if st.skipped > 0 {
+                eprintln!(
+                    "note: {}: {} records skipped (invalid requests, client retries or no token counts)",
+                    st.file, st.skipped
+                );
+            }
+            let fmt = spec.format.as_ref().map_or("", |f| f.name());
+            let text = if a.json {
+                json(&st, fmt)
+            } else {
+                table(&st, fmt)
+            };
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return "n/a".into();
+    }
+    let a = v.abs();
+    if a >= 100.0 || v == v.trunc() {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn pct_label(q: f64) -> String {
+    if q == 1.0 {
+        "max".into()
+    } else {
+        format!("p{}", (q * 100.0).round())
+    }
+}
+
+fn lengths(l: &stats::LengthStats) -> String {
+    let mut s = String::new();
+    for (q, v) in PERCENTILES.iter().zip(&l.percentiles) {
+        let _ = write!(s, "{} {}  ", pct_label(*q), num(*v));
+    }
+    let _ = write!(s, "mean {}", num(l.mean));
+    s
+}
+
+/// The report as text.
+pub fn table(st: &TraceStats, fmt: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "trace {} ({fmt})", st.file);
+    let _ = writeln!(s, "  requests        {}", st.requests);
+    let _ = writeln!(s, "  duration        {} s", num(st.duration_s));
+    let _ = writeln!(
+        s,
+        "  mean rate       {} /s ({} per minute)",
+        num(st.mean_rate),
+        num(st.mean_rate * 60.0)
+    );
+    let peaks: Vec<String> = st
+        .peaks
+        .iter()
+        .map(|p| format!("{} in {} s (at {} s)", p.requests, p.window_s, p.start_s))
+        .collect();
+    let _ = writeln!(s, "  peak            {}", peaks.join(", "));
+    let _ = writeln!(
+        s,
+        "  inter-arrival   mean {} s, CV {}",
+        num(st.gap_mean_s),
+        num(st.gap_cv)
+    );
+    let disp: Vec<String> = st
+        .dispersion
+        .iter()
+        .map(|(w, d)| format!("{w} s: {}", num(*d)))
+        .collect();
+    let _ = writeln!(s, "  dispersion      {}  (variance/mean of counts; Poisson 1)", disp.join(", "));
+    let _ = writeln!(s, "  input tokens    {}", lengths(&st.input));
+    let _ = writeln!(s, "  output tokens   {}", lengths(&st.output));
+    if !st.consumers.is_empty() {
+        let c: Vec<String> = st
+            .consumers
+            .iter()
+            .map(|(n, k)| format!("{n} {k}"))
+            .collect();
+        let _ = writeln!(s, "  consumers       {}", c.join(", "));
+    }
+    if let Some(f) = st.fitted_fields() {
+        let _ = writeln!(
+            s,
+            "\n# fitted: the mean rate, gamma gaps of the trace's CV, log-normal lengths\n# through its p50 and p95 (a server scenario; the same fields fit a plan's consumer)\n[[scenario]]\nname = \"fitted\"\n{}",
+            f.trim_end()
+        );
+    }
+    s
+}
+
+/// The report as JSON.
+pub fn json(st: &TraceStats, fmt: &str) -> String {
+    let l = |x: &stats::LengthStats| {
+        let mut m = serde_json::Map::new();
+        for (q, v) in PERCENTILES.iter().zip(&x.percentiles) {
+            m.insert(pct_label(*q), serde_json::json!(v));
+        }
+        m.insert("mean".into(), serde_json::json!(x.mean));
+        serde_json::Value::Object(m)
+    };
+    let v = serde_json::json!({
+        "file": st.file,
+        "format": fmt,
+        "requests": st.requests,
+        "duration_s": st.duration_s,
+        "mean_rate_per_s": st.mean_rate,
+        "peaks": st.peaks.iter().map(|p| serde_json::json!({"window_s": p.window_s, "requests": p.requests, "start_s": p.start_s})).collect::<Vec<_>>(),
+        "inter_arrival_mean_s": st.gap_mean_s,
+        "inter_arrival_cv": st.gap_cv,
+        "index_of_dispersion": st.dispersion.iter().map(|(w, d)| serde_json::json!({"window_s": w, "value": d})).collect::<Vec<_>>(),
+        "input_tokens": l(&st.input),
+        "output_tokens": l(&st.output),
+        "input_tokens_total": st.input_total,
+        "output_tokens_total": st.output_total,
+        "consumers": st.consumers.iter().map(|(n, k)| serde_json::json!({"name": n, "requests": k})).collect::<Vec<_>>(),
+        "reordered": st.reordered,
+        "skipped": st.skipped,
+        "fitted": st.fitted_fields(),
+    });
+    let mut s = serde_json::to_string_pretty(&v).expect("JSON of plain values");
+    s.push('\n');
+    s
+}
