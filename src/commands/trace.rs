@@ -131,8 +131,41 @@ pub struct StatsArgs {
     pub seed: u64,
 }
 
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// A server experiment file whose scenarios replay traces
+    /// (`trace = { file = … }`): each is planned.
+    pub file: PathBuf,
+    /// The target: every minute's E2E p95 at most this (`10s`, `2500ms`).
+    #[arg(long, value_parser = crate::cli::common::duration_arg)]
+    pub e2e_p95: Option<qsim_sim::time::Nanos>,
+    /// The target: every minute's TTFT p95 at most this.
+    #[arg(long, value_parser = crate::cli::common::duration_arg)]
+    pub ttft_p95: Option<qsim_sim::time::Nanos>,
+    /// The most replicas tried.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub max_replicas: u32,
+    /// Plan only these scenarios (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Override a scalar in the file (`--set scenario.code.trace.scale=2`).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Seed of the server model and the synthetic workloads.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(clap::Subcommand, Debug)]
 pub enum TraceCmd {
+    /// The fewest server replicas that meet the latency targets in every
+    /// minute of a trace, the minutes that set the answer, and the same
+    /// plan on synthetic workloads fitted to the trace (gamma gaps of its
+    /// CV; Poisson) beside it.
+    Plan(PlanArgs),
     /// Requests, duration, mean and peak rates, inter-arrival CV, index of
     /// dispersion, length percentiles, and a synthetic workload fitted to
     /// the trace (a server scenario qsim accepts).
@@ -141,6 +174,7 @@ pub enum TraceCmd {
 
 pub fn run_cli(cmd: &TraceCmd) -> Result<(), CliError> {
     match cmd {
+        TraceCmd::Plan(a) => plan(a),
         TraceCmd::Stats(a) => {
             let spec = a.trace.spec()?;
             let st = stats::compute(&spec, a.seed)?;
@@ -281,6 +315,220 @@ pub fn json(st: &TraceStats, fmt: &str) -> String {
         "fitted": st.fitted_fields(),
     });
     let mut s = serde_json::to_string_pretty(&v).expect("JSON of plain values");
+    s.push('\n');
+    s
+}
+
+fn plan(a: &PlanArgs) -> Result<(), CliError> {
+    use qsim_sim::experiment::server::Load;
+    use qsim_sim::experiment::trace_plan::{compare, Targets};
+    use qsim_sim::experiment::ExperimentFile;
+    let targets = Targets {
+        e2e_p95_s: a.e2e_p95.map(qsim_sim::time::to_secs),
+        ttft_p95_s: a.ttft_p95.map(qsim_sim::time::to_secs),
+    };
+    if targets.e2e_p95_s.is_none() && targets.ttft_p95_s.is_none() {
+        return Err(ConfigError::new("--e2e-p95", "", "give a target: --e2e-p95 and/or --ttft-p95").into());
+    }
+    let mut f = crate::cli::common::load_experiment(&a.file, &a.sets)?;
+    f.retain_only(&a.only)?;
+    let ExperimentFile::Server(suite) = f else {
+        return Err(ConfigError::new(
+            a.file.display().to_string(),
+            "kind",
+            "qsim trace plan takes a server experiment file (kind = \"server\") with trace scenarios",
+        )
+        .into());
+    };
+    let scenarios: Vec<_> = suite
+        .scenarios
+        .iter()
+        .filter(|s| matches!(s.load, Load::Trace(_)))
+        .collect();
+    if scenarios.is_empty() {
+        return Err(ConfigError::new(
+            a.file.display().to_string(),
+            "scenario",
+            "no scenario replays a trace (trace = { file = … })",
+        )
+        .into());
+    }
+    let mut out = Vec::new();
+    for s in scenarios {
+        let c = compare(&suite.profile, s, &targets, a.seed, a.max_replicas)?;
+        out.push(c);
+    }
+    let profile = Path::new(&suite.profile_path)
+        .file_stem()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let text = if a.json {
+        plan_json(&out, &targets)
+    } else {
+        plan_table(&out, &targets, &a.file, &profile, a.seed, a.max_replicas)
+    };
+    print!("{text}");
+    if let Some(c) = out.iter().find(|c| c.answers[0].replicas.is_none()) {
+        return Err(CliError::Unmet(format!(
+            "scenario {:?}: no replica count up to {} meets the targets in every minute of the trace",
+            c.scenario, a.max_replicas
+        )));
+    }
+    Ok(())
+}
+
+fn secs(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0} s")
+    } else if v >= 10.0 {
+        format!("{v:.1} s")
+    } else {
+        format!("{v:.3} s")
+    }
+}
+
+fn target_text(t: &qsim_sim::experiment::trace_plan::Targets) -> String {
+    let mut v = Vec::new();
+    if let Some(x) = t.e2e_p95_s {
+        v.push(format!("E2E p95 <= {}", secs(x)));
+    }
+    if let Some(x) = t.ttft_p95_s {
+        v.push(format!("TTFT p95 <= {}", secs(x)));
+    }
+    v.join(" and ")
+}
+
+fn minute_text(m: &qsim_sim::experiment::trace_plan::Minute, ttft: bool) -> String {
+    if ttft {
+        format!("E2E {} TTFT {}", secs(m.e2e_p95_s), secs(m.ttft_p95_s))
+    } else {
+        secs(m.e2e_p95_s)
+    }
+}
+
+fn plan_table(
+    cs: &[qsim_sim::experiment::trace_plan::Comparison],
+    t: &qsim_sim::experiment::trace_plan::Targets,
+    file: &Path,
+    profile: &str,
+    seed: u64,
+    max: u32,
+) -> String {
+    let ttft = t.ttft_p95_s.is_some();
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "qsim trace plan {}: {profile}, target {} in every minute, seed {seed}",
+        file.display(),
+        target_text(t)
+    );
+    for c in cs {
+        let b = &c.busiest;
+        let _ = writeln!(
+            s,
+            "\n{}: {} requests in {:.1} min, {:.0} per minute on average; busiest minute {} ({} requests)",
+            c.scenario,
+            c.stats.requests,
+            c.stats.duration_s / 60.0,
+            c.stats.mean_rate * 60.0,
+            b.minute,
+            b.requests
+        );
+        let mw = if ttft { 26 } else { 10 };
+        let _ = writeln!(
+            s,
+            "  {:<30} {:>8}  {:<mw$}  {:<w2$}  trace at these replicas, min {}",
+            "workload",
+            "replicas",
+            format!("min {}", b.minute),
+            "worst minute",
+            b.minute,
+            w2 = mw + 9
+        );
+        for (a, at) in c.answers.iter().zip(&c.trace_at) {
+            let r = a
+                .replicas
+                .map_or(format!("> {max}"), |r| r.to_string());
+            let pred = a
+                .run
+                .minute(b.minute)
+                .map_or("none".to_string(), |m| minute_text(m, ttft));
+            let worst = a.run.worst(t).map_or("-".to_string(), |m| {
+                format!("{} (min {})", minute_text(m, ttft), m.minute)
+            });
+            let tr = at.as_ref().map_or("-".to_string(), |m| minute_text(m, ttft));
+            let _ = writeln!(
+                s,
+                "  {:<30} {:>8}  {:<mw$}  {:<w2$}  {}",
+                a.workload,
+                r,
+                pred,
+                worst,
+                tr,
+                w2 = mw + 9
+            );
+        }
+        let _ = writeln!(
+            s,
+            "  (p95 per minute of arrival: each workload's own run at its replica count; the last column is the trace's run)"
+        );
+        let tr = &c.answers[0];
+        if let Some(r) = tr.replicas {
+            if tr.setting.is_empty() {
+                let _ = writeln!(s, "  one replica meets the target in every minute");
+            } else {
+                let shown: Vec<String> = tr
+                    .setting
+                    .iter()
+                    .take(5)
+                    .map(|m| format!("{} ({}, {} requests)", m.minute, minute_text(m, ttft), m.requests))
+                    .collect();
+                let more = tr.setting.len().saturating_sub(5);
+                let _ = writeln!(
+                    s,
+                    "  minutes that set the trace's answer (over the target with {} replicas): {}{}",
+                    r - 1,
+                    shown.join(", "),
+                    if more > 0 { format!(" and {more} more") } else { String::new() }
+                );
+            }
+        }
+        if tr.run.rejected > 0 {
+            let _ = writeln!(s, "  {} requests the server can never run (longer than the model) are not timed", tr.run.rejected);
+        }
+    }
+    s
+}
+
+fn plan_json(
+    cs: &[qsim_sim::experiment::trace_plan::Comparison],
+    t: &qsim_sim::experiment::trace_plan::Targets,
+) -> String {
+    let m = |m: &qsim_sim::experiment::trace_plan::Minute| {
+        serde_json::json!({"minute": m.minute, "requests": m.requests, "e2e_p95_s": m.e2e_p95_s, "ttft_p95_s": m.ttft_p95_s})
+    };
+    let v: Vec<serde_json::Value> = cs
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "scenario": c.scenario,
+                "requests": c.stats.requests,
+                "busiest_minute": m(&c.busiest),
+                "workloads": c.answers.iter().zip(&c.trace_at).map(|(a, at)| serde_json::json!({
+                    "workload": a.workload,
+                    "replicas": a.replicas,
+                    "predicted_at_busiest_minute": a.run.minute(c.busiest.minute).map(m),
+                    "trace_at_these_replicas_busiest_minute": at.as_ref().map(m),
+                    "minutes_setting_the_answer": a.setting.iter().map(m).collect::<Vec<_>>(),
+                    "rejected": a.run.rejected,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let mut s = serde_json::to_string_pretty(&serde_json::json!({
+        "targets": {"e2e_p95_s": t.e2e_p95_s, "ttft_p95_s": t.ttft_p95_s},
+        "scenarios": v,
+    }))
+    .expect("JSON of plain values");
     s.push('\n');
     s
 }

@@ -3,6 +3,7 @@
 //! line: one line on stderr, exit 2, nothing on stdout.
 
 use crate::common::qsim;
+// (`refused` runs qsim itself, under a memory limit)
 use std::path::{Path, PathBuf};
 
 /// Seconds of the day of `YYYY-MM-DD HH:MM:SS.fffffff` (every row of the
@@ -85,8 +86,13 @@ fn tmp(name: &str) -> (tempfile::TempDir, PathBuf) {
 
 /// `qsim trace stats FILE` fails with exit 2, one stderr line naming the
 /// file and containing `want`, and nothing on stdout.
+/// It runs with 200 MB of address space (`ulimit -v`): reading a 1 GB
+/// line, or /dev/zero, into memory would abort instead.
 fn refused(file: &Path, extra: &[&str], want: &str) {
-    let out = qsim()
+    let out = std::process::Command::new("sh")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["-c", "ulimit -v 200000 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_qsim"))
         .args(["trace", "stats"])
         .arg(file)
         .args(extra)

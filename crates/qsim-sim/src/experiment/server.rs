@@ -474,6 +474,20 @@ pub fn run_scenario_sampled(
     scope: u64,
     every: Option<Nanos>,
 ) -> (ServerResult, Option<Series>) {
+    run_scenario_observed(profile, s, seed, scope, every, &mut |_| {})
+}
+
+/// [`run_scenario_sampled`], also handing every completion to `observe`
+/// as it leaves the server (e.g. latencies per minute of arrival, for
+/// planning against a trace); observing does not change the run.
+pub fn run_scenario_observed(
+    profile: Arc<ServerProfile>,
+    s: &Scenario,
+    seed: u64,
+    scope: u64,
+    every: Option<Nanos>,
+    observe: &mut dyn FnMut(&crate::server::Completion),
+) -> (ServerResult, Option<Series>) {
     let mut cluster = Cluster::new(
         profile,
         s.replicas,
@@ -653,6 +667,7 @@ pub fn run_scenario_sampled(
         }
         last = now;
         while let Some(c) = cluster.poll_completion() {
+            observe(&c);
             if !c.rejected {
                 completed += 1;
                 window.record(c.finished - c.arrival);

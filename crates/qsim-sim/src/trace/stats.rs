@@ -23,6 +23,8 @@
 
 use super::{TraceSource, TraceSpec};
 use crate::config::ConfigError;
+use crate::engine::RawDist;
+use crate::workload::RawArrivals;
 use qsim_core::stats::quantile_by;
 use std::collections::BTreeMap;
 
@@ -308,50 +310,95 @@ fn sig(v: f64) -> String {
     }
 }
 
-fn length_dist(l: &LengthStats) -> String {
+/// `v` rounded as [`sig`] prints it.
+fn rounded(v: f64) -> f64 {
+    sig(v).parse().unwrap_or(v)
+}
+
+fn length_raw(l: &LengthStats) -> RawDist {
     let (p50, p95, max) = (l.p50(), l.p95(), l.max());
     if p50 < 1.0 || p95 <= p50 {
-        format!("{{ dist = \"const\", value = {} }}", sig(p50.max(1.0)))
+        RawDist::Const {
+            value: rounded(p50.max(1.0)),
+        }
     } else {
-        format!(
-            "{{ dist = \"lognormal\", p50 = {}, p95 = {}, min = 1.0, max = {} }}",
-            sig(p50),
-            sig(p95),
-            sig(max)
-        )
+        RawDist::Lognormal {
+            p50: rounded(p50),
+            p95: rounded(p95),
+            min: Some(1.0),
+            max: Some(rounded(max)),
+        }
     }
 }
 
-impl TraceStats {
-    /// Requests per minute of the fitted workload.
-    pub fn fitted_rpm(&self) -> Option<f64> {
-        (self.mean_rate.is_finite() && self.mean_rate > 0.0).then(|| self.mean_rate * 60.0)
+fn dist_toml(d: &RawDist) -> String {
+    match d {
+        RawDist::Lognormal {
+            p50,
+            p95,
+            min: Some(lo),
+            max: Some(hi),
+        } => format!(
+            "{{ dist = \"lognormal\", p50 = {}, p95 = {}, min = {}, max = {} }}",
+            sig(*p50),
+            sig(*p95),
+            sig(*lo),
+            sig(*hi)
+        ),
+        RawDist::Const { value } => format!("{{ dist = \"const\", value = {} }}", sig(*value)),
+        other => unreachable!("a fitted length is const or lognormal: {other:?}"),
     }
+}
 
-    /// The fitted arrival process as TOML (`{ process = … }`).
-    pub fn fitted_arrivals(&self) -> String {
-        let cv = self.gap_cv;
-        if !cv.is_finite() || cv < 1e-3 {
-            "{ process = \"constant\" }".into()
-        } else {
-            format!(
-                "{{ process = \"gamma\", cv = {} }}",
-                sig(cv.min(crate::engine::dist::MAX_CV))
-            )
+/// A synthetic workload fitted to a trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    pub rpm: f64,
+    pub arrivals: RawArrivals,
+    pub input: RawDist,
+    pub output: RawDist,
+}
+
+impl TraceStats {
+    /// The fitted workload (none for fewer than two arrivals, or all at
+    /// one instant). Its numbers are rounded to 4 significant digits, as
+    /// printed, so the printed workload and the one qsim plans with are
+    /// the same.
+    pub fn fitted(&self) -> Option<Fitted> {
+        if !(self.mean_rate.is_finite() && self.mean_rate > 0.0) {
+            return None;
         }
+        let cv = self.gap_cv;
+        let arrivals = if !cv.is_finite() || cv < 1e-3 {
+            RawArrivals::Constant
+        } else {
+            RawArrivals::Gamma {
+                cv: rounded(cv.min(crate::engine::dist::MAX_CV)),
+            }
+        };
+        Some(Fitted {
+            rpm: rounded(self.mean_rate * 60.0),
+            arrivals,
+            input: length_raw(&self.input),
+            output: length_raw(&self.output),
+        })
     }
 
     /// The fitted workload's fields (`rpm`, `arrivals`, `input_tokens`,
     /// `output_tokens`), one `key = value` per line, as a server
-    /// scenario or a plan's consumer takes them.
+    /// scenario takes them.
     pub fn fitted_fields(&self) -> Option<String> {
-        let rpm = self.fitted_rpm()?;
+        let f = self.fitted()?;
+        let arrivals = match f.arrivals {
+            RawArrivals::Gamma { cv } => format!("{{ process = \"gamma\", cv = {} }}", sig(cv)),
+            RawArrivals::Constant => "{ process = \"constant\" }".into(),
+            RawArrivals::Poisson => "{ process = \"poisson\" }".into(),
+        };
         Some(format!(
-            "rpm = {}\narrivals = {}\ninput_tokens = {}\noutput_tokens = {}\n",
-            sig(rpm),
-            self.fitted_arrivals(),
-            length_dist(&self.input),
-            length_dist(&self.output)
+            "rpm = {}\narrivals = {arrivals}\ninput_tokens = {}\noutput_tokens = {}\n",
+            sig(f.rpm),
+            dist_toml(&f.input),
+            dist_toml(&f.output)
         ))
     }
 }
