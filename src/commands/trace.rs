@@ -264,7 +264,11 @@ pub fn table(st: &TraceStats, fmt: &str) -> String {
         .iter()
         .map(|(w, d)| format!("{w} s: {}", num(*d)))
         .collect();
-    let _ = writeln!(s, "  dispersion      {}  (variance/mean of counts; Poisson 1)", disp.join(", "));
+    let _ = writeln!(
+        s,
+        "  dispersion      {}  (variance/mean of counts; Poisson 1)",
+        disp.join(", ")
+    );
     let _ = writeln!(s, "  input tokens    {}", lengths(&st.input));
     let _ = writeln!(s, "  output tokens   {}", lengths(&st.output));
     if !st.consumers.is_empty() {
@@ -328,7 +332,12 @@ fn plan(a: &PlanArgs) -> Result<(), CliError> {
         ttft_p95_s: a.ttft_p95.map(qsim_sim::time::to_secs),
     };
     if targets.e2e_p95_s.is_none() && targets.ttft_p95_s.is_none() {
-        return Err(ConfigError::new("--e2e-p95", "", "give a target: --e2e-p95 and/or --ttft-p95").into());
+        return Err(ConfigError::new(
+            "--e2e-p95",
+            "",
+            "give a target: --e2e-p95 and/or --ttft-p95",
+        )
+        .into());
     }
     let mut f = crate::cli::common::load_experiment(&a.file, &a.sets)?;
     f.retain_only(&a.only)?;
@@ -445,9 +454,7 @@ fn plan_table(
             w2 = mw + 9
         );
         for (a, at) in c.answers.iter().zip(&c.trace_at) {
-            let r = a
-                .replicas
-                .map_or(format!("> {max}"), |r| r.to_string());
+            let r = a.replicas.map_or(format!("> {max}"), |r| r.to_string());
             let pred = a
                 .run
                 .minute(b.minute)
@@ -455,7 +462,9 @@ fn plan_table(
             let worst = a.run.worst(t).map_or("-".to_string(), |m| {
                 format!("{} (min {})", minute_text(m, ttft), m.minute)
             });
-            let tr = at.as_ref().map_or("-".to_string(), |m| minute_text(m, ttft));
+            let tr = at
+                .as_ref()
+                .map_or("-".to_string(), |m| minute_text(m, ttft));
             let _ = writeln!(
                 s,
                 "  {:<30} {:>8}  {:<mw$}  {:<w2$}  {}",
@@ -480,7 +489,14 @@ fn plan_table(
                     .setting
                     .iter()
                     .take(5)
-                    .map(|m| format!("{} ({}, {} requests)", m.minute, minute_text(m, ttft), m.requests))
+                    .map(|m| {
+                        format!(
+                            "{} ({}, {} requests)",
+                            m.minute,
+                            minute_text(m, ttft),
+                            m.requests
+                        )
+                    })
                     .collect();
                 let more = tr.setting.len().saturating_sub(5);
                 let _ = writeln!(
@@ -493,7 +509,11 @@ fn plan_table(
             }
         }
         if tr.run.rejected > 0 {
-            let _ = writeln!(s, "  {} requests the server can never run (longer than the model) are not timed", tr.run.rejected);
+            let _ = writeln!(
+                s,
+                "  {} requests the server can never run (longer than the model) are not timed",
+                tr.run.rejected
+            );
         }
     }
     s
@@ -503,9 +523,7 @@ fn plan_json(
     cs: &[qsim_sim::experiment::trace_plan::Comparison],
     t: &qsim_sim::experiment::trace_plan::Targets,
 ) -> String {
-    let m = |m: &qsim_sim::experiment::trace_plan::Minute| {
-        serde_json::json!({"minute": m.minute, "requests": m.requests, "e2e_p95_s": m.e2e_p95_s, "ttft_p95_s": m.ttft_p95_s})
-    };
+    let m = |m: &qsim_sim::experiment::trace_plan::Minute| serde_json::json!({"minute": m.minute, "requests": m.requests, "e2e_p95_s": m.e2e_p95_s, "ttft_p95_s": m.ttft_p95_s});
     let v: Vec<serde_json::Value> = cs
         .iter()
         .map(|c| {

@@ -12,7 +12,9 @@ fn seconds_of_day(ts: &str) -> f64 {
     let (date, time) = ts.split_once(' ').unwrap();
     assert_eq!(date, "2023-11-16");
     let p: Vec<&str> = time.split(':').collect();
-    p[0].parse::<f64>().unwrap() * 3600.0 + p[1].parse::<f64>().unwrap() * 60.0 + p[2].parse::<f64>().unwrap()
+    p[0].parse::<f64>().unwrap() * 3600.0
+        + p[1].parse::<f64>().unwrap() * 60.0
+        + p[2].parse::<f64>().unwrap()
 }
 
 /// numpy's default percentile (linear between order statistics).
@@ -29,20 +31,32 @@ fn percentile(v: &mut [f64], q: f64) -> f64 {
 }
 
 fn stats_json(args: &[&str]) -> serde_json::Value {
-    let out = qsim().args(["trace", "stats", "--json"]).args(args).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = qsim()
+        .args(["trace", "stats", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn close(a: f64, b: f64, what: &str) {
-    assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{what}: qsim {a}, here {b}");
+    assert!(
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0),
+        "{what}: qsim {a}, here {b}"
+    );
 }
 
 #[test]
 fn azure_trace_stats_match_an_independent_computation() {
     for name in ["code", "conv"] {
         let path = format!("experiments/data/traces/AzureLLMInferenceTrace_{name}.csv");
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&path)).unwrap();
+        let text =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(&path)).unwrap();
         let mut t = Vec::new();
         let (mut inp, mut out) = (Vec::new(), Vec::new());
         for line in text.lines().skip(1) {
@@ -60,17 +74,37 @@ fn azure_trace_stats_match_an_independent_computation() {
         assert_eq!(v["format"], "azure");
         // times to 100 ns in the file: f64 seconds of the day are exact to ~1e-11 s
         let dur = t[n - 1] - t[0];
-        assert!((v["duration_s"].as_f64().unwrap() - dur).abs() < 1e-6, "{name}");
+        assert!(
+            (v["duration_s"].as_f64().unwrap() - dur).abs() < 1e-6,
+            "{name}"
+        );
         let rate = v["mean_rate_per_s"].as_f64().unwrap();
-        assert!((rate - n as f64 / dur).abs() < 1e-9 * rate, "{name}: {rate}");
+        assert!(
+            (rate - n as f64 / dur).abs() < 1e-9 * rate,
+            "{name}: {rate}"
+        );
         let cv = v["inter_arrival_cv"].as_f64().unwrap();
         assert!((cv - var.sqrt() / mean).abs() < 1e-6 * cv, "{name}: {cv}");
         for (key, vals) in [("input_tokens", &mut inp), ("output_tokens", &mut out)] {
-            for (label, q) in [("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)] {
-                close(v[key][label].as_f64().unwrap(), percentile(vals, q), &format!("{name} {key} {label}"));
+            for (label, q) in [
+                ("p50", 0.5),
+                ("p90", 0.9),
+                ("p95", 0.95),
+                ("p99", 0.99),
+                ("max", 1.0),
+            ] {
+                close(
+                    v[key][label].as_f64().unwrap(),
+                    percentile(vals, q),
+                    &format!("{name} {key} {label}"),
+                );
             }
             let total: f64 = vals.iter().sum();
-            close(v[&format!("{key}_total")].as_f64().unwrap(), total, &format!("{name} {key} total"));
+            close(
+                v[&format!("{key}_total")].as_f64().unwrap(),
+                total,
+                &format!("{name} {key} total"),
+            );
         }
     }
     // the code trace is the bursty one (the "CV above 10")
@@ -100,9 +134,16 @@ fn refused(file: &Path, extra: &[&str], want: &str) {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains(&file.display().to_string()) && err.contains(want), "{err}");
+    assert!(
+        err.contains(&file.display().to_string()) && err.contains(want),
+        "{err}"
+    );
 }
 
 #[test]
@@ -112,9 +153,18 @@ fn bad_traces_are_one_line_errors_with_exit_2() {
     for (text, want) in [
         ("", "empty: no header and no requests"),
         (header, "no requests (a header only?)"),
-        (&*format!("{header}{row}2023-11-16 18:17:04.0,-3,5\n"), "line 3, column 2 (ContextTokens): a negative token count"),
-        (&*format!("{header}{row}2023-11-16 18:17:04.0,7,x1\n"), "line 3, column 3 (GeneratedTokens): not a token count"),
-        (&*format!("{header}{row}yesterday,7,1\n"), "line 3, column 1 (TIMESTAMP): not a datetime"),
+        (
+            &*format!("{header}{row}2023-11-16 18:17:04.0,-3,5\n"),
+            "line 3, column 2 (ContextTokens): a negative token count",
+        ),
+        (
+            &*format!("{header}{row}2023-11-16 18:17:04.0,7,x1\n"),
+            "line 3, column 3 (GeneratedTokens): not a token count",
+        ),
+        (
+            &*format!("{header}{row}yesterday,7,1\n"),
+            "line 3, column 1 (TIMESTAMP): not a datetime",
+        ),
     ] {
         let (_d, p) = tmp("t.csv");
         std::fs::write(&p, text).unwrap();
@@ -122,16 +172,32 @@ fn bad_traces_are_one_line_errors_with_exit_2() {
     }
     // a 1 GB line: a sparse file (no disk used), refused after 1 MiB
     let (_d, p) = tmp("long.csv");
-    std::fs::File::create(&p).unwrap().set_len(1_000_000_000).unwrap();
+    std::fs::File::create(&p)
+        .unwrap()
+        .set_len(1_000_000_000)
+        .unwrap();
     refused(&p, &[], "line 1: longer than 1 MiB");
-    refused(Path::new("/dev/zero"), &[], "a character device, not a regular file");
+    refused(
+        Path::new("/dev/zero"),
+        &[],
+        "a character device, not a regular file",
+    );
     // a FIFO is refused before it is opened (opening one would block)
     let (_d, p) = tmp("fifo");
-    assert!(std::process::Command::new("mkfifo").arg(&p).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&p)
+        .status()
+        .unwrap()
+        .success());
     refused(&p, &[], "a FIFO, not a regular file");
     // bad options name their flag
     let shipped = PathBuf::from("experiments/data/traces/AzureLLMInferenceTrace_code.csv");
-    let out = qsim().args(["trace", "stats"]).arg(&shipped).args(["--scale", "0"]).output().unwrap();
+    let out = qsim()
+        .args(["trace", "stats"])
+        .arg(&shipped)
+        .args(["--scale", "0"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("qsim: --scale: must be in (0, 1000]"));
 }
@@ -149,8 +215,17 @@ fn the_fitted_workload_is_a_scenario_qsim_runs() {
     );
     let f = d.path().join("fit.toml");
     std::fs::write(&f, exp).unwrap();
-    let out = qsim().arg("run").arg(&f).args(["--format", "json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = qsim()
+        .arg("run")
+        .arg(&f)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("\"fitted\"") && s.contains("\"trace\""), "{s}");
 }

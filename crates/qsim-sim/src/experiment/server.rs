@@ -8,8 +8,8 @@ use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, 
 #[cfg(test)]
 use crate::time::secs;
 use crate::time::{Nanos, NEVER};
-use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
 use crate::trace::{RawTrace, TraceSource, TraceSpec};
+use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
 use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
 use serde::Deserialize;
 use std::path::Path;
@@ -219,7 +219,11 @@ impl ServerSuite {
                 },
             };
             if let Some(t) = &s.trace {
-                if s.rpm.is_some() || s.clients.is_some() || s.arrivals.is_some() || s.think_s.is_some() {
+                if s.rpm.is_some()
+                    || s.clients.is_some()
+                    || s.arrivals.is_some()
+                    || s.think_s.is_some()
+                {
                     return Err(ConfigError::new(
                         f,
                         &at,

@@ -11,12 +11,12 @@
 //! tries 1, 2, 3, … replicas up to a maximum: each try is one simulation
 //! of the whole trace with the scenario's router and seed.
 
-use crate::trace::stats::{self, Fitted, TraceStats};
+use super::server::{run_scenario_observed, Load, Scenario};
 use crate::config::ConfigError;
 use crate::engine::DurationHist;
-use super::server::{run_scenario_observed, Load, Scenario};
 use crate::server::ServerProfile;
 use crate::time::Nanos;
+use crate::trace::stats::{self, Fitted, TraceStats};
 use crate::workload::{ArrivalProcess, Lengths, RawArrivals};
 use std::sync::Arc;
 
@@ -66,14 +66,20 @@ impl Run {
     /// Minutes over a target, the farthest first.
     pub fn over(&self, t: &Targets) -> Vec<Minute> {
         let mut v: Vec<Minute> = self.minutes.iter().filter(|m| m.over(t)).cloned().collect();
-        v.sort_by(|a, b| b.excess(t).total_cmp(&a.excess(t)).then(a.minute.cmp(&b.minute)));
+        v.sort_by(|a, b| {
+            b.excess(t)
+                .total_cmp(&a.excess(t))
+                .then(a.minute.cmp(&b.minute))
+        });
         v
     }
     /// The minute closest to (or farthest over) the targets.
     pub fn worst(&self, t: &Targets) -> Option<&Minute> {
-        self.minutes
-            .iter()
-            .max_by(|a, b| a.excess(t).total_cmp(&b.excess(t)).then(b.minute.cmp(&a.minute)))
+        self.minutes.iter().max_by(|a, b| {
+            a.excess(t)
+                .total_cmp(&b.excess(t))
+                .then(b.minute.cmp(&a.minute))
+        })
     }
     pub fn minute(&self, m: u64) -> Option<&Minute> {
         self.minutes.iter().find(|x| x.minute == m)
@@ -114,8 +120,16 @@ pub fn run(profile: &Arc<ServerProfile>, s: &Scenario, replicas: u32, seed: u64)
         .map(|(m, (n, e2e, ttft))| Minute {
             minute: m as u64,
             requests: *n,
-            e2e_p95_s: if e2e.count() > 0 { e2e.quantile_s(0.95) } else { 0.0 },
-            ttft_p95_s: if ttft.count() > 0 { ttft.quantile_s(0.95) } else { 0.0 },
+            e2e_p95_s: if e2e.count() > 0 {
+                e2e.quantile_s(0.95)
+            } else {
+                0.0
+            },
+            ttft_p95_s: if ttft.count() > 0 {
+                ttft.quantile_s(0.95)
+            } else {
+                0.0
+            },
         })
         .collect();
     Run {
@@ -180,7 +194,10 @@ pub fn synthetic(s: &Scenario, f: &Fitted, poisson: bool) -> Result<Scenario, St
     let process = ArrivalProcess::new(&arrivals, f.rpm / 60.0)?;
     Ok(Scenario {
         name: format!("{} ({})", s.name, process.kind),
-        load: Load::Open { rpm: f.rpm, process },
+        load: Load::Open {
+            rpm: f.rpm,
+            process,
+        },
         lengths: Lengths {
             input: f.input.validate()?,
             output: f.output.validate()?,

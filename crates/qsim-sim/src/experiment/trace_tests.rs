@@ -127,7 +127,8 @@ fn a_server_scenario_admits_exactly_the_traces_requests_in_every_format() {
         want.iter().map(|r| r.1 as u64).sum(),
         want.iter().map(|r| r.2 as u64).sum(),
     );
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
     for format in ["azure", "burstgpt", "mooncake", "proxy", "csv"] {
         let d = tempfile_dir();
         let (text, name) = in_format(format, &want);
@@ -148,7 +149,9 @@ fn a_server_scenario_admits_exactly_the_traces_requests_in_every_format() {
         let suite = ServerSuite::from_value(&ef, v).unwrap();
         let s = &suite.scenarios[0];
         // the source yields the rows themselves
-        let Load::Trace(spec) = &s.load else { panic!("{format}: not a trace") };
+        let Load::Trace(spec) = &s.load else {
+            panic!("{format}: not a trace")
+        };
         let got = at_tokens(&all(spec));
         assert_eq!(got.len(), want.len(), "{format}");
         if let Some(k) = (0..got.len()).find(|&k| got[k] != want[k]) {
@@ -158,7 +161,11 @@ fn a_server_scenario_admits_exactly_the_traces_requests_in_every_format() {
         // and the server admits and completes exactly them
         let r = run_scenario(suite.profile.clone(), s, 1, 0);
         let m = r.metrics.total(r.until);
-        assert_eq!((m.submitted, m.completed, m.rejected), (n, n, 0), "{format}");
+        assert_eq!(
+            (m.submitted, m.completed, m.rejected),
+            (n, n, 0),
+            "{format}"
+        );
         assert_eq!((m.input_tokens, m.output_tokens), (tin, tout), "{format}");
         assert_eq!(r.unfinished, 0);
     }
@@ -208,7 +215,8 @@ fn planning_against_a_bursty_trace_needs_more_replicas_than_its_poisson_fit() {
     }
     let d = tempfile_dir();
     std::fs::write(d.join("burst.csv"), text).unwrap();
-    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/llama-3.1-8b-h100-vllm.toml");
     let exp = format!(
         "kind = \"server\"\nserver = {model:?}\nduration_s = 1\n\
          input_tokens = {{ dist = \"const\", value = 1 }}\noutput_tokens = {{ dist = \"const\", value = 1 }}\n\

@@ -208,11 +208,7 @@ impl TraceSpec {
             .map(|v| secs_field(file, &fld("to_s"), v))
             .transpose()?;
         if to.is_some_and(|t| t <= from) {
-            return Err(ConfigError::new(
-                file,
-                fld("to_s"),
-                "must be after from_s",
-            ));
+            return Err(ConfigError::new(file, fld("to_s"), "must be after from_s"));
         }
         let pos = |v: Option<f64>, n: &str, max: f64| -> Result<f64, ConfigError> {
             let v = v.unwrap_or(1.0);

@@ -262,8 +262,14 @@ fn split(line: &[u8], out: &mut Vec<(usize, usize)>) {
 }
 
 fn trim(b: &[u8]) -> &[u8] {
-    let s = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
-    let e = b.iter().rposition(|c| !c.is_ascii_whitespace()).map_or(s, |e| e + 1);
+    let s = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let e = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(s, |e| e + 1);
     &b[s..e]
 }
 
@@ -389,8 +395,26 @@ pub fn datetime_ns(b: &[u8]) -> Result<i64, String> {
         return Err(bad());
     };
     let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let mdays = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    if !(1..=12).contains(&mo) || d < 1 || d > mdays[(mo - 1) as usize] || h > 23 || mi > 59 || s > 60
+    let mdays = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&mo)
+        || d < 1
+        || d > mdays[(mo - 1) as usize]
+        || h > 23
+        || mi > 59
+        || s > 60
     {
         return Err(bad());
     }
@@ -510,7 +534,13 @@ impl Reader {
         match format.columns() {
             Some(cols) => {
                 if json {
-                    return Err(r.line_err(1, format!("a JSON line where the {} format has a CSV header", format.name())));
+                    return Err(r.line_err(
+                        1,
+                        format!(
+                            "a JSON line where the {} format has a CSV header",
+                            format.name()
+                        ),
+                    ));
                 }
                 let mut fields = Vec::new();
                 split(&first, &mut fields);
@@ -541,7 +571,10 @@ impl Reader {
             }
             None => {
                 if !json {
-                    return Err(r.line_err(1, format!("not a JSON line, as the {} format has", format.name())));
+                    return Err(r.line_err(
+                        1,
+                        format!("not a JSON line, as the {} format has", format.name()),
+                    ));
                 }
                 if consumer_column.is_some() {
                     return Err(ConfigError::new(
@@ -585,7 +618,10 @@ impl Reader {
 
     fn consumer_id(&mut self, name: &[u8], line: u64, col: &str) -> Result<u32, ConfigError> {
         let name = std::str::from_utf8(name).map_err(|_| {
-            self.line_err(line, format!("column {col}: a consumer name that is not UTF-8"))
+            self.line_err(
+                line,
+                format!("column {col}: a consumer name that is not UTF-8"),
+            )
         })?;
         if let Some(&i) = self.index.get(name) {
             return Ok(i);
@@ -617,7 +653,8 @@ impl Reader {
                 unit,
                 names,
             } => {
-                let (time, input, output, consumer, unit) = (*time, *input, *output, *consumer, *unit);
+                let (time, input, output, consumer, unit) =
+                    (*time, *input, *output, *consumer, *unit);
                 let mut fields = std::mem::take(&mut self.fields);
                 split(&self.lines.buf, &mut fields);
                 let buf = &self.lines.buf;
@@ -668,8 +705,8 @@ impl Reader {
             }
             Parser::Mooncake => {
                 let de = &mut serde_json::Deserializer::from_slice(&self.lines.buf);
-                let r: MooncakeRow = serde_path_to_error::deserialize(de)
-                    .map_err(|e| self.json_err(line, e))?;
+                let r: MooncakeRow =
+                    serde_path_to_error::deserialize(de).map_err(|e| self.json_err(line, e))?;
                 let t = match (r.timestamp.as_i64(), r.timestamp.as_f64()) {
                     (Some(ms), _) => ms.checked_mul(1_000_000),
                     (None, Some(ms)) if ms.is_finite() && ms.abs() < 9e12 => {
@@ -677,10 +714,18 @@ impl Reader {
                     }
                     _ => None,
                 }
-                .ok_or_else(|| self.line_err(line, format!("field timestamp: out of range: {}", r.timestamp)))?;
+                .ok_or_else(|| {
+                    self.line_err(
+                        line,
+                        format!("field timestamp: out of range: {}", r.timestamp),
+                    )
+                })?;
                 let tok = |v: u64, f: &str| {
                     if v > MAX_TOKENS {
-                        Err(self.line_err(line, format!("field {f}: more than {MAX_TOKENS} tokens: {v}")))
+                        Err(self.line_err(
+                            line,
+                            format!("field {f}: more than {MAX_TOKENS} tokens: {v}"),
+                        ))
                     } else {
                         Ok(v as u32)
                     }
@@ -695,8 +740,8 @@ impl Reader {
             }
             Parser::Proxy => {
                 let de = &mut serde_json::Deserializer::from_slice(&self.lines.buf);
-                let r: ProxyRow = serde_path_to_error::deserialize(de)
-                    .map_err(|e| self.json_err(line, e))?;
+                let r: ProxyRow =
+                    serde_path_to_error::deserialize(de).map_err(|e| self.json_err(line, e))?;
                 // demand only: no invalid requests (nothing was asked of the
                 // model), no client retries (a consequence of the policy in force)
                 if r.decision == "invalid" || r.retry_count.is_some_and(|c| c > 0) {
@@ -714,7 +759,9 @@ impl Reader {
                     .map_err(|_| self.line_err(line, "field arrival_ns: out of range".into()))?;
                 for (v, f) in [(input, "input tokens"), (output, "output tokens")] {
                     if v > MAX_TOKENS {
-                        return Err(self.line_err(line, format!("{f}: more than {MAX_TOKENS}: {v}")));
+                        return Err(
+                            self.line_err(line, format!("{f}: more than {MAX_TOKENS}: {v}"))
+                        );
                     }
                 }
                 let consumer = self.consumer_id(r.consumer.as_bytes(), line, "consumer")?;
@@ -806,11 +853,21 @@ mod tests {
             (19_677 * 86_400 + 18 * 3600 + 15 * 60 + 46) * 1_000_000_000 + 680_590_000
         );
         assert_eq!(
-            datetime_ns(b"2000-03-01 00:00:00").unwrap() - datetime_ns(b"2000-02-28 00:00:00").unwrap(),
+            datetime_ns(b"2000-03-01 00:00:00").unwrap()
+                - datetime_ns(b"2000-02-28 00:00:00").unwrap(),
             2 * 86_400 * 1_000_000_000
         );
-        for bad in [&b"2023-02-29 00:00:00"[..], b"2023-11-16", b"2023-11-16 25:00:00", b"x"] {
-            assert!(datetime_ns(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"2023-02-29 00:00:00"[..],
+            b"2023-11-16",
+            b"2023-11-16 25:00:00",
+            b"x",
+        ] {
+            assert!(
+                datetime_ns(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
         }
         assert_eq!(decimal_ns(b"1.5", 9).unwrap(), 1_500_000_000);
         assert_eq!(decimal_ns(b"27482", 6).unwrap(), 27_482_000_000);

@@ -102,7 +102,10 @@ pub struct LengthStats {
 
 impl LengthStats {
     fn p(&self, q: f64) -> f64 {
-        let i = PERCENTILES.iter().position(|&x| x == q).expect("a reported percentile");
+        let i = PERCENTILES
+            .iter()
+            .position(|&x| x == q)
+            .expect("a reported percentile");
         self.percentiles[i]
     }
     pub fn p50(&self) -> f64 {
@@ -241,7 +244,11 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
         b.close();
     }
     let gaps = (n - 1) as f64;
-    let gap_sd = if n > 1 { (gap_m2 / gaps).sqrt() } else { f64::NAN };
+    let gap_sd = if n > 1 {
+        (gap_m2 / gaps).sqrt()
+    } else {
+        f64::NAN
+    };
     let names = src.consumer_names();
     let consumers = if names.len() > 1 || names.first().is_some_and(|n| !n.is_empty()) {
         names
@@ -257,7 +264,11 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
         requests: n,
         first_s: first as f64 * 1e-9,
         duration_s,
-        mean_rate: if span > 0 { n as f64 / duration_s } else { f64::NAN },
+        mean_rate: if span > 0 {
+            n as f64 / duration_s
+        } else {
+            f64::NAN
+        },
         peaks: peaks
             .iter()
             .map(|b| Peak {
@@ -417,7 +428,11 @@ mod tests {
         let s = c.summary();
         let sorted = qsim_core::stats::sorted(&vals.map(|v| v as f64));
         for (i, &q) in PERCENTILES.iter().enumerate() {
-            assert_eq!(s.percentiles[i], qsim_core::stats::quantile(&sorted, q), "{q}");
+            assert_eq!(
+                s.percentiles[i],
+                qsim_core::stats::quantile(&sorted, q),
+                "{q}"
+            );
         }
         assert_eq!(sig(154.04), "154.0");
         assert_eq!(sig(10.6251), "10.63");

@@ -99,7 +99,12 @@ fn proxy_line(consumer: &str, ms: u64, ns: u64, extra: &str) -> String {
 #[test]
 fn a_proxy_log_replays_its_demand_per_consumer() {
     let text = [
-        proxy_line("alpha", 1000, 5_000, ",\"usage_input\":40,\"usage_output\":30"),
+        proxy_line(
+            "alpha",
+            1000,
+            5_000,
+            ",\"usage_input\":40,\"usage_output\":30",
+        ),
         // settled after the next one: logged later, arrived earlier
         proxy_line("beta", 1000, 2_000, ",\"settled_output\":7"),
         proxy_line("alpha", 1000, 9_000, ",\"retry_count\":1"),
@@ -114,7 +119,9 @@ fn a_proxy_log_replays_its_demand_per_consumer() {
     let v = all(&s);
     // beta's at 2 µs first, alpha's 3 µs later, beta's second 1 ms − 2 µs after
     assert_eq!(
-        v.iter().map(|a| (a.at, a.input, a.output, a.consumer)).collect::<Vec<_>>(),
+        v.iter()
+            .map(|a| (a.at, a.input, a.output, a.consumer))
+            .collect::<Vec<_>>(),
         vec![(0, 50, 7, 1), (3_000, 40, 30, 0), (998_000, 50, 200, 1)]
     );
     let sum = s.summary.unwrap();
@@ -226,7 +233,10 @@ fn unsorted_rows_are_sorted_within_the_window_and_refused_beyond() {
     let (_d2, p2) = write("far.csv", &text);
     let e = spec(&p2, raw).unwrap_err().to_string();
     let line = read::REORDER_WINDOW + 12;
-    assert!(e.contains(&format!("line {line}: a timestamp earlier")), "{e}");
+    assert!(
+        e.contains(&format!("line {line}: a timestamp earlier")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -275,12 +285,40 @@ fn malformed_rows_name_the_file_line_and_column() {
 fn options_are_checked() {
     let (_d, p) = write("t.csv", "t,i,o\n0,1,1\n");
     let bad = [
-        (RawTrace { scale: Some(0.0), ..Default::default() }, "trace.scale"),
-        (RawTrace { loops: Some(0), ..Default::default() }, "trace.loops"),
-        (RawTrace { format: Some("xml".into()), ..Default::default() }, "trace.format"),
-        (RawTrace { time_column: Some("t".into()), ..Default::default() }, "trace.format"),
         (
-            RawTrace { from_s: Some(5.0), to_s: Some(2.0), ..Default::default() },
+            RawTrace {
+                scale: Some(0.0),
+                ..Default::default()
+            },
+            "trace.scale",
+        ),
+        (
+            RawTrace {
+                loops: Some(0),
+                ..Default::default()
+            },
+            "trace.loops",
+        ),
+        (
+            RawTrace {
+                format: Some("xml".into()),
+                ..Default::default()
+            },
+            "trace.format",
+        ),
+        (
+            RawTrace {
+                time_column: Some("t".into()),
+                ..Default::default()
+            },
+            "trace.format",
+        ),
+        (
+            RawTrace {
+                from_s: Some(5.0),
+                to_s: Some(2.0),
+                ..Default::default()
+            },
             "trace.to_s",
         ),
     ];
@@ -307,10 +345,7 @@ fn a_long_line_is_refused_without_reading_it_whole() {
 #[test]
 fn stats_measure_a_small_trace() {
     // arrivals at 0, 0.5, 1, 1, 3 s (a tie), lengths 1..5 and 10..50
-    let (_d, p) = write(
-        "t.csv",
-        "t,i,o\n0,1,10\n0.5,2,20\n1,3,30\n1,4,40\n3,5,50\n",
-    );
+    let (_d, p) = write("t.csv", "t,i,o\n0,1,10\n0.5,2,20\n1,3,30\n1,4,40\n3,5,50\n");
     let s = spec(
         &p,
         RawTrace {
@@ -338,6 +373,8 @@ fn stats_measure_a_small_trace() {
     assert_eq!(st.output.max(), 50.0);
     assert_eq!((st.input_total, st.output_total), (15, 150));
     let fitted = st.fitted_fields().unwrap();
-    assert!(fitted.starts_with("rpm = 100.0\narrivals = { process = \"gamma\", cv = "), "{fitted}");
+    assert!(
+        fitted.starts_with("rpm = 100.0\narrivals = { process = \"gamma\", cv = "),
+        "{fitted}"
+    );
 }
-
