@@ -282,7 +282,7 @@ pub fn table(st: &TraceStats, fmt: &str) -> String {
     if let Some(f) = st.fitted_fields() {
         let _ = writeln!(
             s,
-            "\n# fitted: the mean rate, gamma gaps of the trace's CV, log-normal lengths\n# through its p50 and p95 (a server scenario; the same fields fit a plan's consumer)\n[[scenario]]\nname = \"fitted\"\n{}",
+            "\n# fitted: the mean rate, gamma gaps of the trace's CV, log-normal lengths\n# through its p50 and p95, as a server experiment's scenario\n[[scenario]]\nname = \"fitted\"\n{}",
             f.trim_end()
         );
     }

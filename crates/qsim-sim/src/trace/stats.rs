@@ -397,7 +397,7 @@ impl TraceStats {
 
     /// The fitted workload's fields (`rpm`, `arrivals`, `input_tokens`,
     /// `output_tokens`), one `key = value` per line, as a server
-    /// scenario takes them.
+    /// experiment's scenario takes them.
     pub fn fitted_fields(&self) -> Option<String> {
         let f = self.fitted()?;
         let arrivals = match f.arrivals {
