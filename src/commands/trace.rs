@@ -129,6 +129,10 @@ pub struct StatsArgs {
     /// Seed of the draws a fractional --scale or --share makes.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Draw the requests per minute and the length histograms into this
+    /// directory (trace-rate, trace-input, trace-output; PNG and SVG).
+    #[arg(long, value_name = "DIR")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -196,10 +200,68 @@ pub fn run_cli(cmd: &TraceCmd) -> Result<(), CliError> {
             } else {
                 table(&st, fmt)
             };
+            if let Some(dir) = &a.plot {
+                plots(&st, dir)?;
+            }
             print!("{text}");
             Ok(())
         }
     }
+}
+
+/// `--plot DIR`: requests per minute, and the length histograms.
+fn plots(st: &TraceStats, dir: &Path) -> Result<(), CliError> {
+    use qsim_plot::{metric_lines, LineChart, Series};
+    let rate = LineChart {
+        title: format!("{}: requests per minute", st.file),
+        x_label: "minutes after the first request".into(),
+        y_label: "requests per minute".into(),
+        series: vec![Series {
+            name: "requests".into(),
+            points: st
+                .per_minute
+                .iter()
+                .enumerate()
+                .map(|(m, &k)| (m as f64, k as f64))
+                .collect(),
+            band: Vec::new(),
+        }],
+        ..Default::default()
+    };
+    let hist = |name: &str, h: &[(f64, u64)]| Series {
+        name: name.into(),
+        points: h.iter().map(|&(x, k)| (x, k as f64)).collect(),
+        band: Vec::new(),
+    };
+    let lengths = |name: &str, h: &[(f64, u64)]| LineChart {
+        title: format!("{}: {name} tokens", st.file),
+        x_label: format!("{name} tokens (bin start, {} equal bins)", stats::HIST_BINS),
+        y_label: "requests".into(),
+        series: vec![hist(name, h)],
+        ..Default::default()
+    };
+    let figs = vec![
+        crate::plot::Fig {
+            name: "trace-rate".into(),
+            caption: "Requests per minute of arrival.".into(),
+            figure: metric_lines(rate),
+        },
+        crate::plot::Fig {
+            name: "trace-input".into(),
+            caption: "Input tokens: requests per bin.".into(),
+            figure: metric_lines(lengths("input", &st.input_hist)),
+        },
+        crate::plot::Fig {
+            name: "trace-output".into(),
+            caption: "Output tokens: requests per bin.".into(),
+            figure: metric_lines(lengths("output", &st.output_hist)),
+        },
+    ];
+    let t = crate::plot::Targets {
+        plot: Some(dir.to_path_buf()),
+        ..Default::default()
+    };
+    crate::plot::write(&t, "trace", "", Vec::new(), &figs, None)
 }
 
 fn num(v: f64) -> String {

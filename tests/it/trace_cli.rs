@@ -229,3 +229,105 @@ fn the_fitted_workload_is_a_scenario_qsim_runs() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("\"fitted\"") && s.contains("\"trace\""), "{s}");
 }
+
+#[test]
+fn unsorted_rows_are_sorted_with_a_warning() {
+    let (_d, p) = tmp("u.csv");
+    std::fs::write(
+        &p,
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:02.0,10,5\n2023-11-16 18:00:01.0,20,5\n2023-11-16 18:00:03.0,30,5\n",
+    )
+    .unwrap();
+    let out = qsim()
+        .args(["trace", "stats", "--json"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim(),
+        format!(
+            "warning: {}: 1 rows out of time order were put in order",
+            p.display()
+        )
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["duration_s"], 2.0);
+    assert_eq!(v["reordered"], 1);
+}
+
+#[test]
+fn trace_plan_needs_a_target_and_trace_scenarios() {
+    let out = qsim()
+        .args(["trace", "plan", "experiments/azure-traces.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--e2e-p95: give a target"));
+    let out = qsim()
+        .args([
+            "trace",
+            "plan",
+            "experiments/llama-8b-clients.toml",
+            "--e2e-p95",
+            "5s",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no scenario replays a trace"));
+    assert!(out.stdout.is_empty());
+    // a target no replica count reaches: the report, then exit 1
+    let out = qsim()
+        .args([
+            "trace",
+            "plan",
+            "experiments/azure-traces.toml",
+            "--only",
+            "conv",
+            "--e2e-p95",
+            "100ms",
+            "--max-replicas",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("> 2"));
+}
+
+#[test]
+fn stats_plots_are_drawn() {
+    let d = tempfile::tempdir().unwrap();
+    let out = qsim()
+        .args([
+            "trace",
+            "stats",
+            "experiments/data/traces/AzureLLMInferenceTrace_code.csv",
+            "--plot",
+        ])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for n in ["trace-rate", "trace-input", "trace-output"] {
+        for ext in ["png", "svg"] {
+            let p = d.path().join(format!("{n}.{ext}"));
+            assert!(
+                std::fs::metadata(&p).unwrap().len() > 1000,
+                "{}",
+                p.display()
+            );
+        }
+    }
+}

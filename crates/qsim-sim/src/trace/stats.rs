@@ -32,6 +32,8 @@ use std::collections::BTreeMap;
 pub const PEAK_WINDOWS_S: [u64; 3] = [1, 10, 60];
 /// Windows of the index of dispersion (s).
 pub const DISPERSION_WINDOWS_S: [u64; 4] = [1, 10, 60, 300];
+/// Bins of the length histograms.
+pub const HIST_BINS: usize = 60;
 /// Percentiles reported of the lengths.
 pub const PERCENTILES: [f64; 5] = [0.5, 0.9, 0.95, 0.99, 1.0];
 
@@ -59,6 +61,35 @@ impl Counts {
         }
         self.n += 1;
         self.sum += v as u128;
+    }
+
+    /// [`HIST_BINS`] equal bins from 0 to the largest value.
+    fn histogram(&self) -> Vec<(f64, u64)> {
+        let max = self
+            .sparse
+            .keys()
+            .next_back()
+            .copied()
+            .or_else(|| self.dense.iter().rposition(|&k| k > 0).map(|v| v as u32))
+            .unwrap_or(0) as f64;
+        let w = (max / HIST_BINS as f64).max(1.0);
+        let mut bins = vec![0u64; HIST_BINS];
+        let mut put = |v: u32, k: u64| {
+            let b = ((v as f64 / w) as usize).min(HIST_BINS - 1);
+            bins[b] += k;
+        };
+        for (v, &k) in self.dense.iter().enumerate() {
+            if k > 0 {
+                put(v as u32, k);
+            }
+        }
+        for (&v, &k) in &self.sparse {
+            put(v, k);
+        }
+        bins.into_iter()
+            .enumerate()
+            .map(|(i, k)| (i as f64 * w, k))
+            .collect()
     }
 
     fn summary(&self) -> LengthStats {
@@ -188,6 +219,12 @@ pub struct TraceStats {
     pub output_total: u64,
     /// Requests per consumer (empty with one consumer).
     pub consumers: Vec<(String, u64)>,
+    /// Requests per minute after the first arrival (`--plot`).
+    pub per_minute: Vec<u64>,
+    /// Length histograms (`--plot`): [`HIST_BINS`] equal bins from 0 to the
+    /// maximum, each (bin start, requests).
+    pub input_hist: Vec<(f64, u64)>,
+    pub output_hist: Vec<(f64, u64)>,
     pub reordered: u64,
     pub skipped: u64,
 }
@@ -202,6 +239,7 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
     let mut disp: Vec<Bins> = DISPERSION_WINDOWS_S.iter().map(|&w| Bins::new(w)).collect();
     let (mut inp, mut out) = (Counts::default(), Counts::default());
     let mut per: Vec<u64> = Vec::new();
+    let mut per_minute: Vec<u64> = Vec::new();
     while let Some(a) = src.next()? {
         let f = *first.get_or_insert(a.at);
         if n > 0 {
@@ -218,6 +256,11 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
         for b in peaks.iter_mut().chain(disp.iter_mut()) {
             b.add(since);
         }
+        let m = (since / 60_000_000_000) as usize;
+        if m >= per_minute.len() {
+            per_minute.resize(m + 1, 0);
+        }
+        per_minute[m] += 1;
         inp.add(a.input);
         out.add(a.output);
         let c = a.consumer as usize;
@@ -294,6 +337,9 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
             .collect(),
         input: inp.summary(),
         output: out.summary(),
+        per_minute,
+        input_hist: inp.histogram(),
+        output_hist: out.histogram(),
         input_total: inp.sum as u64,
         output_total: out.sum as u64,
         consumers,
