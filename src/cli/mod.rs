@@ -176,6 +176,12 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::commands::whatif::WhatifArgs,
     },
+    /// Request traces (Azure, BurstGPT, Mooncake, a proxy's decision log, a
+    /// CSV with named columns): `qsim trace stats FILE`.
+    Trace {
+        #[command(subcommand)]
+        cmd: crate::commands::trace::TraceCmd,
+    },
     /// Run a hosted experiment's client side for real against an endpoint
     /// (the same caller state machines as the simulation), log every HTTP
     /// attempt and write the summary records `qsim run` writes.
@@ -320,6 +326,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Serve { args } => crate::commands::serve::run(&args),
         Cmd::Whatif { args } => crate::commands::whatif::run_cli(&args),
+        Cmd::Trace { cmd } => crate::commands::trace::run_cli(&cmd),
         Cmd::Load { args } => {
             check_out(args.out.as_deref(), args.force)?;
             let text = crate::commands::load::run_cli(&args)?;

@@ -8,4 +8,5 @@ pub mod proxy;
 pub mod recommend;
 pub mod replay;
 pub mod serve;
+pub mod trace;
 pub mod whatif;

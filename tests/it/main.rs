@@ -53,6 +53,7 @@ mod server_nim;
 mod server_queueing;
 mod server_swarm;
 mod sweep_scale;
+mod trace_cli;
 mod whatif_live;
 mod whatif_restart;
 mod whatif_wait;

@@ -10,7 +10,14 @@
 /// The `q`-quantile (`q` in `[0, 1]`) of `sorted` (ascending, no NaN), by
 /// linear interpolation between order statistics (type 7).
 pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let n = sorted.len();
+    quantile_by(sorted.len(), q, |i| sorted[i])
+}
+
+/// The same quantile of a sample of `n` values given by their order
+/// statistics: `at(i)` is the `i`-th smallest (from 0). For samples kept as
+/// counts per value (a trace's token lengths: memory per distinct value,
+/// not per request), where `at` looks the rank up in the cumulative counts.
+pub fn quantile_by(n: usize, q: f64, at: impl Fn(usize) -> f64) -> f64 {
     if n == 0 {
         return f64::NAN;
     }
@@ -18,9 +25,9 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
     let i = x.floor() as usize;
     let f = x - i as f64;
     if i + 1 < n {
-        sorted[i] * (1.0 - f) + sorted[i + 1] * f
+        at(i) * (1.0 - f) + at(i + 1) * f
     } else {
-        sorted[i]
+        at(i)
     }
 }
 

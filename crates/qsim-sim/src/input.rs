@@ -66,9 +66,8 @@ fn over(kind: Kind) -> String {
     )
 }
 
-/// The bytes of the regular file at `path`, at most `kind.cap()` of them;
-/// the error is the reason (one line, without the file's name).
-pub fn read_bytes(path: &Path, kind: Kind) -> Result<Vec<u8>, String> {
+/// The metadata of `path` if it is a regular file, else the reason.
+fn regular(path: &Path) -> Result<std::fs::Metadata, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
     let ft = meta.file_type();
     if !ft.is_file() {
@@ -81,6 +80,32 @@ pub fn read_bytes(path: &Path, kind: Kind) -> Result<Vec<u8>, String> {
             "cannot read: {what}, not a regular file (qsim reads inputs only from regular files)"
         ));
     }
+    Ok(meta)
+}
+
+/// The regular file at `path`, opened to be read as a stream (a request
+/// trace): the reader holds a bounded buffer and a bounded line (see
+/// `trace::read`), so memory does not depend on the file's size and no
+/// size cap applies. A FIFO, device or directory is refused as by
+/// [`read_bytes`], before anything is read.
+pub fn open_stream(path: &Path) -> Result<std::fs::File, String> {
+    regular(path)?;
+    let f = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    // the path may have been replaced between the check and the open
+    let ft = f
+        .metadata()
+        .map_err(|e| format!("cannot read: {e}"))?
+        .file_type();
+    if !ft.is_file() {
+        return Err("cannot read: not a regular file (it changed while being opened)".into());
+    }
+    Ok(f)
+}
+
+/// The bytes of the regular file at `path`, at most `kind.cap()` of them;
+/// the error is the reason (one line, without the file's name).
+pub fn read_bytes(path: &Path, kind: Kind) -> Result<Vec<u8>, String> {
+    let meta = regular(path)?;
     if meta.len() > kind.cap() {
         return Err(format!("cannot read: {} bytes, {}", meta.len(), over(kind)));
     }

@@ -7,6 +7,7 @@
 //! - [`server`]: the GPU inference server model (continuous batching, paged KV cache);
 //! - [`client`]: client policies as configured (the state machines are in qsim-core);
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
+//! - [`trace`]: request traces (real traffic) replayed as workloads, and their statistics;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`sweep`]: grids of overrides run in parallel;
@@ -27,6 +28,7 @@ pub mod serve_model;
 pub mod serve_spec;
 pub mod server;
 pub mod sweep;
+pub mod trace;
 pub mod work;
 pub mod workload;
 

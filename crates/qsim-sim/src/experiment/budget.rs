@@ -16,12 +16,20 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
     for s in &suite.scenarios {
         let d = to_secs(s.duration);
         let reps = s.replicas as f64;
-        let mean_out = mean_tokens(&s.lengths.output);
+        let mean_out = match &s.load {
+            ServerLoad::Trace(t) => t.expected().map_or(0.0, |e| e.1),
+            _ => mean_tokens(&s.lengths.output),
+        };
         // (expected requests, requests for the memory estimate, in flight)
         let (requests, requests_hi, in_flight) = match &s.load {
             ServerLoad::Open { process, .. } => {
                 let n = open_requests(process.rate, d, process.cv);
                 (process.rate * d, n, n)
+            }
+            ServerLoad::Trace(t) => {
+                // the scan's count; in flight bounded by the requests
+                let (n, _) = t.expected().unwrap_or((0.0, 0.0));
+                (n, n, n)
             }
             ServerLoad::Closed { clients, think } => {
                 let step = min_step_s(p);

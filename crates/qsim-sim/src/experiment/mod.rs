@@ -5,6 +5,7 @@ pub mod budget;
 pub mod config;
 pub mod hosted;
 pub mod server;
+pub mod trace_plan;
 
 pub use config::HostedSuite;
 pub use server::ServerSuite;

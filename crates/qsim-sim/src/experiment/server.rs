@@ -8,6 +8,7 @@ use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, 
 #[cfg(test)]
 use crate::time::secs;
 use crate::time::{Nanos, NEVER};
+use crate::trace::{RawTrace, TraceSource, TraceSpec};
 use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
 use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
 use serde::Deserialize;
@@ -22,6 +23,8 @@ struct RawScenario {
     rpm: Option<f64>,
     arrivals: Option<RawArrivals>,
     clients: Option<i64>,
+    /// A request trace replayed instead of drawn arrivals and lengths.
+    trace: Option<RawTrace>,
     think_s: Option<RawDist>,
     input_tokens: Option<RawDist>,
     output_tokens: Option<RawDist>,
@@ -71,6 +74,9 @@ pub enum Load {
     Open { rpm: f64, process: ArrivalProcess },
     /// `clients` closed-loop clients with think time.
     Closed { clients: u32, think: Sampler },
+    /// A request trace: its arrival times and token counts (scanned when
+    /// the file was loaded).
+    Trace(Arc<TraceSpec>),
 }
 
 /// One validated scenario.
@@ -185,6 +191,7 @@ impl ServerSuite {
         }
         let mut scenarios = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut trace_specs = std::collections::BTreeMap::new();
         for (i, s) in raw.scenario.iter().enumerate() {
             let at = format!("scenario[{i}]");
             let fld = |x: &str| format!("{at}.{x}");
@@ -211,7 +218,23 @@ impl ServerSuite {
                         .map_err(|r| ConfigError::new(f, "output_tokens", r))?,
                 },
             };
+            if let Some(t) = &s.trace {
+                if s.rpm.is_some()
+                    || s.clients.is_some()
+                    || s.arrivals.is_some()
+                    || s.think_s.is_some()
+                {
+                    return Err(ConfigError::new(
+                        f,
+                        &at,
+                        "a trace scenario takes its arrivals from the trace: no `rpm`, `clients`, `arrivals` or `think_s`",
+                    ));
+                }
+                let spec = TraceSpec::from_raw(f, &fld("trace."), file, t, true)?;
+                trace_specs.insert(i, Arc::new(spec));
+            }
             let load = match (s.rpm, s.clients) {
+                _ if trace_specs.contains_key(&i) => Load::Trace(trace_specs[&i].clone()),
                 (Some(rpm), None) => {
                     let rpm = pos_f(f, &fld("rpm"), rpm, 1e9)?;
                     let arr = s
@@ -286,9 +309,11 @@ impl ServerSuite {
                 description: s.description.clone().unwrap_or_default(),
                 load,
                 lengths,
-                duration: match s.duration_s {
-                    Some(d) => dur(f, &fld("duration_s"), d, 1e7)?,
-                    None => duration_ns,
+                duration: match (s.duration_s, trace_specs.get(&i)) {
+                    (Some(d), _) => dur(f, &fld("duration_s"), d, 1e7)?,
+                    // a trace scenario lasts its trace (to its last arrival)
+                    (None, Some(t)) => t.last_arrival().unwrap_or(0) + 1,
+                    (None, None) => duration_ns,
                 },
                 replicas: match s.replicas {
                     Some(r) => pos_i(f, &fld("replicas"), r, 4096)?,
@@ -453,6 +478,20 @@ pub fn run_scenario_sampled(
     scope: u64,
     every: Option<Nanos>,
 ) -> (ServerResult, Option<Series>) {
+    run_scenario_observed(profile, s, seed, scope, every, &mut |_| {})
+}
+
+/// [`run_scenario_sampled`], also handing every completion to `observe`
+/// as it leaves the server (e.g. latencies per minute of arrival, for
+/// planning against a trace); observing does not change the run.
+pub fn run_scenario_observed(
+    profile: Arc<ServerProfile>,
+    s: &Scenario,
+    seed: u64,
+    scope: u64,
+    every: Option<Nanos>,
+    observe: &mut dyn FnMut(&crate::server::Completion),
+) -> (ServerResult, Option<Series>) {
     let mut cluster = Cluster::new(
         profile,
         s.replicas,
@@ -462,6 +501,7 @@ pub fn run_scenario_sampled(
     let mut q: EventQueue<Ev> = EventQueue::new();
     let end = s.duration;
     let mut open = None;
+    let mut trace = None;
     let mut closed = None;
     let mut next_id = 0u64;
     match &s.load {
@@ -479,6 +519,14 @@ pub fn run_scenario_sampled(
                 q.schedule(t, Ev::Arrival);
             }
             open = Some(src);
+        }
+        Load::Trace(spec) => {
+            let src = TraceSource::open(spec, seed, scope)
+                .unwrap_or_else(|e| panic!("the trace changed since it was checked: {e}"));
+            if let Some(t) = src.peek() {
+                q.schedule(t, Ev::Arrival);
+            }
+            trace = Some(src);
         }
         Load::Closed { clients, think } => {
             for c in 0..*clients {
@@ -535,6 +583,22 @@ pub fn run_scenario_sampled(
         };
         if let Some(ev) = ev {
             match ev {
+                Ev::Arrival if trace.is_some() => {
+                    let src = trace.as_mut().expect("trace");
+                    let a = src.pop().expect("peeked arrival");
+                    cluster.submit(
+                        a.at,
+                        Request {
+                            id: next_id,
+                            input_tokens: a.input,
+                            output_tokens: a.output,
+                        },
+                    );
+                    next_id += 1;
+                    if let Some(nt) = src.peek() {
+                        q.schedule(nt, Ev::Arrival);
+                    }
+                }
                 Ev::Arrival => {
                     let src = open.as_mut().expect("open loop");
                     let (at, i, o) = src.pop().expect("peeked arrival");
@@ -607,6 +671,7 @@ pub fn run_scenario_sampled(
         }
         last = now;
         while let Some(c) = cluster.poll_completion() {
+            observe(&c);
             if !c.rejected {
                 completed += 1;
                 window.record(c.finished - c.arrival);

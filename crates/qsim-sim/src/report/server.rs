@@ -116,6 +116,7 @@ fn load_label(l: &Load) -> String {
     match l {
         Load::Open { rpm, process } => format!("{rpm} RPM {}", process.kind),
         Load::Closed { clients, .. } => format!("{clients} closed-loop clients"),
+        Load::Trace(t) => format!("trace {}", t.label()),
     }
 }
 

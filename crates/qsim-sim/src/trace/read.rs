@@ -1,0 +1,892 @@
+//! Reading a request trace file row by row: the formats and their
+//! detection, a line reader with a bounded line, the row parsers, and a
+//! bounded reordering window. Memory is the window (at most
+//! [`REORDER_WINDOW`] rows), one line (at most [`MAX_LINE`] bytes), the
+//! read buffer and the consumer names: nothing grows with the file.
+//!
+//! Timestamps are absolute integer nanoseconds of the file's own clock
+//! (a datetime without a time zone is read as UTC; only differences are
+//! used). Rows out of time order by fewer than [`REORDER_WINDOW`] rows are
+//! put in order (and counted: the callers warn); a row earlier than a row
+//! already passed on is refused with its line, since sorting a whole file
+//! would need memory in proportion to it.
+
+use crate::config::ConfigError;
+use serde::Deserialize;
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+/// The longest line read: a longer one is an error, never buffered.
+pub const MAX_LINE: usize = 1 << 20;
+/// Rows held to put slightly unsorted rows in time order.
+pub const REORDER_WINDOW: usize = 65_536;
+/// The most tokens a request may have (input or output).
+pub const MAX_TOKENS: u64 = 1_000_000_000;
+/// The most distinct consumer names a trace may have.
+pub const MAX_CONSUMERS: usize = 10_000;
+
+/// The unit of a plain CSV's time column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeUnit {
+    S,
+    Ms,
+    Us,
+    Ns,
+    /// `YYYY-MM-DD HH:MM:SS[.fraction]` (or with `T`, optionally `Z`).
+    Datetime,
+}
+
+impl TimeUnit {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "s" => TimeUnit::S,
+            "ms" => TimeUnit::Ms,
+            "us" => TimeUnit::Us,
+            "ns" => TimeUnit::Ns,
+            "datetime" => TimeUnit::Datetime,
+            _ => return None,
+        })
+    }
+    /// Decimal digits of a nanosecond in one unit.
+    fn digits(self) -> u32 {
+        match self {
+            TimeUnit::S => 9,
+            TimeUnit::Ms => 6,
+            TimeUnit::Us => 3,
+            TimeUnit::Ns | TimeUnit::Datetime => 0,
+        }
+    }
+}
+
+/// The columns of a CSV trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Columns {
+    pub time: String,
+    pub unit: TimeUnit,
+    pub input: String,
+    pub output: String,
+}
+
+/// A trace file's format.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Format {
+    /// Azure LLM inference trace: `TIMESTAMP,ContextTokens,GeneratedTokens`.
+    Azure,
+    /// BurstGPT: `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`.
+    BurstGpt,
+    /// Mooncake JSON Lines: `timestamp` (ms), `input_length`, `output_length`.
+    Mooncake,
+    /// `qsim proxy`'s decision log (JSON Lines).
+    Proxy,
+    /// A CSV with the named columns.
+    Csv(Columns),
+}
+
+impl Format {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Format::Azure => "azure",
+            Format::BurstGpt => "burstgpt",
+            Format::Mooncake => "mooncake",
+            Format::Proxy => "proxy",
+            Format::Csv(_) => "csv",
+        }
+    }
+    /// The CSV columns of a CSV format.
+    fn columns(&self) -> Option<Columns> {
+        let c = |t: &str, unit, i: &str, o: &str| Columns {
+            time: t.into(),
+            unit,
+            input: i.into(),
+            output: o.into(),
+        };
+        match self {
+            Format::Azure => Some(c(
+                "TIMESTAMP",
+                TimeUnit::Datetime,
+                "ContextTokens",
+                "GeneratedTokens",
+            )),
+            Format::BurstGpt => Some(c(
+                "Timestamp",
+                TimeUnit::S,
+                "Request tokens",
+                "Response tokens",
+            )),
+            Format::Csv(c) => Some(c.clone()),
+            Format::Mooncake | Format::Proxy => None,
+        }
+    }
+}
+
+/// One request of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row {
+    /// Absolute time (ns) on the file's clock.
+    pub t: i64,
+    pub input: u32,
+    pub output: u32,
+    /// The consumer's index in [`Reader::consumers`] (0 without a consumer column).
+    pub consumer: u32,
+    /// The row's line in the file (from 1).
+    pub line: u64,
+}
+
+/// Lines of at most [`MAX_LINE`] bytes, without their `\n` or `\r\n`.
+struct Lines {
+    r: BufReader<std::fs::File>,
+    buf: Vec<u8>,
+    no: u64,
+}
+
+impl Lines {
+    /// The next line into `self.buf`; false at the end of the file.
+    fn next(&mut self) -> Result<bool, String> {
+        self.buf.clear();
+        loop {
+            let avail = match self.r.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("line {}: cannot read: {e}", self.no + 1)),
+            };
+            if avail.is_empty() {
+                if self.buf.is_empty() {
+                    return Ok(false);
+                }
+                break;
+            }
+            let (take, done) = match avail.iter().position(|&b| b == b'\n') {
+                Some(p) => (p, true),
+                None => (avail.len(), false),
+            };
+            if self.buf.len() + take > MAX_LINE {
+                return Err(format!(
+                    "line {}: longer than {} MiB, the longest line qsim reads from a trace",
+                    self.no + 1,
+                    MAX_LINE >> 20
+                ));
+            }
+            self.buf.extend_from_slice(&avail[..take]);
+            self.r.consume(take + done as usize);
+            if done {
+                break;
+            }
+        }
+        self.no += 1;
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        if self.no == 1 && self.buf.starts_with(b"\xEF\xBB\xBF") {
+            self.buf.drain(..3);
+        }
+        Ok(true)
+    }
+}
+
+enum Parser {
+    Csv {
+        /// Column indexes of time, input, output, consumer.
+        time: usize,
+        input: usize,
+        output: usize,
+        consumer: Option<usize>,
+        unit: TimeUnit,
+        names: Vec<String>,
+    },
+    Mooncake,
+    Proxy,
+}
+
+/// The rows of a trace file in time order.
+pub struct Reader {
+    file: String,
+    format: Format,
+    lines: Lines,
+    parser: Parser,
+    window: VecDeque<Row>,
+    /// The time of the last row passed on.
+    last_out: Option<i64>,
+    max_seen: i64,
+    eof: bool,
+    fields: Vec<(usize, usize)>,
+    /// Rows that came after a later row (put in order).
+    pub reordered: u64,
+    /// Proxy-log records that are not demand (invalid requests, client
+    /// retries) or have no token counts.
+    pub skipped: u64,
+    /// Consumer names in order of first appearance.
+    pub consumers: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+/// Split a CSV line into fields (byte ranges, quotes removed from a quoted
+/// field; `""` inside quotes is kept as two bytes: no field qsim reads
+/// has quotes in it).
+fn split(line: &[u8], out: &mut Vec<(usize, usize)>) {
+    out.clear();
+    let mut i = 0;
+    loop {
+        if line.get(i) == Some(&b'"') {
+            let start = i + 1;
+            let mut j = start;
+            while j < line.len() {
+                if line[j] == b'"' {
+                    if line.get(j + 1) == Some(&b'"') {
+                        j += 2;
+                        continue;
+                    }
+                    break;
+                }
+                j += 1;
+            }
+            out.push((start, j.min(line.len())));
+            // skip to the comma after the closing quote
+            match line[j.min(line.len())..].iter().position(|&b| b == b',') {
+                Some(p) => i = j + p + 1,
+                None => return,
+            }
+        } else {
+            match line[i..].iter().position(|&b| b == b',') {
+                Some(p) => {
+                    out.push((i, i + p));
+                    i += p + 1;
+                }
+                None => {
+                    out.push((i, line.len()));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let s = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let e = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(s, |e| e + 1);
+    &b[s..e]
+}
+
+fn shown(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&b[..b.len().min(40)]).into_owned();
+    if b.len() > 40 {
+        format!("{s:?}…")
+    } else {
+        format!("{s:?}")
+    }
+}
+
+/// A token count: digits only, at most [`MAX_TOKENS`].
+fn tokens(b: &[u8]) -> Result<u32, String> {
+    let b = trim(b);
+    if b.first() == Some(&b'-') && b.len() > 1 && b[1..].iter().all(u8::is_ascii_digit) {
+        return Err(format!("a negative token count: {}", shown(b)));
+    }
+    if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
+        return Err(format!("not a token count (a whole number): {}", shown(b)));
+    }
+    let mut v: u64 = 0;
+    for &c in b {
+        v = v.saturating_mul(10).saturating_add((c - b'0') as u64);
+    }
+    if v > MAX_TOKENS {
+        return Err(format!("more than {MAX_TOKENS} tokens: {}", shown(b)));
+    }
+    Ok(v as u32)
+}
+
+/// A decimal number of units of 10^`digits` ns (e.g. seconds: 9) as
+/// integer nanoseconds, exactly (rounded to the nearest ns past 9 digits).
+fn decimal_ns(b: &[u8], digits: u32) -> Result<i64, String> {
+    let b = trim(b);
+    let bad = || format!("not a time (a decimal number): {}", shown(b));
+    let (neg, b2) = match b.first() {
+        Some(b'-') => (true, &b[1..]),
+        _ => (false, b),
+    };
+    let (int, frac) = match b2.iter().position(|&c| c == b'.') {
+        Some(p) => (&b2[..p], &b2[p + 1..]),
+        None => (b2, &b2[..0]),
+    };
+    if (int.is_empty() && frac.is_empty())
+        || !int.iter().all(u8::is_ascii_digit)
+        || !frac.iter().all(u8::is_ascii_digit)
+    {
+        return Err(bad());
+    }
+    let scale = 10i128.pow(digits);
+    let mut v: i128 = 0;
+    for &c in int {
+        v = v * 10 + (c - b'0') as i128;
+        if v > i64::MAX as i128 {
+            return Err(format!("a time out of range: {}", shown(b)));
+        }
+    }
+    v *= scale;
+    let mut place = scale;
+    for (k, &c) in frac.iter().enumerate() {
+        if place > 1 {
+            place /= 10;
+            v += (c - b'0') as i128 * place;
+        } else {
+            // the first digit below a nanosecond rounds
+            if k < frac.len() && c >= b'5' {
+                v += 1;
+            }
+            break;
+        }
+    }
+    if v > i64::MAX as i128 {
+        return Err(format!("a time out of range: {}", shown(b)));
+    }
+    Ok(if neg { -(v as i64) } else { v as i64 })
+}
+
+/// Days from 1970-01-01 to the civil date (proleptic Gregorian; Howard
+/// Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD HH:MM:SS[.f]` (`T` for the space, a trailing `Z` allowed)
+/// as ns since 1970-01-01 00:00:00, read as UTC.
+pub fn datetime_ns(b: &[u8]) -> Result<i64, String> {
+    let b = trim(b);
+    let bad = || {
+        format!(
+            "not a datetime (YYYY-MM-DD HH:MM:SS[.fraction]): {}",
+            shown(b)
+        )
+    };
+    let b = b.strip_suffix(b"Z").unwrap_or(b);
+    if b.len() < 19 {
+        return Err(bad());
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let s = &b[r];
+        s.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| s.iter().fold(0i64, |a, &c| a * 10 + (c - b'0') as i64))
+    };
+    let sep = |i: usize, c: &[u8]| c.contains(&b[i]);
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b" T") && sep(13, b":") && sep(16, b":")) {
+        return Err(bad());
+    }
+    let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(s)) = (
+        num(0..4),
+        num(5..7),
+        num(8..10),
+        num(11..13),
+        num(14..16),
+        num(17..19),
+    ) else {
+        return Err(bad());
+    };
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    let mdays = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&mo)
+        || d < 1
+        || d > mdays[(mo - 1) as usize]
+        || h > 23
+        || mi > 59
+        || s > 60
+    {
+        return Err(bad());
+    }
+    let mut frac_ns = 0i64;
+    if b.len() > 19 {
+        let f = &b[19..];
+        if f[0] != b'.' || f.len() < 2 || f.len() > 10 || !f[1..].iter().all(u8::is_ascii_digit) {
+            return Err(bad());
+        }
+        for k in 0..9 {
+            frac_ns = frac_ns * 10 + f.get(1 + k).map_or(0, |&c| (c - b'0') as i64);
+        }
+    }
+    let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s;
+    Ok(secs * 1_000_000_000 + frac_ns)
+}
+
+#[derive(Deserialize)]
+struct MooncakeRow {
+    timestamp: serde_json::Number,
+    input_length: u64,
+    output_length: u64,
+}
+
+#[derive(Deserialize)]
+struct ProxyRow {
+    #[serde(default)]
+    consumer: String,
+    run_unix_ms: u64,
+    arrival_ns: u64,
+    input_tokens: Option<u64>,
+    usage_input: Option<u64>,
+    usage_output: Option<u64>,
+    settled_output: Option<u64>,
+    max_tokens: Option<u64>,
+    decision: String,
+    retry_count: Option<u32>,
+}
+
+impl Reader {
+    /// Open `path`; `format` None detects it from the first line;
+    /// `consumer_column` names a CSV column holding each request's consumer
+    /// (a proxy log's consumers are its logged names, always).
+    pub fn open(
+        path: &Path,
+        format: Option<&Format>,
+        consumer_column: Option<&str>,
+    ) -> Result<Reader, ConfigError> {
+        let file = path.display().to_string();
+        let f = crate::input::open_stream(path).map_err(|r| ConfigError::new(&file, "", r))?;
+        let mut lines = Lines {
+            r: BufReader::with_capacity(256 << 10, f),
+            buf: Vec::new(),
+            no: 0,
+        };
+        let e = |r: String| ConfigError::new(&file, "", r);
+        if !lines.next().map_err(e)? {
+            return Err(ConfigError::new(
+                &file,
+                "",
+                "empty: no header and no requests",
+            ));
+        }
+        let first = lines.buf.clone();
+        let json = trim(&first).starts_with(b"{");
+        let detected = if json {
+            let s = String::from_utf8_lossy(&first);
+            if s.contains("\"arrival_ns\"") {
+                Some(Format::Proxy)
+            } else if s.contains("\"input_length\"") {
+                Some(Format::Mooncake)
+            } else {
+                None
+            }
+        } else {
+            let mut fields = Vec::new();
+            split(&first, &mut fields);
+            let names: Vec<&[u8]> = fields.iter().map(|&(a, b)| trim(&first[a..b])).collect();
+            let has = |n: &str| names.contains(&n.as_bytes());
+            if has("TIMESTAMP") && has("ContextTokens") && has("GeneratedTokens") {
+                Some(Format::Azure)
+            } else if has("Timestamp") && has("Request tokens") && has("Response tokens") {
+                Some(Format::BurstGpt)
+            } else {
+                None
+            }
+        };
+        let format = match (format, detected) {
+            (Some(f), _) => f.clone(),
+            (None, Some(d)) => d,
+            (None, None) => {
+                return Err(ConfigError::new(
+                    &file,
+                    "",
+                    format!(
+                        "line 1: not a header qsim recognises ({}): name the format (azure, burstgpt, mooncake, proxy, or csv with its columns)",
+                        shown(&first)
+                    ),
+                ))
+            }
+        };
+        let mut r = Reader {
+            format: format.clone(),
+            file: file.clone(),
+            lines,
+            parser: Parser::Mooncake,
+            window: VecDeque::new(),
+            last_out: None,
+            max_seen: i64::MIN,
+            eof: false,
+            fields: Vec::new(),
+            reordered: 0,
+            skipped: 0,
+            consumers: Vec::new(),
+            index: HashMap::new(),
+        };
+        match format.columns() {
+            Some(cols) => {
+                if json {
+                    return Err(r.line_err(
+                        1,
+                        format!(
+                            "a JSON line where the {} format has a CSV header",
+                            format.name()
+                        ),
+                    ));
+                }
+                let mut fields = Vec::new();
+                split(&first, &mut fields);
+                let names: Vec<String> = fields
+                    .iter()
+                    .map(|&(a, b)| String::from_utf8_lossy(trim(&first[a..b])).into_owned())
+                    .collect();
+                let find = |n: &str| -> Result<usize, ConfigError> {
+                    names.iter().position(|x| x == n).ok_or_else(|| {
+                        ConfigError::new(
+                            &file,
+                            "",
+                            format!(
+                                "line 1: no column {n:?} in the header (it has {})",
+                                names.join(", ")
+                            ),
+                        )
+                    })
+                };
+                r.parser = Parser::Csv {
+                    time: find(&cols.time)?,
+                    input: find(&cols.input)?,
+                    output: find(&cols.output)?,
+                    consumer: consumer_column.map(find).transpose()?,
+                    unit: cols.unit,
+                    names,
+                };
+            }
+            None => {
+                if !json {
+                    return Err(r.line_err(
+                        1,
+                        format!("not a JSON line, as the {} format has", format.name()),
+                    ));
+                }
+                if consumer_column.is_some() {
+                    return Err(ConfigError::new(
+                        &file,
+                        "",
+                        format!(
+                            "a consumer column applies to CSV traces only (a {} trace: split by shares instead{})",
+                            format.name(),
+                            if format == Format::Proxy { ", or use its logged consumer names (the default)" } else { "" }
+                        ),
+                    ));
+                }
+                r.parser = if format == Format::Proxy {
+                    Parser::Proxy
+                } else {
+                    Parser::Mooncake
+                };
+                // the first line is a row: parse it again below
+                r.lines.buf = first;
+                let row = r.parse_current()?;
+                if let Some(row) = row {
+                    r.push(row)?;
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The format (named or detected).
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    fn line_err(&self, line: u64, reason: String) -> ConfigError {
+        ConfigError::new(&self.file, "", format!("line {line}: {reason}"))
+    }
+
+    fn consumer_id(&mut self, name: &[u8], line: u64, col: &str) -> Result<u32, ConfigError> {
+        let name = std::str::from_utf8(name).map_err(|_| {
+            self.line_err(
+                line,
+                format!("column {col}: a consumer name that is not UTF-8"),
+            )
+        })?;
+        if let Some(&i) = self.index.get(name) {
+            return Ok(i);
+        }
+        if self.consumers.len() >= MAX_CONSUMERS {
+            return Err(self.line_err(
+                line,
+                format!("more than {MAX_CONSUMERS} distinct consumers"),
+            ));
+        }
+        let i = self.consumers.len() as u32;
+        self.consumers.push(name.to_string());
+        self.index.insert(name.to_string(), i);
+        Ok(i)
+    }
+
+    /// The row in `self.lines.buf` (None: a blank line or a skipped record).
+    fn parse_current(&mut self) -> Result<Option<Row>, ConfigError> {
+        let line = self.lines.no;
+        if trim(&self.lines.buf).is_empty() {
+            return Ok(None);
+        }
+        match &self.parser {
+            Parser::Csv {
+                time,
+                input,
+                output,
+                consumer,
+                unit,
+                names,
+            } => {
+                let (time, input, output, consumer, unit) =
+                    (*time, *input, *output, *consumer, *unit);
+                let mut fields = std::mem::take(&mut self.fields);
+                split(&self.lines.buf, &mut fields);
+                let buf = &self.lines.buf;
+                let col = |i: usize| -> Result<&[u8], ConfigError> {
+                    fields.get(i).map(|&(a, b)| &buf[a..b]).ok_or_else(|| {
+                        ConfigError::new(
+                            &self.file,
+                            "",
+                            format!(
+                                "line {line}, column {} ({}): missing (the row has {} fields)",
+                                i + 1,
+                                names[i],
+                                fields.len()
+                            ),
+                        )
+                    })
+                };
+                let at = |i: usize, r: String| {
+                    ConfigError::new(
+                        &self.file,
+                        "",
+                        format!("line {line}, column {} ({}): {r}", i + 1, names[i]),
+                    )
+                };
+                let t = match unit {
+                    TimeUnit::Datetime => datetime_ns(col(time)?),
+                    u => decimal_ns(col(time)?, u.digits()),
+                }
+                .map_err(|r| at(time, r))?;
+                let i = tokens(col(input)?).map_err(|r| at(input, r))?;
+                let o = tokens(col(output)?).map_err(|r| at(output, r))?;
+                let cname = match consumer {
+                    Some(c) => Some((trim(col(c)?).to_vec(), names[c].clone())),
+                    None => None,
+                };
+                self.fields = fields;
+                let consumer = match cname {
+                    Some((n, cn)) => self.consumer_id(&n, line, &cn)?,
+                    None => 0,
+                };
+                Ok(Some(Row {
+                    t,
+                    input: i,
+                    output: o,
+                    consumer,
+                    line,
+                }))
+            }
+            Parser::Mooncake => {
+                let de = &mut serde_json::Deserializer::from_slice(&self.lines.buf);
+                let r: MooncakeRow =
+                    serde_path_to_error::deserialize(de).map_err(|e| self.json_err(line, e))?;
+                let t = match (r.timestamp.as_i64(), r.timestamp.as_f64()) {
+                    (Some(ms), _) => ms.checked_mul(1_000_000),
+                    (None, Some(ms)) if ms.is_finite() && ms.abs() < 9e12 => {
+                        Some((ms * 1e6).round() as i64)
+                    }
+                    _ => None,
+                }
+                .ok_or_else(|| {
+                    self.line_err(
+                        line,
+                        format!("field timestamp: out of range: {}", r.timestamp),
+                    )
+                })?;
+                let tok = |v: u64, f: &str| {
+                    if v > MAX_TOKENS {
+                        Err(self.line_err(
+                            line,
+                            format!("field {f}: more than {MAX_TOKENS} tokens: {v}"),
+                        ))
+                    } else {
+                        Ok(v as u32)
+                    }
+                };
+                Ok(Some(Row {
+                    t,
+                    input: tok(r.input_length, "input_length")?,
+                    output: tok(r.output_length, "output_length")?,
+                    consumer: 0,
+                    line,
+                }))
+            }
+            Parser::Proxy => {
+                let de = &mut serde_json::Deserializer::from_slice(&self.lines.buf);
+                let r: ProxyRow =
+                    serde_path_to_error::deserialize(de).map_err(|e| self.json_err(line, e))?;
+                // demand only: no invalid requests (nothing was asked of the
+                // model), no client retries (a consequence of the policy in force)
+                if r.decision == "invalid" || r.retry_count.is_some_and(|c| c > 0) {
+                    self.skipped += 1;
+                    return Ok(None);
+                }
+                let input = r.usage_input.or(r.input_tokens);
+                let output = r.usage_output.or(r.settled_output).or(r.max_tokens);
+                let (Some(input), Some(output)) = (input, output) else {
+                    self.skipped += 1;
+                    return Ok(None);
+                };
+                let t = (r.run_unix_ms as i128 * 1_000_000 + r.arrival_ns as i128)
+                    .try_into()
+                    .map_err(|_| self.line_err(line, "field arrival_ns: out of range".into()))?;
+                for (v, f) in [(input, "input tokens"), (output, "output tokens")] {
+                    if v > MAX_TOKENS {
+                        return Err(
+                            self.line_err(line, format!("{f}: more than {MAX_TOKENS}: {v}"))
+                        );
+                    }
+                }
+                let consumer = self.consumer_id(r.consumer.as_bytes(), line, "consumer")?;
+                Ok(Some(Row {
+                    t,
+                    input: input as u32,
+                    output: output as u32,
+                    consumer,
+                    line,
+                }))
+            }
+        }
+    }
+
+    fn json_err(&self, line: u64, e: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let reason = crate::config::one_line(&inner.to_string());
+        if path.is_empty() || path == "." {
+            self.line_err(line, reason)
+        } else {
+            self.line_err(line, format!("field {path}: {reason}"))
+        }
+    }
+
+    fn push(&mut self, row: Row) -> Result<(), ConfigError> {
+        if let Some(last) = self.last_out {
+            if row.t < last {
+                return Err(self.line_err(
+                    row.line,
+                    format!(
+                        "a timestamp earlier than a row more than {REORDER_WINDOW} rows before it (qsim puts rows in time order within {REORDER_WINDOW} rows only): sort the file by time"
+                    ),
+                ));
+            }
+        }
+        if row.t < self.max_seen {
+            self.reordered += 1;
+            let at = self.window.partition_point(|r| r.t <= row.t);
+            self.window.insert(at, row);
+        } else {
+            self.max_seen = row.t;
+            self.window.push_back(row);
+        }
+        Ok(())
+    }
+
+    /// The next row in time order (rows of equal time in file order).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Row>, ConfigError> {
+        loop {
+            if self.window.len() > REORDER_WINDOW || (self.eof && !self.window.is_empty()) {
+                let r = self.window.pop_front().expect("non-empty window");
+                self.last_out = Some(r.t);
+                return Ok(Some(r));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            let more = self
+                .lines
+                .next()
+                .map_err(|r| ConfigError::new(&self.file, "", r))?;
+            if !more {
+                self.eof = true;
+                continue;
+            }
+            if let Some(row) = self.parse_current()? {
+                self.push(row)?;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datetimes_and_decimals_parse_exactly() {
+        assert_eq!(datetime_ns(b"1970-01-01 00:00:00").unwrap(), 0);
+        assert_eq!(
+            datetime_ns(b"1970-01-02T00:00:01.5Z").unwrap(),
+            86_401_500_000_000
+        );
+        // 2023-11-16 is day 19,677 since the epoch (date -d 2023-11-16 +%s / 86400)
+        assert_eq!(
+            datetime_ns(b"2023-11-16 18:15:46.6805900").unwrap(),
+            (19_677 * 86_400 + 18 * 3600 + 15 * 60 + 46) * 1_000_000_000 + 680_590_000
+        );
+        assert_eq!(
+            datetime_ns(b"2000-03-01 00:00:00").unwrap()
+                - datetime_ns(b"2000-02-28 00:00:00").unwrap(),
+            2 * 86_400 * 1_000_000_000
+        );
+        for bad in [
+            &b"2023-02-29 00:00:00"[..],
+            b"2023-11-16",
+            b"2023-11-16 25:00:00",
+            b"x",
+        ] {
+            assert!(
+                datetime_ns(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(decimal_ns(b"1.5", 9).unwrap(), 1_500_000_000);
+        assert_eq!(decimal_ns(b"27482", 6).unwrap(), 27_482_000_000);
+        assert_eq!(decimal_ns(b"0.0000000016", 9).unwrap(), 2);
+        assert_eq!(decimal_ns(b"-2", 3).unwrap(), -2000);
+        assert!(decimal_ns(b"1e3", 9).is_err());
+        assert!(decimal_ns(b"", 9).is_err());
+        assert_eq!(tokens(b" 42 ").unwrap(), 42);
+        assert!(tokens(b"-3").unwrap_err().contains("negative"));
+        assert!(tokens(b"4.5").unwrap_err().contains("whole number"));
+        assert!(tokens(b"99999999999").unwrap_err().contains("more than"));
+    }
+
+    #[test]
+    fn csv_fields_split_with_quotes() {
+        let mut f = Vec::new();
+        let l = br#"a,"b,c",,d"#;
+        split(l, &mut f);
+        let s: Vec<&[u8]> = f.iter().map(|&(a, b)| &l[a..b]).collect();
+        assert_eq!(s, vec![&b"a"[..], b"b,c", b"", b"d"]);
+    }
+}
