@@ -9,7 +9,9 @@ use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, 
 use crate::time::secs;
 use crate::time::{Nanos, NEVER};
 use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
-use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
+use crate::workload::{
+    ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RateShape, RawArrivals, RawShape,
+};
 use serde::Deserialize;
 use std::path::Path;
 use std::sync::Arc;
@@ -21,6 +23,7 @@ struct RawScenario {
     description: Option<String>,
     rpm: Option<f64>,
     arrivals: Option<RawArrivals>,
+    load_shape: Option<RawShape>,
     clients: Option<i64>,
     think_s: Option<RawDist>,
     input_tokens: Option<RawDist>,
@@ -51,6 +54,7 @@ struct RawServerSuite {
     snapshots_s: Vec<f64>,
     snapshot_every_s: Option<f64>,
     arrivals: Option<RawArrivals>,
+    load_shape: Option<RawShape>,
     think_s: Option<RawDist>,
     input_tokens: RawDist,
     output_tokens: RawDist,
@@ -220,8 +224,16 @@ impl ServerSuite {
                         .or(raw.arrivals.as_ref())
                         .cloned()
                         .unwrap_or(RawArrivals::Poisson);
-                    let process = ArrivalProcess::new(&arr, rpm / 60.0)
+                    let mut process = ArrivalProcess::new(&arr, rpm / 60.0)
                         .map_err(|r| ConfigError::new(f, fld("arrivals"), r))?;
+                    let (shape, at) = match &s.load_shape {
+                        Some(sh) => (Some(sh), fld("load_shape")),
+                        None => (raw.load_shape.as_ref(), "load_shape".to_string()),
+                    };
+                    if let Some(sh) = shape {
+                        let sh = RateShape::new(sh).map_err(|r| ConfigError::new(f, at, r))?;
+                        process = process.with_shape(sh);
+                    }
                     if s.think_s.is_some() {
                         return Err(ConfigError::new(
                             f,
@@ -233,10 +245,14 @@ impl ServerSuite {
                 }
                 (None, Some(c)) => {
                     let clients = pos_i(f, &fld("clients"), c, 10_000_000)?;
-                    if s.arrivals.is_some() {
+                    if s.arrivals.is_some() || s.load_shape.is_some() {
                         return Err(ConfigError::new(
                             f,
-                            fld("arrivals"),
+                            fld(if s.arrivals.is_some() {
+                                "arrivals"
+                            } else {
+                                "load_shape"
+                            }),
                             "closed-loop scenarios have no arrival process",
                         ));
                     }
