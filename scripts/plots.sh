@@ -33,4 +33,8 @@ cp "$TMP/server/server-over-time.png" "$OUT/nim-server-over-time.png"
 "$QSIM" recommend experiments/fmapi-pacing.toml --plot "$TMP/recommend" > /dev/null
 cp "$TMP/recommend/recommend-pareto.png" "$OUT/recommend-pareto.png"
 
+# a day against autoscaled vs fixed replicas: arrivals, replicas, TTFT p95 per minute
+"$QSIM" run experiments/daily-autoscale.toml --max-requests 100000000 --plot "$TMP/daily" > /dev/null
+cp "$TMP/daily/replicas-over-time.png" "$OUT/daily-replicas-over-time.png"
+
 ls -l "$OUT"
