@@ -150,8 +150,15 @@ fn the_same_seed_gives_the_same_timeline_with_any_thread_count() {
                 "--format",
                 "csv",
             ])
-            .args(["--only", "autoscaled", "--set", "duration_s=21600"])
-            .args(["--set", "load_shape.period_s=21600"])
+            .args([
+                "--only",
+                "autoscaled",
+                "--set",
+                "duration_s=10800",
+                "--max-requests",
+                "100000000",
+            ])
+            .args(["--set", "load_shape.period_s=10800"])
             .output()
             .unwrap();
         assert!(
@@ -201,18 +208,67 @@ fn bad_autoscaler_settings_exit_2_naming_the_field() {
 
 #[test]
 fn bad_prices_exit_2_naming_the_field() {
-    for v in ["-1", "nan", "inf"] {
-        let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let dir = tempfile::tempdir().unwrap();
+    // an experiment's price override, set on the command line
+    let exp = dir.path().join("exp.toml");
+    let text = std::fs::read_to_string(format!("{root}/experiments/daily-autoscale.toml"))
+        .unwrap()
+        .replace("../models/", &format!("{root}/models/"))
+        .replace(
+            "duration_s = 86400\n",
+            "duration_s = 86400\nprice = { replica_hour_usd = 3 }\n",
+        );
+    std::fs::write(&exp, text).unwrap();
+    // a profile's own [price]
+    let prof = dir.path().join("p.toml");
+    let ptext = std::fs::read_to_string(format!("{root}/models/llama-3.1-8b-h100-vllm.toml"))
+        .unwrap()
+        .replace("replica_hour_usd = 3.78", "replica_hour_usd = -3.78");
+    std::fs::write(&prof, ptext).unwrap();
+    let exp2 = dir.path().join("exp2.toml");
+    std::fs::write(
+        &exp2,
+        std::fs::read_to_string(&exp)
+            .unwrap()
+            .replace(
+                &format!("{root}/models/llama-3.1-8b-h100-vllm.toml"),
+                prof.to_str().unwrap(),
+            )
+            .replace("price = { replica_hour_usd = 3 }\n", ""),
+    )
+    .unwrap();
+    let mut cases: Vec<(Vec<String>, &str)> = ["-1", "nan", "inf"]
+        .iter()
+        .map(|v| {
+            (
+                vec![
+                    exp.to_str().unwrap().to_string(),
+                    "--set".into(),
+                    format!("price.replica_hour_usd={v}"),
+                ],
+                "price.replica_hour_usd",
+            )
+        })
+        .collect();
+    cases.push((
+        vec![exp2.to_str().unwrap().to_string()],
+        "price.replica_hour_usd",
+    ));
+    for (args, field) in cases {
         let out_dir = dir.path().join("out");
         let out = crate::common::qsim()
-            .args(["run", "experiments/daily-autoscale.toml", "--set"])
-            .arg(format!("price.replica_hour_usd={v}"))
+            .arg("run")
+            .args(&args)
             .args(["--out", out_dir.to_str().unwrap()])
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{v}: {err}");
-        assert!(err.contains("price.replica_hour_usd"), "{v}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(field) && err.contains("must be in"),
+            "{args:?}: {err}"
+        );
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(!out_dir.exists());
     }
