@@ -309,3 +309,26 @@ rpm = 120
     // 120 RPM × 30 min ≈ 3600 requests of 100 output tokens
     assert!(t.completed > 3400 && t.completed < 3800, "{}", t.completed);
 }
+
+/// Cost of a hosted run by hand: the succeeded rows' tokens × the prices.
+#[test]
+fn hosted_run_cost_is_tokens_times_prices() {
+    use qsim_sim::experiment::ExperimentFile;
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/fmapi-pacing.toml");
+    let ef: ExperimentFile = qsim_sim::experiment::load(&file, &[]).unwrap();
+    let suite = ef.into_hosted().unwrap();
+    let rs = qsim_sim::experiment::hosted::run_suite(&suite, 3);
+    for r in &rs {
+        let f = qsim_sim::report::cost::hosted_figures(r).expect("priced");
+        // the profile: $1 per million input tokens, $5 per million output
+        let want = r.input_tokens as f64 * 1e-6 + r.output_tokens as f64 * 5e-6;
+        assert!(
+            (f[0] - want).abs() < 1e-12,
+            "{}: {} vs {want}",
+            r.name,
+            f[0]
+        );
+        assert!((f[3] - want / r.ok as f64).abs() < 1e-15);
+        assert!(r.input_tokens >= r.ok && r.ok > 100, "{}", r.input_tokens);
+    }
+}

@@ -7,6 +7,7 @@
 use super::records::{Records, Spreads};
 use super::table::Table;
 use super::{fmt_spread, Spread};
+use crate::experiment::hosted::HostedResult;
 use crate::experiment::server::ServerResult;
 use crate::time::to_secs;
 
@@ -189,4 +190,47 @@ pub fn render(aggs: &[View<'_>], runs: usize) -> String {
         out.push_str(&t.render());
     }
     out
+}
+
+/// (record key, label, decimals) of a pay-per-token run's cost.
+pub const HOSTED_COST: &[(&str, &str, i32)] = &[
+    ("cost_usd", "cost ($)", 4),
+    ("cost_per_hour_usd", "cost per hour ($)", 2),
+    (
+        "cost_per_m_output_tokens_usd",
+        "cost per 1M output tokens ($)",
+        3,
+    ),
+    ("cost_per_request_usd", "cost per successful request ($)", 6),
+];
+
+/// A pay-per-token run's cost ([`HOSTED_COST`] order), if the endpoint has
+/// prices: the input and output tokens of the rows that succeeded × their
+/// prices (rejected attempts are not billed), over the run's elapsed time.
+pub fn hosted_figures(r: &HostedResult) -> Option<Vec<f64>> {
+    let p = r.price?;
+    let cost = r.input_tokens as f64 * p.input_per_m_usd / 1e6
+        + r.output_tokens as f64 * p.output_per_m_usd / 1e6;
+    let hours = to_secs(r.elapsed) / 3600.0;
+    Some(vec![
+        cost,
+        cost / hours.max(1e-12),
+        cost / (r.output_tokens.max(1) as f64) * 1e6,
+        cost / (r.ok.max(1) as f64),
+    ])
+}
+
+/// Records of a pay-per-token run's cost (none without prices).
+pub fn hosted_records(out: &mut Records, seed: u64, r: &HostedResult) {
+    if let Some(v) = hosted_figures(r) {
+        for ((k, _, _), v) in HOSTED_COST.iter().zip(v) {
+            out.push(seed, &r.name, k, v);
+        }
+    }
+}
+
+/// A pay-per-token experiment's cost over seeds (None without prices).
+pub fn hosted_aggregate(name: &str, s: &Spreads) -> Option<Vec<Spread>> {
+    s.has(name, "cost_usd")
+        .then(|| HOSTED_COST.iter().map(|(k, _, _)| s.get(name, k)).collect())
 }
