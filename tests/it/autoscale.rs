@@ -216,9 +216,10 @@ fn bad_prices_exit_2_naming_the_field() {
         .unwrap()
         .replace("../models/", &format!("{root}/models/"))
         .replace(
-            "duration_s = 86400\n",
-            "duration_s = 86400\nprice = { replica_hour_usd = 3 }\n",
+            "kind = \"server\"\n",
+            "kind = \"server\"\nprice = { replica_hour_usd = 3 }\n",
         );
+    assert!(text.contains("price = "));
     std::fs::write(&exp, text).unwrap();
     // a profile's own [price]
     let prof = dir.path().join("p.toml");
