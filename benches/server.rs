@@ -277,18 +277,34 @@ fn main() {
         let r = run_child(name, Some(rate));
         println!("{name}: {r}");
     }
-    // issue 25: autoscaling's CPU per request against fixed replicas
+    // issue 25: autoscaling's CPU per request against fixed replicas; the
+    // three runs interleaved 5 times, each one's least CPU time kept (the
+    // machine is shared: the minimum is the run least disturbed)
     let sat = field(&sat, "rate");
+    let names = ["fixed4", "auto4", "auto1-4"];
+    let mut best: Vec<Option<String>> = vec![None; names.len()];
+    for _ in 0..5 {
+        for (k, name) in names.iter().enumerate() {
+            let r = run_child(name, Some(3.0 * sat));
+            if best[k]
+                .as_ref()
+                .is_none_or(|b| field(&r, "cpu_s") < field(b, "cpu_s"))
+            {
+                best[k] = Some(r);
+            }
+        }
+    }
+    let best: Vec<String> = best.into_iter().map(|b| b.expect("ran")).collect();
     let per_req = |r: &str| field(r, "cpu_s") / field(r, "completed") * 1e6;
-    let fixed = run_child("fixed4", Some(3.0 * sat));
-    println!("fixed4: {fixed}");
-    for name in ["auto4", "auto1-4"] {
-        let r = run_child(name, Some(3.0 * sat));
+    println!("{}: {} (least CPU of 5)", names[0], best[0]);
+    for k in 1..names.len() {
         println!(
-            "{name}: {r}\n  CPU per request {:.2} µs vs fixed {:.2} µs: {:+.1} %",
-            per_req(&r),
-            per_req(&fixed),
-            (per_req(&r) / per_req(&fixed) - 1.0) * 100.0
+            "{}: {} (least CPU of 5)\n  CPU per request {:.3} µs vs fixed {:.3} µs: {:+.1} %",
+            names[k],
+            best[k],
+            per_req(&best[k]),
+            per_req(&best[0]),
+            (per_req(&best[k]) / per_req(&best[0]) - 1.0) * 100.0
         );
     }
 }

@@ -347,7 +347,12 @@ impl Cluster {
         if n == 1 {
             return 0;
         }
-        if self.scaling.is_some() {
+        // every slot ready (an autoscaler holding its replicas): the plain pick
+        if self
+            .scaling
+            .as_ref()
+            .is_some_and(|s| self.ready.value() as usize != s.life.len())
+        {
             return self.pick_serving();
         }
         let key = |r: &Replica| -> (u64, u64) {
