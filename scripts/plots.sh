@@ -33,4 +33,9 @@ cp "$TMP/server/server-over-time.png" "$OUT/nim-server-over-time.png"
 "$QSIM" recommend experiments/fmapi-pacing.toml --plot "$TMP/recommend" > /dev/null
 cp "$TMP/recommend/recommend-pareto.png" "$OUT/recommend-pareto.png"
 
+# a day against autoscaled vs fixed replicas: arrivals, replicas, TTFT p95 per minute
+"$QSIM" run experiments/daily-autoscale.toml --set duration_s=86400 \
+  --set load_shape.period_s=86400 --max-requests 100000000 --plot "$TMP/daily" > /dev/null
+cp "$TMP/daily/replicas-over-time.png" "$OUT/daily-replicas-over-time.png"
+
 ls -l "$OUT"

@@ -115,6 +115,9 @@ pub struct Extras {
     pub latency: Vec<(String, DurationHist)>,
     /// Server: (scenario, samples of the first seed).
     pub series: Vec<(String, experiment::server::Series)>,
+    /// Server, autoscaled or time-varying scenarios: (scenario, its minutes
+    /// in the first seed).
+    pub minutes: Vec<(String, Vec<experiment::server::Minute>)>,
 }
 
 fn pool(into: &mut Vec<(String, DurationHist)>, name: &str, h: &DurationHist) {
@@ -157,6 +160,9 @@ pub fn records_with_extras(
                     if let Some(se) = series {
                         x.series.push((sc.name.clone(), se));
                     }
+                    if k == 0 && !r.minutes.is_empty() {
+                        x.minutes.push((sc.name.clone(), r.minutes.clone()));
+                    }
                     results.push(r);
                 }
                 report::server::records(&mut out, s, &results);
@@ -170,6 +176,52 @@ pub fn records_with_extras(
         }
     }
     Ok((out, x))
+}
+
+/// Three panels over the minutes of a run: arrivals, replicas and p95 TTFT.
+fn replicas_over_time(
+    title: &str,
+    minutes: &[(String, Vec<experiment::server::Minute>)],
+) -> Figure {
+    let (ms, _) = capped(minutes.iter().collect());
+    let panel = |what: &str, y: &str, f: &dyn Fn(&experiment::server::Minute) -> f64| {
+        qsim_plot::Panel::Lines(LineChart {
+            title: format!("{title}: {what}"),
+            x_label: "time (h)".into(),
+            y_label: y.into(),
+            series: ms
+                .iter()
+                .map(|(n, m)| Series {
+                    name: n.clone(),
+                    points: m
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| ((i + 1) as f64 / 60.0, f(x)))
+                        .collect(),
+                    band: vec![],
+                })
+                .collect(),
+            ..Default::default()
+        })
+    };
+    Figure::grid(
+        vec![
+            panel("arrivals per minute", "requests per minute", &|m| {
+                m.arrivals as f64
+            }),
+            panel("replicas (mean over each minute)", "replicas", &|m| {
+                m.replicas
+            }),
+            panel(
+                "TTFT p95 of the requests finished in each minute",
+                "TTFT p95 (s)",
+                &|m| m.ttft_p95_s,
+            ),
+        ],
+        1,
+        900,
+        320,
+    )
 }
 
 /// A named figure with its caption.
@@ -250,6 +302,15 @@ pub fn run_figures(ef: &ExperimentFile, x: &Extras, seed: u64, seeds: u64) -> Ve
                 ),
                 figure: qsim_plot::server_over_time(&format!("seed {seed}"), &ss),
             });
+            if !x.minutes.is_empty() {
+                figs.push(Fig {
+                    name: "replicas-over-time".into(),
+                    caption: format!(
+                        "Per minute: arrivals, replicas holding a GPU (starting, ready or draining) and the p95 TTFT of the requests finished, per scenario, seed {seed}"
+                    ),
+                    figure: replicas_over_time(&format!("seed {seed}"), &x.minutes),
+                });
+            }
             let (lat, more) = capped(x.latency.iter().collect());
             let series = lat.iter().map(|(n, h)| (n.clone(), cdf(h))).collect();
             figs.push(Fig {

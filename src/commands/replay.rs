@@ -241,6 +241,8 @@ pub fn observed(run: &Run, client: &'static str) -> HostedResult {
         latency: DurationHist::new(),
         own_wait: 0,
         output_tokens: 0,
+        input_tokens: 0,
+        price: None,
         truncated: 0,
         retried: 0,
         max_attempts: 0,

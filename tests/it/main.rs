@@ -3,6 +3,7 @@
 //! shared helpers in [`common`]. `cargo test --test it MODULE::` runs one
 //! file's tests.
 
+mod autoscale;
 mod calibrate_hosted;
 mod calibrate_server;
 mod common;

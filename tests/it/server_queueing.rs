@@ -54,6 +54,7 @@ fn mean_wait(input: RawDist, rate: f64, duration_s: f64, seeds: u64) -> f64 {
         router: RouterKind::RoundRobin,
         drain: false,
         snapshots: vec![],
+        autoscale: None,
     };
     let (mut sum, mut n) = (0.0, 0u64);
     for seed in 1..=seeds {

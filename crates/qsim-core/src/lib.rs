@@ -8,6 +8,8 @@
 //! code in real time.
 //!
 //! - [`time`]: `Nanos`, conversions, `NEVER`;
+//! - [`autoscale`]: the autoscaler (replicas between a minimum and a maximum
+//!   from a windowed metric, cold start, scale-down delay);
 //! - [`stats`]: the one quantile definition (linear, type 7);
 //! - [`limiter`]: token buckets, provider rate limits, the admission limiter;
 //! - [`client`]: retry policies, the SDK's hidden retry layer, client-side
@@ -17,6 +19,7 @@
 //!   answering generation requests in model time), which `qsim serve` and
 //!   the proxy's drift shadow drive and the root crate implements.
 
+pub mod autoscale;
 pub mod client;
 pub mod limiter;
 pub mod model;

@@ -94,7 +94,16 @@ struct RawHostedSuite {
     /// A named client policy ([`crate::client::presets`]) for every pool
     /// experiment, in place of its own retry layers.
     policy: Option<String>,
+    /// Overrides the profile's `[price]` (`--set price.output_per_m_usd=5`).
+    price: Option<RawPriceOverride>,
     experiment: Vec<RawExperiment>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPriceOverride {
+    input_per_m_usd: f64,
+    output_per_m_usd: f64,
 }
 
 fn default_cooldown() -> f64 {
@@ -385,7 +394,17 @@ impl HostedSuite {
             ));
         }
         let pv = read_toml(&ppath)?;
-        let profile = Arc::new(HostedProfile::from_value(&ppath.display().to_string(), pv)?);
+        let mut profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
+        if let Some(p) = &raw.price {
+            profile.price = Some(crate::hosted::profile::TokenPrice::new(
+                f,
+                "price",
+                p.input_per_m_usd,
+                p.output_per_m_usd,
+            )?);
+            profile.price_source = format!("{f}: price");
+        }
+        let profile = Arc::new(profile);
         let rows = positive_int(f, "rows", raw.rows, 100_000_000)?;
         let max_tokens = positive_int(f, "max_tokens", raw.max_tokens, 10_000_000)?;
         let workers = positive_int(f, "workers", raw.workers, 1_000_000)?;

@@ -31,6 +31,11 @@ pub struct HostedResult {
     /// Total of the caller's own sleeps.
     pub own_wait: Nanos,
     pub output_tokens: u64,
+    /// Input tokens of the rows that succeeded (what a pay-per-token
+    /// endpoint bills, with their output tokens).
+    pub input_tokens: u64,
+    /// The endpoint's pay-per-token prices, if known.
+    pub price: Option<crate::hosted::profile::TokenPrice>,
     /// Successful rows cut short by max_tokens (finish_reason "length").
     pub truncated: u64,
     /// Rows that needed more than one caller-level attempt.
@@ -64,6 +69,8 @@ impl HostedResult {
             latency: DurationHist::new(),
             own_wait: 0,
             output_tokens: 0,
+            input_tokens: 0,
+            price: suite.profile.price,
             truncated: 0,
             retried: 0,
             max_attempts: 0,
@@ -289,6 +296,7 @@ fn finish_row(res: &mut HostedResult, row: &Row, o: &Outcome, out: u64) {
         200 => {
             res.ok += 1;
             res.output_tokens += out;
+            res.input_tokens += row.input;
             if out < row.natural {
                 res.truncated += 1;
             }

@@ -4,6 +4,7 @@
 pub mod budget;
 pub mod config;
 pub mod hosted;
+pub mod scaling;
 pub mod server;
 pub mod trace_plan;
 

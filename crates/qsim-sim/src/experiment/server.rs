@@ -2,6 +2,7 @@
 //! closed-loop load against a cluster of server replicas, and the driver that
 //! runs them on one event queue.
 
+use super::scaling::RawAutoscale;
 use crate::config::{from_value, resolve_relative, ConfigError};
 use crate::engine::{DurationHist, EventQueue, RawDist, Sampler, Timed};
 use crate::server::{load_profile, Cluster, ClusterMetrics, Request, RouterKind, ServerProfile};
@@ -10,7 +11,10 @@ use crate::time::secs;
 use crate::time::{Nanos, NEVER};
 use crate::trace::{RawTrace, TraceSource, TraceSpec};
 use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
-use crate::workload::{ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RawArrivals};
+use crate::workload::{
+    ArrivalProcess, ClosedLoop, Lengths, OpenLoop, RateShape, RawArrivals, RawShape,
+};
+use qsim_core::autoscale::Params as AutoscaleParams;
 use serde::Deserialize;
 use std::path::Path;
 use std::sync::Arc;
@@ -22,6 +26,8 @@ struct RawScenario {
     description: Option<String>,
     rpm: Option<f64>,
     arrivals: Option<RawArrivals>,
+    load_shape: Option<RawShape>,
+    autoscale: Option<RawAutoscale>,
     clients: Option<i64>,
     /// A request trace replayed instead of drawn arrivals and lengths.
     trace: Option<RawTrace>,
@@ -54,10 +60,20 @@ struct RawServerSuite {
     snapshots_s: Vec<f64>,
     snapshot_every_s: Option<f64>,
     arrivals: Option<RawArrivals>,
+    load_shape: Option<RawShape>,
+    autoscale: Option<RawAutoscale>,
+    /// Overrides the profile's `[price]` (`--set price.replica_hour_usd=2.5`).
+    price: Option<RawPrice>,
     think_s: Option<RawDist>,
     input_tokens: RawDist,
     output_tokens: RawDist,
     scenario: Vec<RawScenario>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPrice {
+    replica_hour_usd: f64,
 }
 
 fn one() -> i64 {
@@ -94,6 +110,8 @@ pub struct Scenario {
     pub router: RouterKind,
     pub drain: bool,
     pub snapshots: Vec<Nanos>,
+    /// Replicas between a minimum and a maximum (then `replicas` is the minimum).
+    pub autoscale: Option<AutoscaleParams>,
 }
 
 /// A validated server suite.
@@ -167,7 +185,20 @@ impl ServerSuite {
                 format!("server profile not found: {}", ppath.display()),
             ));
         }
-        let profile = Arc::new(load_profile(&ppath)?);
+        let mut profile = load_profile(&ppath)?;
+        if let Some(p) = &raw.price {
+            let v = p.replica_hour_usd;
+            if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+                return Err(ConfigError::new(
+                    f,
+                    "price.replica_hour_usd",
+                    format!("must be in [0, 1e6] dollars per replica-hour, got {v}"),
+                ));
+            }
+            profile.replica_hour_usd = Some(v);
+            profile.price_source = format!("{f}: price.replica_hour_usd");
+        }
+        let profile = Arc::new(profile);
         let replicas = pos_i(f, "replicas", raw.replicas, 4096)?;
         let router = RouterKind::parse(&raw.router).ok_or_else(|| {
             ConfigError::new(
@@ -243,8 +274,16 @@ impl ServerSuite {
                         .or(raw.arrivals.as_ref())
                         .cloned()
                         .unwrap_or(RawArrivals::Poisson);
-                    let process = ArrivalProcess::new(&arr, rpm / 60.0)
+                    let mut process = ArrivalProcess::new(&arr, rpm / 60.0)
                         .map_err(|r| ConfigError::new(f, fld("arrivals"), r))?;
+                    let (shape, at) = match &s.load_shape {
+                        Some(sh) => (Some(sh), fld("load_shape")),
+                        None => (raw.load_shape.as_ref(), "load_shape".to_string()),
+                    };
+                    if let Some(sh) = shape {
+                        let sh = RateShape::new(sh).map_err(|r| ConfigError::new(f, at, r))?;
+                        process = process.with_shape(sh);
+                    }
                     if s.think_s.is_some() {
                         return Err(ConfigError::new(
                             f,
@@ -256,10 +295,14 @@ impl ServerSuite {
                 }
                 (None, Some(c)) => {
                     let clients = pos_i(f, &fld("clients"), c, 10_000_000)?;
-                    if s.arrivals.is_some() {
+                    if s.arrivals.is_some() || s.load_shape.is_some() {
                         return Err(ConfigError::new(
                             f,
-                            fld("arrivals"),
+                            fld(if s.arrivals.is_some() {
+                                "arrivals"
+                            } else {
+                                "load_shape"
+                            }),
                             "closed-loop scenarios have no arrival process",
                         ));
                     }
@@ -320,6 +363,11 @@ impl ServerSuite {
                     None => replicas,
                 },
                 router,
+                autoscale: match (&s.autoscale, &raw.autoscale) {
+                    (Some(a), _) => Some(a.validate(f, &fld("autoscale"), &profile)?),
+                    (None, Some(a)) => Some(a.validate(f, "autoscale", &profile)?),
+                    (None, None) => None,
+                },
                 drain: s.drain.unwrap_or(raw.drain),
                 snapshots: {
                     let mut v = match &s.snapshots_s {
@@ -417,6 +465,31 @@ pub struct ServerResult {
     pub snapshots: Vec<Snapshot>,
     /// Requests still in the server at `until`.
     pub unfinished: u64,
+    /// ∫ replicas holding a GPU dt over [0, until], in replica-nanoseconds
+    /// (fixed: replicas × until; autoscaled: starting, ready and draining).
+    pub gpu_ns: u128,
+    pub replicas_max: u64,
+    /// Per minute, for autoscaled or time-varying scenarios (else empty).
+    pub minutes: Vec<Minute>,
+    /// The replicas' lives (autoscaled scenarios).
+    pub scale_log: Vec<crate::server::ScaleEvent>,
+    pub autoscaled: bool,
+    /// Dollars per replica-hour (the profile's `[price]`), if known.
+    pub replica_hour_usd: Option<f64>,
+}
+
+/// One minute of an autoscaled or time-varying scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Minute {
+    /// Mean replicas holding a GPU (starting, ready, draining) over the minute.
+    pub replicas: f64,
+    /// Mean replicas ready to serve.
+    pub ready: f64,
+    /// Requests that arrived in the minute.
+    pub arrivals: u64,
+    /// p95 TTFT and E2E of the requests that finished in the minute (0 if none).
+    pub ttft_p95_s: f64,
+    pub e2e_p95_s: f64,
 }
 
 /// The server sampled at fixed intervals (`qsim run --plot`): requests
@@ -438,6 +511,8 @@ enum Ev {
     Snapshot,
     /// A sample of the series (only when asked for).
     Sample,
+    /// The end of a minute (autoscaled or time-varying scenarios).
+    Minute,
 }
 
 impl Timed for Cluster {
@@ -448,6 +523,8 @@ impl Timed for Cluster {
         Cluster::handle_timeout(self, now)
     }
 }
+
+const MINUTE: Nanos = 60_000_000_000;
 
 /// Run every scenario (each on a fresh cluster).
 pub fn run_suite(suite: &ServerSuite, seed: u64) -> Vec<ServerResult> {
@@ -492,13 +569,28 @@ pub fn run_scenario_observed(
     every: Option<Nanos>,
     observe: &mut dyn FnMut(&crate::server::Completion),
 ) -> (ServerResult, Option<Series>) {
+    let mut q: EventQueue<Ev> = EventQueue::new();
     let mut cluster = Cluster::new(
         profile,
         s.replicas,
         s.router,
         seed.wrapping_add(scope << 32),
     );
-    let mut q: EventQueue<Ev> = EventQueue::new();
+    if let Some(p) = &s.autoscale {
+        cluster = cluster.with_autoscaler(p.clone());
+    }
+    let per_minute = s.autoscale.is_some()
+        || matches!(&s.load, Load::Open { process, .. } if process.shape.is_some());
+    let mut minutes = Vec::new();
+    let (mut min_ttft, mut min_e2e) = (DurationHist::new(), DurationHist::new());
+    let (mut min_prev, mut min_gpu, mut min_ready, mut min_arr) = (0, 0u128, 0u128, 0u64);
+    if per_minute {
+        let mut t = MINUTE;
+        while t <= s.duration {
+            q.schedule(t, Ev::Minute);
+            t += MINUTE;
+        }
+    }
     let end = s.duration;
     let mut open = None;
     let mut trace = None;
@@ -654,6 +746,31 @@ pub fn run_scenario_observed(
                     prev_t = now;
                     prev_busy = busy;
                 }
+                Ev::Minute => {
+                    let (g, r) = (
+                        cluster.gpu_replicas().area(now),
+                        cluster.ready_replicas().area(now),
+                    );
+                    let dt = (now - min_prev).max(1) as f64;
+                    minutes.push(Minute {
+                        replicas: (g - min_gpu) as f64 / dt,
+                        ready: (r - min_ready) as f64 / dt,
+                        arrivals: next_id - min_arr,
+                        ttft_p95_s: if min_ttft.count() == 0 {
+                            0.0
+                        } else {
+                            min_ttft.quantile_s(0.95)
+                        },
+                        e2e_p95_s: if min_e2e.count() == 0 {
+                            0.0
+                        } else {
+                            min_e2e.quantile_s(0.95)
+                        },
+                    });
+                    (min_prev, min_gpu, min_ready, min_arr) = (now, g, r, next_id);
+                    min_ttft = DurationHist::new();
+                    min_e2e = DurationHist::new();
+                }
                 Ev::Sample => {
                     if let Some(se) = series.as_mut() {
                         se.t.push(now);
@@ -675,6 +792,10 @@ pub fn run_scenario_observed(
             if !c.rejected {
                 completed += 1;
                 window.record(c.finished - c.arrival);
+                if per_minute {
+                    min_e2e.record(c.finished - c.arrival);
+                    min_ttft.record(c.first_token - c.arrival);
+                }
                 if series.is_some() {
                     sample_window.record(c.finished - c.arrival);
                 }
@@ -697,6 +818,12 @@ pub fn run_scenario_observed(
         metrics: cluster.metrics().clone(),
         snapshots: snaps,
         unfinished: cluster.outstanding() as u64,
+        gpu_ns: cluster.gpu_replicas().area(until),
+        replicas_max: cluster.gpu_replicas().max,
+        minutes,
+        scale_log: cluster.scale_log().to_vec(),
+        autoscaled: s.autoscale.is_some(),
+        replica_hour_usd: cluster.profile().replica_hour_usd,
     };
     (result, series)
 }
@@ -726,6 +853,7 @@ mod tests {
             router,
             drain: false,
             snapshots: vec![secs(60.0)],
+            autoscale: None,
         }
     }
 

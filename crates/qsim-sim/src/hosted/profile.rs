@@ -64,6 +64,45 @@ struct RawHostedProfile {
     /// Only `qsim serve` reads it (answer lengths).
     #[serde(default)]
     serve: Option<crate::serve_spec::RawServe>,
+    /// Pay-per-token prices (issue 25).
+    #[serde(default)]
+    price: Option<RawTokenPrice>,
+}
+
+/// `[price]` of a hosted profile: dollars per million input and output
+/// tokens, and where the figures come from (a price list and its date).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTokenPrice {
+    input_per_m_usd: f64,
+    output_per_m_usd: f64,
+    source: String,
+}
+
+/// Dollars per million input and output tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenPrice {
+    pub input_per_m_usd: f64,
+    pub output_per_m_usd: f64,
+}
+
+impl TokenPrice {
+    /// Check both figures (finite, in [0, 1e6]); errors name `{at}.input_per_m_usd`…
+    pub fn new(file: &str, at: &str, input: f64, output: f64) -> Result<Self, ConfigError> {
+        for (k, v) in [("input_per_m_usd", input), ("output_per_m_usd", output)] {
+            if !(v.is_finite() && (0.0..=1e6).contains(&v)) {
+                return Err(ConfigError::new(
+                    file,
+                    format!("{at}.{k}"),
+                    format!("must be in [0, 1e6] dollars per million tokens, got {v}"),
+                ));
+            }
+        }
+        Ok(TokenPrice {
+            input_per_m_usd: input,
+            output_per_m_usd: output,
+        })
+    }
 }
 
 /// A validated hosted-API profile.
@@ -81,6 +120,9 @@ pub struct HostedProfile {
     /// `[serve]`: how `qsim serve` sizes answers (the simulation takes
     /// lengths from the experiment file instead).
     pub serve: crate::serve_spec::ServeSpec,
+    /// Pay-per-token prices (`[price]`), if known, and their source.
+    pub price: Option<TokenPrice>,
+    pub price_source: String,
 }
 
 fn dist(file: &str, field: &str, d: &RawDist) -> Result<Sampler, ConfigError> {
@@ -141,6 +183,16 @@ impl HostedProfile {
             tpot: dist(file, "latency.tpot", &raw.latency.tpot)?,
             server_error_rate: raw.server_error_rate,
             serve: crate::serve_spec::ServeSpec::from_raw(file, raw.serve.as_ref())?,
+            price: match &raw.price {
+                Some(p) => Some(TokenPrice::new(
+                    file,
+                    "price",
+                    p.input_per_m_usd,
+                    p.output_per_m_usd,
+                )?),
+                None => None,
+            },
+            price_source: raw.price.map(|p| p.source).unwrap_or_default(),
         })
     }
 }

@@ -69,6 +69,8 @@ pub struct Aggregate {
     pub client: &'static str,
     pub spreads: Vec<Spread>,
     pub limit_hits: Vec<(String, Spread)>,
+    /// Pay-per-token cost ([`super::cost::HOSTED_COST`] order), if priced.
+    pub cost: Option<Vec<Spread>>,
     pub runs: usize,
 }
 
@@ -85,6 +87,7 @@ pub fn records(out: &mut Records, seed: u64, results: &[HostedResult]) {
         for (limit, n) in &r.limit_hits {
             out.push(seed, &r.name, &limit_metric(limit), *n as f64);
         }
+        super::cost::hosted_records(out, seed, r);
     }
 }
 
@@ -106,6 +109,7 @@ pub fn aggregate(suite: &HostedSuite, s: &Spreads) -> Vec<Aggregate> {
                 .iter()
                 .map(|l| (l.name.clone(), s.get(&e.name, &limit_metric(&l.name))))
                 .collect(),
+            cost: super::cost::hosted_aggregate(&e.name, s),
             runs: s.runs,
         })
         .collect()
@@ -145,6 +149,17 @@ pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregat
             );
         }
     }
+    if aggs.iter().any(|a| a.cost.is_some()) {
+        for (k, (_, label, d)) in super::cost::HOSTED_COST.iter().enumerate() {
+            t.row(
+                std::iter::once(label.to_string()).chain(aggs.iter().map(|a| {
+                    a.cost
+                        .as_ref()
+                        .map_or("-".to_string(), |c| super::fmt_spread(&c[k], *d, runs))
+                })),
+            );
+        }
+    }
     out.push_str(&t.render());
     out
 }
@@ -171,6 +186,14 @@ pub fn render_json(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregate
                 .map(|(n, s)| (n.clone(), num(s.median, 0)))
                 .collect();
             o.insert("http_429_by_limit".into(), Value::Object(hits));
+            if let Some(c) = &a.cost {
+                let cost: Map<String, Value> = super::cost::HOSTED_COST
+                    .iter()
+                    .zip(c)
+                    .map(|((k, _, d), s)| ((*k).to_string(), num(s.median, *d)))
+                    .collect();
+                o.insert("cost".into(), Value::Object(cost));
+            }
             if runs > 1 {
                 o.insert("interval90".into(), Value::Object(iv));
             }

@@ -1,5 +1,6 @@
 //! Reports: plain-text tables and JSON, and aggregation over seeds.
 
+pub mod cost;
 pub mod hosted;
 pub mod records;
 pub mod server;

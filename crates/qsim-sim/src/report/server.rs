@@ -102,6 +102,12 @@ pub struct Aggregate {
     pub name: String,
     pub load: String,
     pub replicas: usize,
+    /// `N`, or `min-max auto` when the scenario autoscales.
+    pub replicas_label: String,
+    /// Capacity and cost figures ([`super::cost::COST`] order), if recorded.
+    pub cost: Option<Vec<Spread>>,
+    /// Per hour of an autoscaled or time-varying scenario (medians over seeds).
+    pub hours: Vec<super::cost::Hour>,
     pub runs: usize,
     /// Aggregate over replicas: one spread per metric.
     pub total: Vec<Spread>,
@@ -134,15 +140,31 @@ fn snapshot_metric(k: usize, key: &str) -> String {
 pub fn records(out: &mut Records, seed: u64, results: &[ServerResult]) {
     for r in results {
         let nrep = r.metrics.replicas.len();
-        let total = values(&r.metrics.total(r.until), r.until, nrep);
+        let mut total = values(&r.metrics.total(r.until), r.until, nrep);
+        if r.autoscaled {
+            // utilisations over the GPU time the replicas held, not over
+            // every slot for the whole run
+            let t = r.metrics.total(r.until);
+            let gpu = r.gpu_ns.max(1) as f64;
+            total[12] = (t.gpu_busy_ns as f64 / gpu).min(1.0);
+            total[13] = (t.engine_busy_ns as f64 / gpu).min(1.0);
+        }
         for ((key, _, _), v) in METRICS.iter().zip(total) {
             out.push(seed, &r.name, key, v);
         }
-        for (k, m) in r.metrics.replicas.iter().enumerate() {
+        // autoscaled: replica slots come and go; no per-replica records
+        for (k, m) in r
+            .metrics
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|_| !r.autoscaled)
+        {
             for ((key, _, _), v) in METRICS.iter().zip(values(m, r.until, 1)) {
                 out.push(seed, &r.name, &replica_metric(k, key), v);
             }
         }
+        super::cost::records(out, seed, r);
         out.push(seed, &r.name, "unfinished", r.unfinished as f64);
         for (k, s) in r.snapshots.iter().enumerate() {
             let v = [
@@ -171,7 +193,11 @@ pub fn aggregate(suite: &ServerSuite, s: &Spreads) -> Vec<Aggregate> {
         .iter()
         .map(|sc| {
             let name = &sc.name;
-            let nrep = sc.replicas as usize;
+            let nrep = if sc.autoscale.is_some() {
+                0
+            } else {
+                sc.replicas as usize
+            };
             let metrics = |f: &dyn Fn(&str) -> String| -> Vec<Spread> {
                 METRICS.iter().map(|(k, _, _)| s.get(name, &f(k))).collect()
             };
@@ -179,6 +205,12 @@ pub fn aggregate(suite: &ServerSuite, s: &Spreads) -> Vec<Aggregate> {
                 name: name.clone(),
                 load: load_label(&sc.load),
                 replicas: nrep,
+                replicas_label: match &sc.autoscale {
+                    Some(p) => format!("{}-{} auto", p.min, p.max),
+                    None => sc.replicas.to_string(),
+                },
+                cost: super::cost::aggregate(name, s),
+                hours: super::cost::hours(name, s),
                 runs: s.runs,
                 total: metrics(&|k| k.to_string()),
                 per_replica: (0..nrep)
@@ -218,7 +250,8 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
     );
     t.row(std::iter::once("load".to_string()).chain(aggs.iter().map(|a| a.load.clone())));
     t.row(
-        std::iter::once("replicas".to_string()).chain(aggs.iter().map(|a| a.replicas.to_string())),
+        std::iter::once("replicas".to_string())
+            .chain(aggs.iter().map(|a| a.replicas_label.clone())),
     );
     for (m, (_, label, d)) in METRICS.iter().enumerate() {
         t.row(
@@ -282,6 +315,15 @@ pub fn render_table(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregat
         }
         out.push_str(&t.render());
     }
+    let views: Vec<super::cost::View> = aggs
+        .iter()
+        .map(|a| super::cost::View {
+            name: &a.name,
+            cost: a.cost.as_deref(),
+            hours: &a.hours,
+        })
+        .collect();
+    out.push_str(&super::cost::render(&views, runs));
     for a in aggs.iter().filter(|a| !a.snapshots.is_empty()) {
         out.push_str(&format!(
             "\n{}: snapshots (E2E and GPU utilization since the previous snapshot)\n",
@@ -356,6 +398,17 @@ pub fn render_json(suite: &ServerSuite, file: &str, seed: u64, aggs: &[Aggregate
             })
         })
         .collect();
+    let mut sc = sc;
+    for (v, a) in sc.iter_mut().zip(aggs) {
+        if let Some(c) = &a.cost {
+            let o = v.as_object_mut().expect("object");
+            o.insert("autoscale".into(), json!(a.replicas_label));
+            o.insert(
+                "cost".into(),
+                obj(super::cost::COST.iter().map(|(k, _, d)| (*k, *d)), c, runs),
+            );
+        }
+    }
     json!({
         "file": file,
         "title": suite.title,

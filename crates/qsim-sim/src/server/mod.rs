@@ -22,6 +22,7 @@ pub use request::{Completion, Request};
 
 use crate::engine::rng::{component, stream, Rng};
 use crate::time::{Nanos, NEVER};
+use qsim_core::autoscale::{Autoscaler, Observation, Params as AutoscaleParams};
 use replica::Replica;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -55,6 +56,39 @@ impl RouterKind {
     }
 }
 
+/// Where a replica slot is in its life (autoscaling; without it every
+/// replica is `Ready` for the whole run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Life {
+    /// Cold-starting: holds a GPU, serves from the given time.
+    Starting(Nanos),
+    Ready,
+    /// Being removed: no new requests; gone when empty.
+    Draining,
+    /// Free slot (reused by the next replica started).
+    Gone,
+}
+
+/// A step in the replicas' lives, for timelines and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScaleEvent {
+    pub at: Nanos,
+    pub replica: u32,
+    /// `start` (cold start begins), `ready`, `cancel` (a starting replica
+    /// no longer wanted), `drain` (no new requests), `removed` (empty).
+    pub what: &'static str,
+}
+
+/// The autoscaler and the replicas' lives, when the cluster autoscales.
+struct Scaling {
+    auto: Autoscaler,
+    life: Vec<Life>,
+    /// Earliest `Starting` time (NEVER if none).
+    next_ready: Nanos,
+    draining: u32,
+    log: Vec<ScaleEvent>,
+}
+
 /// N replicas of one profile behind a router.
 pub struct Cluster {
     profile: Arc<ServerProfile>,
@@ -70,6 +104,12 @@ pub struct Cluster {
     /// Requests waiting or running over every replica, kept as they change
     /// (drivers read it every step; a sum over thousands of replicas is slow).
     outstanding: usize,
+    /// Requests submitted (the autoscaler's request rate).
+    arrivals: u64,
+    /// Replicas holding a GPU (starting, ready or draining) and ready ones.
+    gpus: TimeAvg,
+    ready: TimeAvg,
+    scaling: Option<Scaling>,
 }
 
 impl Cluster {
@@ -91,7 +131,206 @@ impl Cluster {
             now: 0,
             iterations: 0,
             outstanding: 0,
+            arrivals: 0,
+            gpus: {
+                let mut g = TimeAvg::default();
+                g.set(0, n as u64);
+                g
+            },
+            ready: {
+                let mut g = TimeAvg::default();
+                g.set(0, n as u64);
+                g
+            },
+            scaling: None,
             profile,
+        }
+    }
+
+    /// Autoscale from time 0 with `p` (already checked): the cluster starts
+    /// with `p.min` replicas ready, whatever it was built with.
+    pub fn with_autoscaler(mut self, p: AutoscaleParams) -> Self {
+        let n = p.min.max(1);
+        self.replicas = (0..n)
+            .map(|i| Replica::new(i, self.profile.clone()))
+            .collect();
+        self.metrics.replicas = (0..n)
+            .map(|_| ReplicaMetrics::new(self.profile.total_blocks))
+            .collect();
+        self.gpus = TimeAvg::default();
+        self.gpus.set(0, n as u64);
+        self.ready = TimeAvg::default();
+        self.ready.set(0, n as u64);
+        self.scaling = Some(Scaling {
+            auto: Autoscaler::new(p, 0),
+            life: vec![Life::Ready; n as usize],
+            next_ready: NEVER,
+            draining: 0,
+            log: Vec::new(),
+        });
+        self
+    }
+
+    /// The replicas' lives so far (empty without autoscaling).
+    pub fn scale_log(&self) -> &[ScaleEvent] {
+        self.scaling.as_ref().map_or(&[], |s| &s.log)
+    }
+
+    /// Replicas holding a GPU over time (starting, ready or draining):
+    /// `area(until)` is GPU-nanoseconds.
+    pub fn gpu_replicas(&self) -> &TimeAvg {
+        &self.gpus
+    }
+
+    /// Replicas ready to serve over time.
+    pub fn ready_replicas(&self) -> &TimeAvg {
+        &self.ready
+    }
+
+    fn serves(&self, i: usize) -> bool {
+        self.scaling
+            .as_ref()
+            .is_none_or(|s| s.life[i] == Life::Ready)
+    }
+
+    /// The autoscaler's work at `now`: replicas whose cold start ended
+    /// serve, empty draining replicas go, and at its ticks it samples the
+    /// cluster and its decisions are carried out.
+    fn scale(&mut self, now: Nanos) {
+        let Some(sc) = self.scaling.as_mut() else {
+            return;
+        };
+        if sc.next_ready <= now {
+            let mut next = NEVER;
+            for (i, l) in sc.life.iter_mut().enumerate() {
+                if let Life::Starting(at) = *l {
+                    if at <= now {
+                        *l = Life::Ready;
+                        sc.log.push(ScaleEvent {
+                            at,
+                            replica: i as u32,
+                            what: "ready",
+                        });
+                        self.ready.set(at, self.ready.value() + 1);
+                    } else {
+                        next = next.min(at);
+                    }
+                }
+            }
+            sc.next_ready = next;
+        }
+        if sc.draining > 0 {
+            self.remove_empty(now);
+        }
+        loop {
+            let sc = self.scaling.as_mut().expect("scaling");
+            let tick = sc.auto.poll_timeout();
+            if tick > now {
+                break;
+            }
+            let mut obs = Observation {
+                arrivals: self.arrivals,
+                ..Default::default()
+            };
+            for (i, r) in self.replicas.iter().enumerate() {
+                if matches!(sc.life[i], Life::Ready | Life::Draining) {
+                    obs.waiting += r.waiting_len() as f64;
+                    obs.outstanding += r.outstanding() as f64;
+                    obs.kv_use += r.blocks_in_use() as f64 / self.profile.total_blocks as f64;
+                }
+            }
+            let Some(d) = sc.auto.on_tick(tick, &obs) else {
+                continue;
+            };
+            if d.to > d.from {
+                for _ in d.from..d.to {
+                    let i = match sc.life.iter().position(|l| *l == Life::Gone) {
+                        Some(i) => i,
+                        None => {
+                            sc.life.push(Life::Gone);
+                            self.replicas.push(Replica::new(
+                                self.replicas.len() as u32,
+                                self.profile.clone(),
+                            ));
+                            self.metrics
+                                .replicas
+                                .push(ReplicaMetrics::new(self.profile.total_blocks));
+                            sc.life.len() - 1
+                        }
+                    };
+                    self.replicas[i] = Replica::new(i as u32, self.profile.clone());
+                    sc.life[i] = Life::Starting(d.ready_at);
+                    sc.next_ready = sc.next_ready.min(d.ready_at);
+                    sc.log.push(ScaleEvent {
+                        at: d.at,
+                        replica: i as u32,
+                        what: "start",
+                    });
+                    self.gpus.set(d.at, self.gpus.value() + 1);
+                }
+            } else {
+                for _ in d.to..d.from {
+                    // a replica still starting goes first (the latest to be
+                    // ready), else the ready replica with the fewest requests
+                    // (ties: the highest slot)
+                    let starting = (0..sc.life.len())
+                        .filter_map(|i| match sc.life[i] {
+                            Life::Starting(at) => Some((at, i)),
+                            _ => None,
+                        })
+                        .max();
+                    if let Some((_, i)) = starting {
+                        sc.life[i] = Life::Gone;
+                        sc.log.push(ScaleEvent {
+                            at: d.at,
+                            replica: i as u32,
+                            what: "cancel",
+                        });
+                        self.gpus.set(d.at, self.gpus.value() - 1);
+                        continue;
+                    }
+                    let i = (0..sc.life.len())
+                        .filter(|&i| sc.life[i] == Life::Ready)
+                        .min_by_key(|&i| (self.replicas[i].outstanding(), std::cmp::Reverse(i)))
+                        .expect("a ready replica to drain");
+                    sc.life[i] = Life::Draining;
+                    sc.draining += 1;
+                    sc.log.push(ScaleEvent {
+                        at: d.at,
+                        replica: i as u32,
+                        what: "drain",
+                    });
+                    self.ready.set(d.at, self.ready.value() - 1);
+                }
+                let sc = self.scaling.as_mut().expect("scaling");
+                sc.next_ready = sc
+                    .life
+                    .iter()
+                    .filter_map(|l| match l {
+                        Life::Starting(at) => Some(*at),
+                        _ => None,
+                    })
+                    .min()
+                    .unwrap_or(NEVER);
+                self.remove_empty(now);
+            }
+        }
+    }
+
+    /// Draining replicas with nothing left are removed at `now`.
+    fn remove_empty(&mut self, now: Nanos) {
+        let sc = self.scaling.as_mut().expect("scaling");
+        for (i, l) in sc.life.iter_mut().enumerate() {
+            if *l == Life::Draining && self.replicas[i].outstanding() == 0 {
+                *l = Life::Gone;
+                sc.draining -= 1;
+                sc.log.push(ScaleEvent {
+                    at: now,
+                    replica: i as u32,
+                    what: "removed",
+                });
+                self.gpus.set(now, self.gpus.value() - 1);
+            }
         }
     }
 
@@ -107,6 +346,14 @@ impl Cluster {
         let n = self.replicas.len();
         if n == 1 {
             return 0;
+        }
+        // every slot ready (an autoscaler holding its replicas): the plain pick
+        if self
+            .scaling
+            .as_ref()
+            .is_some_and(|s| self.ready.value() as usize != s.life.len())
+        {
+            return self.pick_serving();
         }
         let key = |r: &Replica| -> (u64, u64) {
             match self.router {
@@ -139,11 +386,61 @@ impl Cluster {
         unreachable!("a replica has the minimum key")
     }
 
+    /// [`pick`](Self::pick) among the replicas that take requests.
+    fn pick_serving(&mut self) -> usize {
+        let n = self.replicas.len();
+        if self.router == RouterKind::RoundRobin {
+            for k in 0..n {
+                let i = (self.rr + k) % n;
+                if self.serves(i) {
+                    self.rr = (i + 1) % n;
+                    return i;
+                }
+            }
+            unreachable!("a ready replica");
+        }
+        let router = self.router;
+        let key = |r: &Replica| -> (u64, u64) {
+            match router {
+                RouterKind::RoundRobin => (0, 0),
+                RouterKind::LeastOutstanding => (r.outstanding() as u64, 0),
+                RouterKind::LeastKv => (r.blocks_in_use() as u64, r.outstanding() as u64),
+            }
+        };
+        let life = &self.scaling.as_ref().expect("scaling").life;
+        let serving = |i: &usize| life[*i] == Life::Ready;
+        let best = (0..n)
+            .filter(serving)
+            .map(|i| key(&self.replicas[i]))
+            .min()
+            .expect("a ready replica");
+        let ties = (0..n)
+            .filter(serving)
+            .filter(|&i| key(&self.replicas[i]) == best)
+            .count();
+        let mut k = if ties > 1 {
+            use rand::Rng as _;
+            self.rng.gen_range(0..ties)
+        } else {
+            0
+        };
+        for i in (0..n).filter(serving) {
+            if key(&self.replicas[i]) == best {
+                if k == 0 {
+                    return i;
+                }
+                k -= 1;
+            }
+        }
+        unreachable!("a replica has the minimum key")
+    }
+
     /// A request arrives at `now` (a time before the cluster's clock is
     /// taken as the clock: time never runs backwards).
     pub fn submit(&mut self, now: Nanos, req: Request) {
         let now = now.max(self.now);
         self.handle_timeout(now);
+        self.arrivals += 1;
         let i = self.pick();
         let r = &mut self.replicas[i];
         let before = r.outstanding();
@@ -153,12 +450,15 @@ impl Cluster {
 
     /// The next internal deadline (the earliest iteration end or API ingress).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        let t = self
+        let mut t = self
             .replicas
             .iter()
             .map(Replica::deadline)
             .min()
             .unwrap_or(NEVER);
+        if let Some(sc) = &self.scaling {
+            t = t.min(sc.next_ready).min(sc.auto.poll_timeout());
+        }
         (t != NEVER).then_some(t)
     }
 
@@ -177,6 +477,7 @@ impl Cluster {
                 self.outstanding = self.outstanding + r.outstanding() - out;
             }
         }
+        self.scale(now);
     }
 
     /// Engine iterations finished so far, over every replica.

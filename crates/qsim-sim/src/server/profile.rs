@@ -111,6 +111,18 @@ struct RawServerProfile {
     /// Only `qsim serve` reads it (answer lengths).
     #[serde(default)]
     serve: Option<crate::serve_spec::RawServe>,
+    /// What one replica costs (issue 25).
+    #[serde(default)]
+    price: Option<RawServerPrice>,
+}
+
+/// `[price]` of a server profile: one replica's GPUs per hour, and where
+/// the figure comes from (a public price list and its date).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServerPrice {
+    replica_hour_usd: f64,
+    source: String,
 }
 
 /// The iteration-time model, with coefficients in nanoseconds.
@@ -192,6 +204,11 @@ pub struct ServerProfile {
     /// `[serve]`: how `qsim serve` sizes answers (the simulation takes
     /// lengths from the experiment file instead).
     pub serve: crate::serve_spec::ServeSpec,
+    /// GiB of weights (a cold start loads them).
+    pub weights_gib: f64,
+    /// Dollars per replica-hour (`[price]`), if known, and its source.
+    pub replica_hour_usd: Option<f64>,
+    pub price_source: String,
 }
 
 fn pos_int(file: &str, field: &str, v: i64, max: i64) -> Result<u32, ConfigError> {
@@ -416,6 +433,19 @@ impl ServerProfile {
             iteration,
             ingress: ingress.round() as Nanos,
             serve: crate::serve_spec::ServeSpec::from_raw(file, raw.serve.as_ref())?,
+            weights_gib,
+            replica_hour_usd: match &raw.price {
+                Some(p) => Some(num(
+                    file,
+                    "price.replica_hour_usd",
+                    p.replica_hour_usd,
+                    0.0,
+                    1e6,
+                    false,
+                )?),
+                None => None,
+            },
+            price_source: raw.price.map(|p| p.source).unwrap_or_default(),
         })
     }
 

@@ -7,6 +7,10 @@ use crate::engine::rng::{component, stream, unit, Rng};
 use crate::engine::{RawDist, Sampler};
 use crate::time::{secs, show, Nanos, MAX_SECS, NEVER};
 use serde::Deserialize;
+use std::sync::Arc;
+
+pub mod rate;
+pub use rate::{RateShape, RawShape};
 
 /// An arrival process as written in a file:
 /// `{ process = "poisson" }`, `{ process = "constant" }`, `{ process = "gamma", cv = 3 }`.
@@ -27,6 +31,9 @@ pub struct ArrivalProcess {
     /// Coefficient of variation of the gaps (poisson 1, constant 0).
     pub cv: f64,
     gap: Sampler,
+    /// A rate that changes over the run (`rate` is then the rate at factor
+    /// 1): the process runs in operational time (see [`rate`]).
+    pub shape: Option<Arc<RateShape>>,
 }
 
 impl ArrivalProcess {
@@ -59,7 +66,14 @@ impl ArrivalProcess {
             rate,
             cv,
             gap: d.validate()?,
+            shape: None,
         })
+    }
+
+    /// The same process with its rate multiplied by `shape` over time.
+    pub fn with_shape(mut self, shape: RateShape) -> Self {
+        self.shape = Some(Arc::new(shape));
+        self
     }
 
     #[inline]
@@ -119,6 +133,8 @@ pub struct OpenLoop {
     lengths: Lengths,
     rng: Rng,
     next_at: Nanos,
+    /// With a rate shape: the next arrival in operational time.
+    op_next: f64,
     end: Nanos,
     left: u64,
 }
@@ -136,11 +152,18 @@ impl OpenLoop {
     ) -> Self {
         let mut rng = stream(seed, scope, component::ARRIVALS);
         // the first arrival comes after one gap (a random phase for constant rates)
-        let first = match process.kind {
-            "constant" => start + (process.next_gap(&mut rng) as f64 * unit(&mut rng)) as Nanos,
-            _ => start + process.next_gap(&mut rng),
+        let op_start = process.shape.as_ref().map_or(0.0, |s| s.operational(start));
+        let gap = match process.kind {
+            "constant" => (process.next_gap(&mut rng) as f64 * unit(&mut rng)) as Nanos,
+            _ => process.next_gap(&mut rng),
+        };
+        let op_next = op_start + gap as f64;
+        let first = match &process.shape {
+            Some(s) => s.real(op_next).max(start),
+            None => start + gap,
         };
         OpenLoop {
+            op_next,
             process,
             lengths,
             rng,
@@ -161,7 +184,14 @@ impl OpenLoop {
         let t = self.peek()?;
         let (i, o) = self.lengths.sample(&mut self.rng);
         self.left -= 1;
-        self.next_at = t.saturating_add(self.process.next_gap(&mut self.rng));
+        let gap = self.process.next_gap(&mut self.rng);
+        self.next_at = match &self.process.shape {
+            Some(s) => {
+                self.op_next += gap as f64;
+                s.real(self.op_next).max(t)
+            }
+            None => t.saturating_add(gap),
+        };
         Some((t, i, o))
     }
 }
