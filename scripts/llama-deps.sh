@@ -17,9 +17,9 @@ VERSION=0.3.36
 SDIST=llama_cpp_python-$VERSION.tar.gz
 URL=https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/$SDIST
 SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-# the build is for this machine's CPU (GGML_NATIVE): a cache moved to another
-# CPU model is rebuilt
-CPU="$(grep -m1 '^model name' /proc/cpuinfo | sha256sum | cut -c1-12)"
+# the build is for this machine's CPU (GGML_NATIVE): a cache moved to a CPU
+# with another model name or instruction set is rebuilt
+CPU="$(grep -m2 -E '^(model name|flags)' /proc/cpuinfo | sha256sum | cut -c1-12)"
 STAMP="$CACHE/bin/llama-server.$VERSION.$CPU"
 mkdir -p "$CACHE"
 if [ ! -x "$VENV/bin/python" ]; then

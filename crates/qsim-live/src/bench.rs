@@ -297,3 +297,85 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
     }
     Ok(r)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Reads one HTTP/1.1 request (head and content-length body); false at EOF.
+    fn read_request(r: &mut BufReader<std::net::TcpStream>) -> bool {
+        let mut len = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return false;
+            }
+            let l = line.trim_end().to_ascii_lowercase();
+            if l.is_empty() {
+                break;
+            }
+            if let Some(v) = l.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).is_ok()
+    }
+
+    #[test]
+    fn a_request_on_a_connection_the_server_closed_is_sent_again_once() {
+        // The server answers the first request of its first connection and
+        // then reads the next one and closes without answering, as a server
+        // closing an idle keep-alive connection under an outgoing request
+        // does; every other connection answers everything.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let dropped = Arc::new(AtomicU32::new(0));
+        let d = dropped.clone();
+        std::thread::spawn(move || {
+            for (k, s) in l.incoming().enumerate() {
+                let s = s.unwrap();
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    let mut w = s.try_clone().unwrap();
+                    let mut r = BufReader::new(s);
+                    let mut served = 0;
+                    while read_request(&mut r) {
+                        if k == 0 && served == 1 {
+                            d.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                        let body = "data: {\"choices\":[{\"text\":\"a\"}]}\n\n\
+                            data: {\"choices\":[{\"text\":\"b\"}],\"usage\":{\"completion_tokens\":2}}\n\n\
+                            data: [DONE]\n\n";
+                        write!(
+                            w,
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                        .unwrap();
+                        served += 1;
+                    }
+                });
+            }
+        });
+        let r = run(BenchConfig {
+            target: format!("http://{addr}"),
+            model: "m".into(),
+            rate: 10.0,
+            requests: vec![(0.0, 4, 2), (0.2, 4, 2), (0.4, 4, 2)],
+            prompt: Arc::new(|i, n| (0..n).map(|j| 1 + i as u32 + j).collect()),
+            time_scale: 1.0,
+            timeout: Duration::from_secs(20),
+        })
+        .unwrap();
+        assert_eq!(dropped.load(Ordering::SeqCst), 1, "the server dropped one");
+        assert_eq!(r["completed"], 3, "{r}");
+        assert_eq!(r["retries"], 1, "{r}");
+        assert_eq!(r["output_lens"], serde_json::json!([2, 2, 2]), "{r}");
+    }
+}
