@@ -93,10 +93,6 @@ struct Scaling {
 pub struct Cluster {
     profile: Arc<ServerProfile>,
     replicas: Vec<Replica>,
-    /// Each replica's next deadline (`Replica::deadline`), kept as the
-    /// replicas change: the driver asks for the earliest every step, and a
-    /// scan of this array is much cheaper than one of the replicas.
-    deadlines: Vec<Nanos>,
     router: RouterKind,
     rr: usize,
     rng: Rng,
@@ -123,7 +119,6 @@ impl Cluster {
         let n = replicas.max(1);
         Cluster {
             replicas: (0..n).map(|i| Replica::new(i, profile.clone())).collect(),
-            deadlines: vec![NEVER; n as usize],
             router,
             rr: 0,
             rng: stream(seed, 0, component::ROUTER),
@@ -152,13 +147,6 @@ impl Cluster {
         }
     }
 
-    /// Every replica's deadline read again (after the replicas changed).
-    fn refresh_deadlines(&mut self) {
-        self.deadlines.clear();
-        self.deadlines
-            .extend(self.replicas.iter().map(Replica::deadline));
-    }
-
     /// Autoscale from time 0 with `p` (already checked): the cluster starts
     /// with `p.min` replicas ready, whatever it was built with.
     pub fn with_autoscaler(mut self, p: AutoscaleParams) -> Self {
@@ -180,7 +168,6 @@ impl Cluster {
             draining: 0,
             log: Vec::new(),
         });
-        self.refresh_deadlines();
         self
     }
 
@@ -459,17 +446,16 @@ impl Cluster {
         let before = r.outstanding();
         r.submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
         self.outstanding = self.outstanding + r.outstanding() - before;
-        self.deadlines[i] = r.deadline();
     }
 
     /// The next internal deadline (the earliest iteration end or API ingress).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        debug_assert!(self
+        let mut t = self
             .replicas
             .iter()
-            .zip(&self.deadlines)
-            .all(|(r, &d)| r.deadline() == d));
-        let mut t = self.deadlines.iter().copied().min().unwrap_or(NEVER);
+            .map(Replica::deadline)
+            .min()
+            .unwrap_or(NEVER);
         if let Some(sc) = &self.scaling {
             t = t.min(sc.next_ready).min(sc.auto.poll_timeout());
         }
@@ -479,25 +465,19 @@ impl Cluster {
     /// Advance every replica to `now`: finish iterations, start the next ones.
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.now = self.now.max(now);
-        for ((r, m), d) in self
+        for (r, m) in self
             .replicas
             .iter_mut()
             .zip(self.metrics.replicas.iter_mut())
-            .zip(self.deadlines.iter_mut())
         {
-            if *d <= now {
+            if r.deadline() <= now {
                 let (before, out) = (m.iterations, r.outstanding());
                 r.advance(now, &mut self.done, m);
                 self.iterations += m.iterations - before;
                 self.outstanding = self.outstanding + r.outstanding() - out;
-                *d = r.deadline();
             }
         }
-        if self.scaling.is_some() {
-            self.scale(now);
-            // replicas may have started anew or been added
-            self.refresh_deadlines();
-        }
+        self.scale(now);
     }
 
     /// Engine iterations finished so far, over every replica.

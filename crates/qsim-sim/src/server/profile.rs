@@ -167,8 +167,8 @@ impl IterationModel {
             + self.comp_per_attn_pair_ns * attn_pairs as f64;
         let gpu = self.gpu_fixed_ns + mem.max(comp);
         let cpu = self.cpu_base_ns + self.cpu_per_seq_ns * seqs as f64;
-        let gpu = round_ns(gpu);
-        let cpu = round_ns(cpu);
+        let gpu = gpu.round() as Nanos;
+        let cpu = cpu.round() as Nanos;
         let total = if self.async_scheduling && follows_step {
             gpu.max(cpu)
         } else {
@@ -460,64 +460,6 @@ impl ServerProfile {
 pub fn load_profile(path: &Path) -> Result<ServerProfile, ConfigError> {
     let v = read_toml(path)?;
     ServerProfile::from_value(&path.display().to_string(), v)
-}
-
-/// `x.round() as Nanos` (half away from zero, saturating; NaN and
-/// negatives 0) without the call to libm's `round`: `x − trunc(x)` is
-/// exact for every double, so comparing it with ½ decides exactly.
-#[inline]
-fn round_ns(x: f64) -> Nanos {
-    let i = x as Nanos;
-    if x - i as f64 >= 0.5 {
-        i.saturating_add(1)
-    } else {
-        i
-    }
-}
-
-#[cfg(test)]
-mod round_tests {
-    use super::round_ns;
-    use crate::time::Nanos;
-
-    #[test]
-    fn round_ns_is_round() {
-        let mut g = crate::engine::rng::stream(3, 0, 0);
-        use rand::Rng as _;
-        let edge = [
-            0.0,
-            -0.0,
-            0.5,
-            1.5,
-            2.5,
-            -0.5,
-            -0.49,
-            0.49999999999999994,
-            4503599627370495.5,
-            4503599627370496.0,
-            9.3e18,
-            1.8446744073709552e19,
-            3e19,
-            f64::INFINITY,
-            f64::NEG_INFINITY,
-            f64::NAN,
-            f64::MIN_POSITIVE,
-            1e-300,
-        ];
-        let mut xs: Vec<f64> = edge.to_vec();
-        for _ in 0..1_000_000 {
-            let x = match g.gen_range(0..4) {
-                0 => g.gen_range(0.0..1e7),
-                1 => g.gen_range(0u64..1_000_000) as f64 + 0.5,
-                2 => f64::from_bits(g.gen::<u64>()),
-                _ => g.gen_range(-10.0..1e13),
-            };
-            xs.push(x);
-        }
-        for x in xs {
-            assert_eq!(round_ns(x), x.round() as Nanos, "{x:e}");
-        }
-    }
 }
 
 #[cfg(test)]
