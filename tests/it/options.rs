@@ -178,10 +178,13 @@ fn bad_provisioned_and_option_values_exit_2_naming_the_field() {
         ));
     }
     for (set, field) in [
-        ("option.ptu-50.provisioned.units=0", "provisioned.units"),
+        (
+            "option.ptu-50.provisioned.units=0",
+            "option.ptu-50.provisioned.units",
+        ),
         (
             "option.ptu-50.provisioned.unit_hour_usd=nan",
-            "provisioned.unit_hour_usd",
+            "option.ptu-50.provisioned.unit_hour_usd",
         ),
         ("option.h100-x1.replicas=0", "option.h100-x1.replicas"),
         (

@@ -240,10 +240,19 @@ pub fn load(path: &Path, sets: &[String], rows: Option<u64>) -> Result<OptionsFi
                         format!("endpoint profile not found: {}", e.display()),
                     ));
                 }
+                let bsrc = bpath.display().to_string();
                 let mut s = HostedSuite::from_value(
                     &bpath,
                     batch_value(ep.as_ref(), o.provisioned.as_ref())?,
-                )?;
+                )
+                .map_err(|e| {
+                    // the option's own `provisioned` table, checked in the batch
+                    if e.source == bsrc && e.field.starts_with("provisioned") {
+                        ConfigError::new(f, fld(&e.field), e.reason)
+                    } else {
+                        e
+                    }
+                })?;
                 s.retain_only(std::slice::from_ref(exp))
                     .map_err(|e| ConfigError::new(f, fld("experiment"), e.reason))?;
                 Kind::Hosted(Box::new(s))
