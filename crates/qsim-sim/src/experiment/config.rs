@@ -399,7 +399,7 @@ impl HostedSuite {
         let pv = read_toml(&ppath)?;
         let mut profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
         if let Some(o) = &raw.provisioned {
-            o.apply(f, &mut profile)?;
+            profile.override_provisioned(f, o)?;
         }
         if let Some(p) = &raw.price {
             if profile.provisioned.is_some() {

@@ -240,3 +240,31 @@ impl HostedProfile {
         })
     }
 }
+
+impl HostedProfile {
+    /// An experiment file's `provisioned` table applied to this profile
+    /// (which must be provisioned): the figures and the rate limit replaced.
+    pub fn override_provisioned(
+        &mut self,
+        file: &str,
+        o: &super::provisioned::RawOverride,
+    ) -> Result<(), ConfigError> {
+        let Some(cur) = self.provisioned else {
+            return Err(ConfigError::new(
+                file,
+                "provisioned",
+                format!(
+                    "the endpoint profile {:?} has no [provisioned] table",
+                    self.name
+                ),
+            ));
+        };
+        let p = o.resolve(file, cur)?;
+        let name = super::provisioned::LIMIT_NAME;
+        for l in self.limits.iter_mut().filter(|l| l.name == name) {
+            *l = p.limit();
+        }
+        self.provisioned = Some(p);
+        Ok(())
+    }
+}

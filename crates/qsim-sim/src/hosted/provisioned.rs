@@ -58,7 +58,7 @@ impl RawProvisioned {
             ));
         }
         let t = self.tokens_per_min_per_unit;
-        if !(t.is_finite() && t >= 1.0 && t <= 1e9) {
+        if !(t.is_finite() && (1.0..=1e9).contains(&t)) {
             return Err(ConfigError::new(
                 file,
                 f("tokens_per_min_per_unit"),
@@ -115,36 +115,17 @@ pub struct RawOverride {
 }
 
 impl RawOverride {
-    /// Apply to `profile` (which must be provisioned); errors name
+    /// `current` with this table's figures in place; errors name
     /// `provisioned.<field>` in `file` (the experiment file).
-    pub fn apply(
-        &self,
-        file: &str,
-        profile: &mut super::profile::HostedProfile,
-    ) -> Result<(), ConfigError> {
-        let Some(p) = profile.provisioned else {
-            return Err(ConfigError::new(
-                file,
-                "provisioned",
-                format!(
-                    "the endpoint profile {:?} has no [provisioned] table",
-                    profile.name
-                ),
-            ));
-        };
-        let raw = RawProvisioned {
-            units: self.units.unwrap_or(p.units as i64),
+    pub fn resolve(&self, file: &str, current: Provisioned) -> Result<Provisioned, ConfigError> {
+        RawProvisioned {
+            units: self.units.unwrap_or(current.units as i64),
             tokens_per_min_per_unit: self
                 .tokens_per_min_per_unit
-                .unwrap_or(p.tokens_per_min_per_unit),
-            unit_hour_usd: self.unit_hour_usd.unwrap_or(p.unit_hour_usd),
+                .unwrap_or(current.tokens_per_min_per_unit),
+            unit_hour_usd: self.unit_hour_usd.unwrap_or(current.unit_hour_usd),
             source: String::new(),
-        };
-        let p = raw.validate(file, "provisioned")?;
-        for l in profile.limits.iter_mut().filter(|l| l.name == LIMIT_NAME) {
-            *l = p.limit();
         }
-        profile.provisioned = Some(p);
-        Ok(())
+        .validate(file, "provisioned")
     }
 }
