@@ -149,6 +149,14 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::commands::recommend::RecommendArgs,
     },
+    /// One batch against several deployment options (hosted pay-per-token,
+    /// provisioned units, fixed or autoscaled replicas): completion time,
+    /// failures, 429s, p95s and cost of each, and the cheapest finishing
+    /// within --within with no failed row.
+    Options {
+        #[command(flatten)]
+        args: crate::commands::options::OptionsArgs,
+    },
     /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
     /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
     Proxy {
@@ -231,6 +239,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Plan { budget, .. } => Some(budget.max_requests),
         Cmd::Run { opts, .. } | Cmd::Sweep { opts, .. } => Some(opts.budget.max_requests),
         Cmd::Recommend { args } => Some(args.budget.max_requests),
+        Cmd::Options { args } => Some(args.budget.max_requests),
         _ => None,
     };
     let Some(max) = max else {
@@ -239,6 +248,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     let source = match &cli.cmd {
         Cmd::Run { file, .. } | Cmd::Sweep { file, .. } => file.display().to_string(),
         Cmd::Recommend { args } => args.file.display().to_string(),
+        Cmd::Options { args } => args.file.display().to_string(),
         _ => "qsim plan".to_string(),
     };
     let (r, meter) = qsim_sim::work::scope(max, || dispatch(cli));
@@ -314,6 +324,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             emit(&text, out_file(out.as_deref()), force)
         }
         Cmd::Recommend { args } => crate::commands::recommend::run_cli(&args),
+        Cmd::Options { args } => crate::commands::options::run_cli(&args),
         Cmd::Proxy { args } => {
             let cfg = crate::commands::proxy::load_checked(&args)
                 .map_err(|e| name_fields(e, Some(&args.config), &[]))?;

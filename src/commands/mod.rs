@@ -4,6 +4,7 @@
 pub mod calibrate;
 pub mod compare;
 pub mod load;
+pub mod options;
 pub mod proxy;
 pub mod recommend;
 pub mod replay;

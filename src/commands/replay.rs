@@ -243,6 +243,7 @@ pub fn observed(run: &Run, client: &'static str) -> HostedResult {
         output_tokens: 0,
         input_tokens: 0,
         price: None,
+        provisioned: None,
         truncated: 0,
         retried: 0,
         max_attempts: 0,

@@ -198,7 +198,14 @@ fn every_shipped_experiment_fits_the_default_budget() {
     for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/experiments")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "toml") {
-            let (code, _, err) = qsim(&["run", p.to_str().unwrap()]);
+            // an options file runs with `qsim options` (same default budget)
+            let text = std::fs::read_to_string(&p).unwrap();
+            let cmd = if text.contains("kind = \"options\"") {
+                "options"
+            } else {
+                "run"
+            };
+            let (code, _, err) = qsim(&[cmd, p.to_str().unwrap()]);
             assert_eq!(code, Some(0), "{}: {err}", p.display());
         }
     }

@@ -21,6 +21,7 @@ mod limiter_shared_state;
 mod live_end_to_end;
 mod load_cli;
 mod one_interface;
+mod options;
 mod output_safety;
 mod plan_acceptance;
 mod plan_callers;

@@ -365,6 +365,13 @@ fn all_shipped_experiments_run() {
         if p.extension().and_then(|e| e.to_str()) != Some("toml") {
             continue;
         }
+        // options files run with `qsim options` (tests/it/options.rs)
+        if std::fs::read_to_string(&p)
+            .unwrap()
+            .contains("kind = \"options\"")
+        {
+            continue;
+        }
         let out = qsim()
             .args([
                 "run",

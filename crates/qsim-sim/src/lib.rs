@@ -22,6 +22,7 @@ pub mod engine;
 pub mod experiment;
 pub mod hosted;
 pub mod input;
+pub mod options;
 pub mod plan;
 pub mod report;
 pub mod serve_model;

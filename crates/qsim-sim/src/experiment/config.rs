@@ -96,6 +96,9 @@ struct RawHostedSuite {
     policy: Option<String>,
     /// Overrides the profile's `[price]` (`--set price.output_per_m_usd=5`).
     price: Option<RawPriceOverride>,
+    /// Overrides fields of the profile's `[provisioned]`
+    /// (`--set provisioned.units=30`).
+    provisioned: Option<crate::hosted::provisioned::RawOverride>,
     experiment: Vec<RawExperiment>,
 }
 
@@ -395,7 +398,17 @@ impl HostedSuite {
         }
         let pv = read_toml(&ppath)?;
         let mut profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
+        if let Some(o) = &raw.provisioned {
+            profile.override_provisioned(f, o)?;
+        }
         if let Some(p) = &raw.price {
+            if profile.provisioned.is_some() {
+                return Err(ConfigError::new(
+                    f,
+                    "price",
+                    "the endpoint is provisioned (billed per unit-hour): set provisioned.unit_hour_usd instead",
+                ));
+            }
             profile.price = Some(crate::hosted::profile::TokenPrice::new(
                 f,
                 "price",

@@ -36,6 +36,9 @@ pub struct HostedResult {
     pub input_tokens: u64,
     /// The endpoint's pay-per-token prices, if known.
     pub price: Option<crate::hosted::profile::TokenPrice>,
+    /// The endpoint's provisioned units, if it is provisioned (billed per
+    /// unit-hour over `elapsed`).
+    pub provisioned: Option<crate::hosted::provisioned::Provisioned>,
     /// Successful rows cut short by max_tokens (finish_reason "length").
     pub truncated: u64,
     /// Rows that needed more than one caller-level attempt.
@@ -71,6 +74,7 @@ impl HostedResult {
             output_tokens: 0,
             input_tokens: 0,
             price: suite.profile.price,
+            provisioned: suite.profile.provisioned,
             truncated: 0,
             retried: 0,
             max_attempts: 0,

@@ -103,6 +103,11 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
     match kind.as_str() {
         "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
         "server" => Ok(ExperimentFile::Server(ServerSuite::from_value(path, v)?)),
+        "options" => Err(ConfigError::new(
+            &src,
+            "kind",
+            "a deployment-options file: run it with `qsim options FILE`",
+        )),
         other => Err(ConfigError::new(
             &src,
             "kind",

@@ -7,6 +7,7 @@
 //! arrives; the caller schedules it. The endpoint owns its random stream.
 
 pub mod profile;
+pub mod provisioned;
 
 pub use profile::{HintShape, HostedProfile};
 

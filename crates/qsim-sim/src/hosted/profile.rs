@@ -56,6 +56,7 @@ struct RawHostedProfile {
     description: Option<String>,
     #[serde(default)]
     source: Option<String>,
+    #[serde(default)]
     limits: Vec<RawLimit>,
     rejection: RawRejection,
     latency: RawLatency,
@@ -67,6 +68,9 @@ struct RawHostedProfile {
     /// Pay-per-token prices (issue 25).
     #[serde(default)]
     price: Option<RawTokenPrice>,
+    /// Provisioned throughput bought in units (issue 25).
+    #[serde(default)]
+    provisioned: Option<super::provisioned::RawProvisioned>,
 }
 
 /// `[price]` of a hosted profile: dollars per million input and output
@@ -123,6 +127,9 @@ pub struct HostedProfile {
     /// Pay-per-token prices (`[price]`), if known, and their source.
     pub price: Option<TokenPrice>,
     pub price_source: String,
+    /// Provisioned throughput (`[provisioned]`): billed per unit-hour
+    /// whatever the use; its rate limit is among `limits`.
+    pub provisioned: Option<super::provisioned::Provisioned>,
 }
 
 fn dist(file: &str, field: &str, d: &RawDist) -> Result<Sampler, ConfigError> {
@@ -172,6 +179,38 @@ impl HostedProfile {
             ));
         }
         let _ = raw.source;
+        let provisioned = match &raw.provisioned {
+            Some(p) => {
+                if raw.price.is_some() {
+                    return Err(ConfigError::new(
+                        file,
+                        "provisioned",
+                        "a provisioned endpoint is billed per unit-hour: remove [price] (per-token prices)",
+                    ));
+                }
+                let p = p.validate(file, "provisioned")?;
+                if !seen.insert(super::provisioned::LIMIT_NAME) {
+                    return Err(ConfigError::new(
+                        file,
+                        "provisioned",
+                        format!(
+                            "a limit is already named {:?}",
+                            super::provisioned::LIMIT_NAME
+                        ),
+                    ));
+                }
+                limits.push(p.limit());
+                Some(p)
+            }
+            None => None,
+        };
+        if limits.is_empty() {
+            return Err(ConfigError::new(
+                file,
+                "limits",
+                "at least one limit (or a [provisioned] table) is needed",
+            ));
+        }
         Ok(HostedProfile {
             name: raw.name,
             description: raw.description.unwrap_or_default(),
@@ -192,7 +231,40 @@ impl HostedProfile {
                 )?),
                 None => None,
             },
-            price_source: raw.price.map(|p| p.source).unwrap_or_default(),
+            price_source: match (raw.price, raw.provisioned) {
+                (Some(p), _) => p.source,
+                (None, Some(p)) => p.source,
+                _ => String::new(),
+            },
+            provisioned,
         })
+    }
+}
+
+impl HostedProfile {
+    /// An experiment file's `provisioned` table applied to this profile
+    /// (which must be provisioned): the figures and the rate limit replaced.
+    pub fn override_provisioned(
+        &mut self,
+        file: &str,
+        o: &super::provisioned::RawOverride,
+    ) -> Result<(), ConfigError> {
+        let Some(cur) = self.provisioned else {
+            return Err(ConfigError::new(
+                file,
+                "provisioned",
+                format!(
+                    "the endpoint profile {:?} has no [provisioned] table",
+                    self.name
+                ),
+            ));
+        };
+        let p = o.resolve(file, cur)?;
+        let name = super::provisioned::LIMIT_NAME;
+        for l in self.limits.iter_mut().filter(|l| l.name == name) {
+            *l = p.limit();
+        }
+        self.provisioned = Some(p);
+        Ok(())
     }
 }

@@ -204,14 +204,21 @@ pub const HOSTED_COST: &[(&str, &str, i32)] = &[
     ("cost_per_request_usd", "cost per successful request ($)", 6),
 ];
 
-/// A pay-per-token run's cost ([`HOSTED_COST`] order), if the endpoint has
-/// prices: the input and output tokens of the rows that succeeded × their
-/// prices (rejected attempts are not billed), over the run's elapsed time.
+/// A hosted run's cost ([`HOSTED_COST`] order), if the endpoint has
+/// prices: pay-per-token, the input and output tokens of the rows that
+/// succeeded × their prices (rejected attempts are not billed);
+/// provisioned, units × elapsed hours × the unit-hour price, whatever the
+/// use. Rates are over the run's elapsed time.
 pub fn hosted_figures(r: &HostedResult) -> Option<Vec<f64>> {
-    let p = r.price?;
-    let cost = r.input_tokens as f64 * p.input_per_m_usd / 1e6
-        + r.output_tokens as f64 * p.output_per_m_usd / 1e6;
     let hours = to_secs(r.elapsed) / 3600.0;
+    let cost = match (r.provisioned, r.price) {
+        (Some(p), _) => p.cost(hours),
+        (None, Some(p)) => {
+            r.input_tokens as f64 * p.input_per_m_usd / 1e6
+                + r.output_tokens as f64 * p.output_per_m_usd / 1e6
+        }
+        (None, None) => return None,
+    };
     Some(vec![
         cost,
         cost / hours.max(1e-12),
