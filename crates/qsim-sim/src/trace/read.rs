@@ -13,7 +13,7 @@
 
 use crate::config::ConfigError;
 use serde::Deserialize;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -206,7 +206,7 @@ pub struct Reader {
     pub skipped: u64,
     /// Consumer names in order of first appearance.
     pub consumers: Vec<String>,
-    index: HashMap<String, u32>,
+    index: BTreeMap<String, u32>,
 }
 
 /// Split a CSV line into fields (byte ranges, quotes removed from a quoted
@@ -599,7 +599,7 @@ impl Reader {
             reordered: 0,
             skipped: 0,
             consumers: Vec::new(),
-            index: HashMap::new(),
+            index: BTreeMap::new(),
         };
         match format.columns() {
             Some(cols) => {
