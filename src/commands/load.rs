@@ -135,6 +135,7 @@ pub fn compile(f: &SharedFile, seed: u64) -> (Vec<Arrival>, Vec<Worker>) {
             at: a.at,
             consumer: a.consumer,
             load: a.load,
+            input_tokens: a.tokens.map(|t| t.0),
         })
         .collect();
     let mut workers = Vec::new();
@@ -814,6 +815,48 @@ mod tests {
                 assert_eq!(per_min, co.offered_per_min, "{name}/{}", co.name);
             }
         }
+    }
+
+    /// A trace load's rows are compiled at their times with their input
+    /// lengths, to the consumers the simulator sends them to.
+    #[test]
+    fn trace_rows_are_compiled_with_their_inputs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut csv = String::from("t,who,inp,out\n");
+        for k in 0..50u32 {
+            csv += &format!(
+                "{},{},{},{}\n",
+                k * 2,
+                ["a", "b"][(k % 2) as usize],
+                5 + k,
+                7
+            );
+        }
+        std::fs::write(dir.path().join("t.csv"), csv).unwrap();
+        let path = dir.path().join("s.toml");
+        let text = "kind = \"shared\"\nmax_tokens = 64\n\
+             input_tokens = { dist = \"const\", value = 1000 }\n\
+             output_tokens = { dist = \"const\", value = 10 }\n\
+             [deployment]\ncapacity = 1000\n[[consumer]]\nname = \"a\"\n[[consumer]]\nname = \"b\"\n\
+             [[scenario]]\nname = \"s\"\nduration_s = 90\n\
+             [[scenario.load]]\nwho = \"all\"\nstart_s = 5\n\
+             trace = { file = \"t.csv\", format = \"csv\", time_column = \"t\", \
+             input_column = \"inp\", output_column = \"out\", consumer_column = \"who\" }\n";
+        let file = path.display().to_string();
+        let f = SharedFile::from_value(&file, toml::from_str(text).unwrap()).unwrap();
+        let (arrivals, workers) = compile(&f, 1);
+        assert!(workers.is_empty());
+        // rows at 0, 2, …, 98 s from 5 s: those before 90 s, i.e. k < 43
+        assert_eq!(arrivals.len(), 43);
+        for (k, a) in arrivals.iter().enumerate() {
+            let k = k as u64;
+            assert_eq!(a.at, (5 + 2 * k) * qsim_sim::time::NS_PER_SEC);
+            assert_eq!(a.consumer as u64, k % 2);
+            assert_eq!(a.input_tokens, Some(5 + k as u32));
+        }
+        let runs = qsim_sim::plan::simulate(&f, &qsim_sim::plan::Model::Ideal, 1, false);
+        let offered: u64 = runs[0].limited.consumers.iter().map(|c| c.offered).sum();
+        assert_eq!(offered, 43);
     }
 
     /// A throttle or retry quota the live driver cannot play is refused,

@@ -29,6 +29,7 @@ mod plan_cli;
 mod plan_edges;
 mod plan_enforce;
 mod plan_proxy_agree;
+mod plan_trace;
 mod plot_figures;
 mod plot_unit;
 mod plots_cli;

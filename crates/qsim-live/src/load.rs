@@ -67,6 +67,8 @@ pub struct Arrival {
     pub at: Nanos,
     pub consumer: u32,
     pub load: u32,
+    /// A trace row's input tokens; `None`: drawn ([`Draws::input_tokens`]).
+    pub input_tokens: Option<u32>,
 }
 
 /// One closed-loop worker: sends a row, waits for its outcome (retries
@@ -564,7 +566,10 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
                 }
                 sh.sleep_until(a.at).await;
                 sh.live.fetch_add(1, Ordering::SeqCst);
-                let input = sh.input_tokens(a.consumer as usize);
+                let input = match a.input_tokens {
+                    Some(n) => n,
+                    None => sh.input_tokens(a.consumer as usize),
+                };
                 let sh2 = sh.clone();
                 tokio::spawn(async move {
                     let _live = Live(&sh2.live);

@@ -2,7 +2,7 @@
 //! scenarios' loads through the limiter and without it, and each step of
 //! the inverse search.
 
-use super::config::{Arrival, SharedFile};
+use super::config::{Arrival, SharedFile, TraceTo};
 use super::Model;
 use crate::budget::{
     hists_bytes, iterations, min_step_s, open_requests, replicas_bytes, Cost, IN_FLIGHT_BYTES,
@@ -52,6 +52,19 @@ pub fn scenarios(
                     let rate = (rpm + ramp_to_rpm) / 2.0 / 60.0 * factor;
                     let r = n * open_requests(rate, d, 1.0);
                     requests += n * rate * d;
+                    requests_hi += r * attempts;
+                    in_flight += r;
+                }
+                Arrival::Trace { spec, to } => {
+                    // the trace's rows (all loops, at its scale) for each
+                    // source: every consumer, or one for a trace naming them
+                    let sources = match to {
+                        TraceTo::Each => n,
+                        TraceTo::Mapped(_) => 1.0,
+                    };
+                    let rows = spec.expected().map_or(0.0, |(r, _)| r) * factor;
+                    let r = sources * rows;
+                    requests += r;
                     requests_hi += r * attempts;
                     in_flight += r;
                 }

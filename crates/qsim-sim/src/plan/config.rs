@@ -14,7 +14,9 @@ use crate::limiter::admission::{
 };
 use crate::limiter::rates::OutputAccounting;
 use crate::time::{try_secs, Nanos};
+use crate::trace::{Consumers, RawTrace, TraceSpec};
 use serde::Deserialize;
+use std::path::Path;
 
 /// The embedded default scenario file.
 pub const EMBEDDED_SCENARIOS_PATH: &str = "experiments/shared-deployment.toml";
@@ -100,6 +102,9 @@ struct RawLoad {
     #[serde(default)]
     start_s: f64,
     stop_s: Option<f64>,
+    /// A request trace replayed from `start_s` (times and token counts as
+    /// logged), in place of `rpm` or `workers`.
+    trace: Option<RawTrace>,
     /// The callers' layers, as a hosted experiment's pool takes them.
     sdk_retries: Option<bool>,
     retry: Option<RawRetry>,
@@ -272,6 +277,22 @@ pub enum Arrival {
     /// Closed loop: `workers` each send, wait for the outcome (and retries),
     /// think, and send again.
     Closed { workers: u32, think: Nanos },
+    /// A request trace, replayed from the load's start until its stop:
+    /// each row one request with its logged input and output tokens (the
+    /// output capped at `max_tokens`), its time from the trace's first row
+    /// (after the trace's window, compression, scale and loops).
+    Trace { spec: Box<TraceSpec>, to: TraceTo },
+}
+
+/// Whose requests a trace's rows are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TraceTo {
+    /// The trace names no consumers: every consumer the load drives replays
+    /// the whole trace (as every one of them sends at an open load's `rpm`).
+    Each,
+    /// The trace's consumers (its column, or its split by share) by index:
+    /// the file's consumer each one is.
+    Mapped(Vec<u32>),
 }
 
 #[derive(Debug, Clone)]
@@ -465,6 +486,21 @@ impl SharedFile {
                     }
                 };
                 let arrival = match (l.rpm, l.workers) {
+                    _ if l.trace.is_some() => {
+                        if l.rpm.is_some()
+                            || l.workers.is_some()
+                            || l.ramp_to_rpm.is_some()
+                            || l.think_s.is_some()
+                        {
+                            return Err(ConfigError::new(
+                                f,
+                                &la,
+                                "a trace load takes no `rpm`, `ramp_to_rpm`, `workers` or `think_s`: the trace sets the arrivals",
+                            ));
+                        }
+                        let raw_trace = l.trace.as_ref().expect("a trace");
+                        trace_arrival(self_resolve(&limiter, &who), f, &la, raw_trace, &limiter)?
+                    }
                     (Some(r), None) => {
                         let r = nonneg("rpm", r)?;
                         let to = nonneg("ramp_to_rpm", l.ramp_to_rpm.unwrap_or(r))?;
@@ -488,7 +524,7 @@ impl SharedFile {
                         return Err(ConfigError::new(
                             f,
                             &la,
-                            "give exactly one of `rpm` (open loop) or `workers` (closed loop)",
+                            "give exactly one of `rpm` (open loop), `workers` (closed loop) or `trace` (a request trace)",
                         ))
                     }
                 };
@@ -552,19 +588,79 @@ impl SharedFile {
 
     /// Consumer indices a load line drives (in consumer order).
     pub fn resolve(&self, who: &Who) -> Vec<usize> {
-        self.limiter
-            .consumers
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| match who {
-                Who::All => true,
-                Who::Reserved => c.reserved_bp > 0,
-                Who::Unreserved => c.reserved_bp == 0,
-                Who::Named(n) => &c.name == n,
-            })
-            .map(|(i, _)| i)
-            .collect()
+        self_resolve(&self.limiter, who)
     }
+}
+
+/// Consumer indices of `limiter` that `who` names (in consumer order).
+fn self_resolve(limiter: &LimiterConfig, who: &Who) -> Vec<usize> {
+    limiter
+        .consumers
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| match who {
+            Who::All => true,
+            Who::Reserved => c.reserved_bp > 0,
+            Who::Unreserved => c.reserved_bp == 0,
+            Who::Named(n) => &c.name == n,
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A trace load: the trace checked row by row (once, here), and its
+/// consumers mapped to the file's. A trace that names consumers (a column,
+/// a proxy log's names, or a split by share) sends each row to the file's
+/// consumer of that name, which must be one the load drives; a trace that
+/// names none is replayed whole by every consumer the load drives.
+fn trace_arrival(
+    targets: Vec<usize>,
+    f: &str,
+    la: &str,
+    raw: &RawTrace,
+    limiter: &LimiterConfig,
+) -> Result<Arrival, ConfigError> {
+    let at = format!("{la}.trace.");
+    let spec = TraceSpec::from_raw(f, &at, Path::new(f), raw, true)?;
+    let to = match &spec.consumers {
+        Consumers::One => TraceTo::Each,
+        Consumers::Column | Consumers::Shares(_) => {
+            let names = &spec.summary.as_ref().expect("a scanned trace").consumers;
+            let mut to = Vec::with_capacity(names.len());
+            for n in names {
+                let hit = targets
+                    .iter()
+                    .copied()
+                    .find(|&c| &limiter.consumers[c].name == n);
+                match hit {
+                    Some(c) => to.push(c as u32),
+                    None => {
+                        let drives: Vec<&str> = targets
+                            .iter()
+                            .map(|&c| limiter.consumers[c].name.as_str())
+                            .collect();
+                        return Err(ConfigError::new(
+                            f,
+                            format!("{la}.trace"),
+                            format!(
+                                "the trace's consumer {n:?} is not one this load drives ({})",
+                                if drives.is_empty() {
+                                    "none".to_string()
+                                } else {
+                                    drives.join(", ")
+                                }
+                            ),
+                        ));
+                    }
+                }
+            }
+            TraceTo::Mapped(to)
+        }
+    };
+    Ok(Arrival::Trace {
+        spec: Box::new(spec),
+        to,
+    })
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! Search: for capacities from `Σneed / 0.9` upward (a 10 % unreserved pool,
 //! the rule of thumb), in 5 % steps, reserve `need_i / C` for each named
-//! consumer (rounded up to 0.01 %), scale the scenario loads by
+//! consumer (rounded up to 0.01 %), scale the scenario loads by (open loads' rates, trace loads' `scale`)
 //! `C / file capacity` (so each scenario keeps its overload factor), and
 //! simulate every scenario: the first capacity at which every named consumer
 //! gets at least its need in every saturated minute (whenever it asked for
@@ -30,9 +30,14 @@ fn scaled(f: &SharedFile, capacity: u64, need: &[(String, f64)]) -> Option<Share
     let factor = capacity as f64 / f.limiter.capacity as f64;
     for s in &mut g.scenarios {
         for l in &mut s.loads {
-            if let Arrival::Open { rpm, ramp_to_rpm } = &mut l.arrival {
-                *rpm *= factor;
-                *ramp_to_rpm *= factor;
+            match &mut l.arrival {
+                Arrival::Open { rpm, ramp_to_rpm } => {
+                    *rpm *= factor;
+                    *ramp_to_rpm *= factor;
+                }
+                // the same pattern at `factor` times the traffic
+                Arrival::Trace { spec, .. } => spec.scale *= factor,
+                Arrival::Closed { .. } => {}
             }
         }
     }

@@ -15,13 +15,14 @@
 //! The throttle and quota state ([`PoolShared`]) is one per (load,
 //! consumer), fresh for each run.
 
-use super::config::{Arrival, Scenario, SharedFile};
+use super::config::{Arrival, Scenario, SharedFile, TraceTo};
 use crate::client::trace::Attempt;
 use crate::client::{Call, CallerPolicy, Layer, Next, PoolShared, Reply, Send as CallSend};
 use crate::engine::rng::{component, draws, stream, unit};
 use crate::engine::{DurationHist, EventQueue, Rng, Timed};
 use crate::limiter::admission::{Decision, Grant, Limit, Limiter, LimiterConfig};
 use crate::time::{Nanos, NEVER, NS_PER_MS, NS_PER_SEC};
+use crate::trace::TraceSource;
 use crate::work::{Tally, UNITS_PER_REQUEST};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -244,6 +245,9 @@ enum Ev {
     Arrive { load: u32, consumer: u32 },
     /// Closed-loop worker sends a new request.
     Worker { load: u32, consumer: u32 },
+    /// The next row of trace source `pos` of a trace load (one source per
+    /// consumer it drives, or one for a trace naming its consumers).
+    TraceRow { load: u32, pos: u32 },
     /// An attempt of request `req` reaches the limiter.
     Attempt { req: u32 },
     /// A 429 reaches the client: the limiter's (with its `retry_at`), or
@@ -377,12 +381,72 @@ impl Iterator for OpenArrivals {
     }
 }
 
-/// One open-loop arrival of a scenario.
+/// The trace sources of trace load `load` of scenario `sc` (`None` for
+/// another kind of load): one per consumer the load drives for a trace that
+/// names none (each replays it whole), else one. Source `pos` draws the
+/// trace's scale and shares from `(seed, scope(1 + load·4096 + pos), ARRIVALS)`,
+/// the stream an open load's consumer would use.
+pub fn trace_sources(
+    file: &SharedFile,
+    sc: &Scenario,
+    load: usize,
+    seed: u64,
+) -> Option<Vec<TraceSource>> {
+    let Arrival::Trace { spec, to } = &sc.loads[load].arrival else {
+        return None;
+    };
+    let n = match to {
+        TraceTo::Each => file.resolve(&sc.loads[load].who).len(),
+        TraceTo::Mapped(_) => 1,
+    };
+    Some(
+        (0..n)
+            .map(|pos| {
+                let key = scope(sc, 1 + (load as u64) * 4096 + pos as u64);
+                // the trace was read row by row when the file was loaded
+                TraceSource::open(spec, seed, key)
+                    .unwrap_or_else(|e| panic!("the trace changed since it was checked: {e}"))
+            })
+            .collect(),
+    )
+}
+
+/// The next request of trace source `pos` of trace load `load` before the
+/// load's stop: its time, consumer and (input, natural output) tokens, the
+/// output capped at the file's `max_tokens` and each at least 1.
+pub fn trace_row(
+    file: &SharedFile,
+    sc: &Scenario,
+    load: usize,
+    pos: usize,
+    src: &mut TraceSource,
+) -> Option<(Nanos, u32, (u32, u32))> {
+    let l = &sc.loads[load];
+    let Arrival::Trace { to, .. } = &l.arrival else {
+        return None;
+    };
+    let a = src.pop()?;
+    let at = l.start.saturating_add(a.at);
+    if at >= l.stop {
+        return None;
+    }
+    let consumer = match to {
+        TraceTo::Each => file.resolve(&l.who)[pos] as u32,
+        TraceTo::Mapped(m) => m[a.consumer as usize],
+    };
+    let natural = (a.output.max(1) as u64).min(file.max_tokens) as u32;
+    Some((at, consumer, (a.input.max(1), natural)))
+}
+
+/// One open-loop arrival of a scenario (a trace row carries its tokens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArrivalAt {
     pub at: Nanos,
     pub consumer: u32,
     pub load: u32,
+    /// A trace row's (input, natural output) tokens; `None`: drawn from the
+    /// consumer's token stream.
+    pub tokens: Option<(u32, u32)>,
 }
 
 /// Every open-loop arrival of scenario `si` before its end, in the order
@@ -403,8 +467,26 @@ pub fn open_arrivals(file: &SharedFile, si: usize, seed: u64) -> Vec<ArrivalAt> 
                         at: k.at,
                         consumer: c as u32,
                         load: li as u32,
+                        tokens: None,
                     }),
             );
+        }
+        for (pos, mut src) in trace_sources(file, sc, li, seed)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            while let Some((at, consumer, tokens)) = trace_row(file, sc, li, pos, &mut src) {
+                if at >= sc.duration {
+                    break;
+                }
+                out.push(ArrivalAt {
+                    at,
+                    consumer,
+                    load: li as u32,
+                    tokens: Some(tokens),
+                });
+            }
         }
     }
     // a stable sort: equal times keep their (load, consumer) order
@@ -496,6 +578,29 @@ pub fn run_scenario_probed(
     let mut arr_rng: Vec<Vec<Option<OpenArrivals>>> = Vec::new();
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
     let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
+    // per trace load, its sources and the row each has read ahead
+    let mut traces: Vec<Vec<(TraceSource, Option<(Nanos, u32, (u32, u32))>)>> = Vec::new();
+    for li in 0..sc.loads.len() {
+        let mut v = Vec::new();
+        for (pos, mut src) in trace_sources(file, sc, li, seed)
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+        {
+            let row = trace_row(file, sc, li, pos, &mut src);
+            if let Some((at, ..)) = row {
+                q.schedule(
+                    at,
+                    Ev::TraceRow {
+                        load: li as u32,
+                        pos: pos as u32,
+                    },
+                );
+            }
+            v.push((src, row));
+        }
+        traces.push(v);
+    }
     for (li, l) in sc.loads.iter().enumerate() {
         let mut rs = Vec::new();
         for &c in &targets[li] {
@@ -610,6 +715,30 @@ pub fn run_scenario_probed(
                         );
                         q.schedule(now, Ev::Attempt { req: id });
                     }
+                }
+                Ev::TraceRow { load, pos } => {
+                    let (li, p) = (load as usize, pos as usize);
+                    let (src, ahead) = &mut traces[li][p];
+                    let (at, consumer, tokens) = ahead.take().expect("the scheduled row");
+                    debug_assert_eq!(at, now);
+                    *ahead = trace_row(file, sc, li, p, src);
+                    if let Some((next, ..)) = *ahead {
+                        q.schedule(next, Ev::TraceRow { load, pos });
+                    }
+                    let row = rows[consumer as usize];
+                    rows[consumer as usize] += 1;
+                    let id = reqs.insert(Req {
+                        consumer,
+                        load,
+                        row,
+                        input: tokens.0,
+                        natural: tokens.1,
+                        call: Call::start(now),
+                        grant: None,
+                        closed: false,
+                        adm_min: 0,
+                    });
+                    q.schedule(now, Ev::Attempt { req: id });
                 }
                 Ev::Worker { load, consumer } => {
                     if now < sc.loads[load as usize].stop {
