@@ -157,6 +157,13 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::commands::options::OptionsArgs,
     },
+    /// The BLIS sim-to-real accuracy benchmark: the study's 38 real vLLM
+    /// experiments predicted from public model and GPU figures, errors
+    /// beside the published simulators'.
+    Sim2real {
+        #[command(flatten)]
+        args: crate::commands::sim2real::Sim2realArgs,
+    },
     /// Enforce a plan in front of a real endpoint: an HTTP proxy running the
     /// same admission limiter (OpenAI and Databricks serving-endpoints routes).
     Proxy {
@@ -325,6 +332,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Recommend { args } => crate::commands::recommend::run_cli(&args),
         Cmd::Options { args } => crate::commands::options::run_cli(&args),
+        Cmd::Sim2real { args } => crate::commands::sim2real::run_cli(&args),
         Cmd::Proxy { args } => {
             let cfg = crate::commands::proxy::load_checked(&args)
                 .map_err(|e| name_fields(e, Some(&args.config), &[]))?;

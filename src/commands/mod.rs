@@ -9,5 +9,6 @@ pub mod proxy;
 pub mod recommend;
 pub mod replay;
 pub mod serve;
+pub mod sim2real;
 pub mod trace;
 pub mod whatif;

@@ -27,6 +27,7 @@ pub mod plan;
 pub mod report;
 pub mod serve_model;
 pub mod serve_spec;
+pub mod sim2real;
 pub mod server;
 pub mod sweep;
 pub mod trace;

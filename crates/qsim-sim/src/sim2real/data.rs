@@ -1,0 +1,242 @@
+//! The benchmark's data, embedded from `experiments/sim2real/` (see its
+//! README for every source, commit and licence): the experiments (vLLM
+//! settings and the load tool's workload), the models' and GPUs'
+//! public figures, the measured actuals of the test and training sets, the
+//! other simulators' published predictions, and qsim's fitted coefficients.
+
+use crate::config::{parse_toml, ConfigError};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+pub const EXPERIMENTS: &str = include_str!("../../../../experiments/sim2real/experiments.toml");
+pub const MODELS: &str = include_str!("../../../../experiments/sim2real/models.toml");
+pub const GPUS: &str = include_str!("../../../../experiments/sim2real/gpus.toml");
+pub const ACTUALS: &str = include_str!("../../../../experiments/sim2real/actuals.csv");
+pub const PUBLISHED: &str = include_str!("../../../../experiments/sim2real/published.csv");
+pub const COEFFICIENTS: &str =
+    include_str!("../../../../experiments/sim2real/coefficients.toml");
+pub const COEFFICIENTS_PATH: &str = "experiments/sim2real/coefficients.toml";
+
+/// One stage of the load tool's constant-rate load.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Stage {
+    pub rate: f64,
+    pub duration_s: f64,
+}
+
+/// The load tool's shared-prefix workload (inference-perf `shared_prefix`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Workload {
+    pub preset: String,
+    pub num_groups: u32,
+    pub prompts_per_group: u32,
+    pub system_prompt_len: u32,
+    pub question_len: u32,
+    pub output_len: u32,
+    #[serde(default)]
+    pub multi_turn: bool,
+    #[serde(default)]
+    pub ignore_eos: bool,
+    pub stages: Vec<Stage>,
+}
+
+/// One experiment (the data file carries more fields: sources, notes).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Experiment {
+    pub id: u64,
+    pub folder: String,
+    pub set: String,
+    pub model: String,
+    pub gpu: String,
+    pub tp: u32,
+    pub precision: String,
+    pub max_num_batched_tokens: u32,
+    pub max_num_seqs: u32,
+    pub max_model_len: u32,
+    pub gpu_memory_utilization: f64,
+    #[serde(default)]
+    pub cpu_offload: bool,
+    #[serde(default)]
+    pub prefix_caching: bool,
+    pub workload: Workload,
+}
+
+#[derive(Debug, Deserialize)]
+struct ExperimentsFile {
+    experiments: Vec<Experiment>,
+}
+
+/// A model's public architecture figures.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Model {
+    pub hf_id: String,
+    pub layers: u32,
+    pub hidden: u32,
+    pub heads: u32,
+    pub kv_heads: u32,
+    pub head_dim: u32,
+    #[serde(default)]
+    pub experts: u32,
+    #[serde(default)]
+    pub active_experts: u32,
+    pub bytes_per_param: f64,
+    pub kv_bytes_per_token: f64,
+    /// Every parameter (all experts).
+    pub params_computed: f64,
+    /// The parameters one token's matrix products use (active experts,
+    /// without the embedding table).
+    pub params_per_token_active: f64,
+}
+
+/// A GPU's public figures.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Gpu {
+    pub memory_bytes: f64,
+    pub hbm_bandwidth_bytes_per_s: f64,
+    pub bf16_dense_flops: f64,
+    #[serde(default)]
+    pub fp8_dense_flops: f64,
+    pub tp_link_bandwidth_bytes_per_s: f64,
+}
+
+/// qsim's global coefficients: fitted once on the training experiments
+/// (`qsim sim2real --fit`), the same for every model and GPU.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Coefficients {
+    /// Fraction of the HBM bandwidth a decode step's reads reach.
+    pub bandwidth_efficiency: f64,
+    /// Fraction of the dense FLOP/s the matrix products reach.
+    pub compute_efficiency: f64,
+    /// GPU time of every step besides its roofline (launches), ms.
+    pub gpu_fixed_ms: f64,
+    /// CPU time of a step (scheduling, inputs, sampling), ms, and per
+    /// scheduled sequence, µs (hidden behind the GPU by async scheduling).
+    pub cpu_overhead_ms: f64,
+    pub cpu_per_seq_us: f64,
+    /// The API server's time before the engine sees a request, ms.
+    pub ingress_ms: f64,
+    /// Tensor parallelism: the two all-reduces of every layer, their
+    /// latency per step, µs per layer.
+    pub tp_sync_us_per_layer: f64,
+}
+
+/// Everything the benchmark reads.
+#[derive(Debug, Clone)]
+pub struct Data {
+    pub experiments: Vec<Experiment>,
+    pub models: BTreeMap<String, Model>,
+    pub gpus: BTreeMap<String, Gpu>,
+    /// (set, exp_id, stage (-1: the whole run), metric) → measured ms.
+    pub actuals: BTreeMap<(String, u64, i64, String), f64>,
+    /// (simulator, exp_id, stage, metric) → predicted ms (test set).
+    pub published: BTreeMap<(String, u64, i64, String), f64>,
+}
+
+fn csv_rows(name: &str, text: &str) -> Result<Vec<BTreeMap<String, String>>, ConfigError> {
+    let mut lines = text.lines();
+    let head: Vec<String> = lines
+        .next()
+        .ok_or_else(|| ConfigError::new(name, "", "empty"))?
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.enumerate() {
+        if l.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split(',').collect();
+        if f.len() != head.len() {
+            return Err(ConfigError::new(
+                name,
+                format!("line {}", i + 2),
+                format!("{} fields, the header has {}", f.len(), head.len()),
+            ));
+        }
+        out.push(head.iter().cloned().zip(f.iter().map(|s| s.to_string())).collect());
+    }
+    Ok(out)
+}
+
+fn num<T: std::str::FromStr>(name: &str, row: &BTreeMap<String, String>, k: &str) -> Result<T, ConfigError> {
+    row.get(k)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| ConfigError::new(name, k, format!("not a number: {:?}", row.get(k))))
+}
+
+impl Data {
+    /// The embedded data.
+    pub fn embedded() -> Result<Data, ConfigError> {
+        let ex: ExperimentsFile = crate::config::from_value(
+            "experiments/sim2real/experiments.toml",
+            parse_toml("experiments/sim2real/experiments.toml", EXPERIMENTS)?,
+        )?;
+        let models: BTreeMap<String, Model> = crate::config::from_value(
+            "experiments/sim2real/models.toml",
+            parse_toml("experiments/sim2real/models.toml", MODELS)?,
+        )?;
+        let gpus: BTreeMap<String, Gpu> = crate::config::from_value(
+            "experiments/sim2real/gpus.toml",
+            parse_toml("experiments/sim2real/gpus.toml", GPUS)?,
+        )?;
+        let mut actuals = BTreeMap::new();
+        let n = "experiments/sim2real/actuals.csv";
+        for r in csv_rows(n, ACTUALS)? {
+            actuals.insert(
+                (
+                    r["set"].clone(),
+                    num(n, &r, "exp_id")?,
+                    num(n, &r, "stage_index")?,
+                    r["metric"].clone(),
+                ),
+                num(n, &r, "actual_ms")?,
+            );
+        }
+        let mut published = BTreeMap::new();
+        let n = "experiments/sim2real/published.csv";
+        for r in csv_rows(n, PUBLISHED)? {
+            if r.get("set").map(String::as_str) != Some("test") {
+                continue;
+            }
+            published.insert(
+                (
+                    r["simulator"].clone(),
+                    num(n, &r, "exp_id")?,
+                    num(n, &r, "stage_index")?,
+                    r["metric"].clone(),
+                ),
+                num(n, &r, "predicted_ms")?,
+            );
+        }
+        for e in &ex.experiments {
+            for (what, key, ok) in [
+                ("model", &e.model, models.contains_key(&e.model)),
+                ("gpu", &e.gpu, gpus.contains_key(&e.gpu)),
+            ] {
+                if !ok {
+                    return Err(ConfigError::new(
+                        "experiments/sim2real/experiments.toml",
+                        format!("experiments.{}.{what}", e.id),
+                        format!("no {what} {key:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(Data {
+            experiments: ex.experiments,
+            models,
+            gpus,
+            actuals,
+            published,
+        })
+    }
+}
+
+/// The shipped coefficients.
+pub fn shipped_coefficients() -> Result<Coefficients, ConfigError> {
+    crate::config::from_value(
+        COEFFICIENTS_PATH,
+        parse_toml(COEFFICIENTS_PATH, COEFFICIENTS)?,
+    )
+}

@@ -1,0 +1,100 @@
+//! `qsim sim2real`: the BLIS sim-to-real accuracy benchmark
+//! ([`qsim_sim::sim2real`]): every test experiment predicted once with the
+//! shipped coefficients, the errors beside the published ones; `--out DIR`
+//! writes `predictions.csv` and the report; `--fit` re-fits the
+//! coefficients on the training experiments and prints the file.
+
+use crate::cli::common::CliError;
+use qsim_sim::config::ConfigError;
+use qsim_sim::sim2real::{self, data};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Sim2realArgs {
+    /// Write report.txt and predictions.csv (exp_id, stage_index, metric,
+    /// predicted_ms, actual_ms) into this new directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Replace the --out directory if qsim wrote it.
+    #[arg(long)]
+    pub force: bool,
+    /// Also run the training experiments and report their errors.
+    #[arg(long)]
+    pub training: bool,
+    /// Re-fit the global coefficients on the training experiments (at most
+    /// this many evaluations of the loss) and print the coefficients file
+    /// instead of the report.
+    #[arg(long, value_name = "EVALS", value_parser = clap::value_parser!(u64).range(8..=100_000))]
+    pub fit: Option<u64>,
+    /// Only these experiments (comma-separated ids).
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<u64>,
+    /// Write each experiment's derived server profile into this new directory.
+    #[arg(long, value_name = "DIR")]
+    pub emit_profiles: Option<PathBuf>,
+    /// Seed (the constant arrivals' phase).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Threads (default: all cores); the output is the same whatever the number.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub threads: Option<u16>,
+}
+
+pub fn run_cli(a: &Sim2realArgs) -> Result<(), CliError> {
+    let data = data::Data::embedded()?;
+    for id in &a.only {
+        if !data.experiments.iter().any(|e| e.id == *id) {
+            return Err(ConfigError::new("--only", "", format!("no experiment {id}")).into());
+        }
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(a.threads.map_or(0, usize::from))
+        .build()
+        .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
+    if let Some(evals) = a.fit {
+        let fit = pool.install(|| sim2real::fit::fit(&data, a.seed, evals as usize))?;
+        let train = data.experiments.iter().filter(|e| e.set != "test").count();
+        return Ok(crate::output::write_stdout(&sim2real::fit::coefficients_toml(
+            &fit, train,
+        ))?);
+    }
+    let c = data::shipped_coefficients()?;
+    let exps: Vec<data::Experiment> = data
+        .experiments
+        .iter()
+        .filter(|e| (e.set == "test" || a.training) && (a.only.is_empty() || a.only.contains(&e.id)))
+        .cloned()
+        .collect();
+    if let Some(dir) = &a.emit_profiles {
+        let files: Vec<(String, Vec<u8>)> = exps
+            .iter()
+            .map(|e| {
+                let t = sim2real::derive::profile_toml(
+                    e,
+                    &data.models[&e.model],
+                    &data.gpus[&e.gpu],
+                    &c,
+                );
+                (format!("{}-{}.toml", e.set, e.id), t.into_bytes())
+            })
+            .collect();
+        crate::output::write_dir("--emit-profiles", dir, &files, a.force)?;
+    }
+    if let Some(dir) = &a.out {
+        crate::output::check_dir("--out", dir, &["report.txt", "predictions.csv"], a.force)?;
+    }
+    let results = pool.install(|| sim2real::run_all(&data, &exps, &c, a.seed))?;
+    qsim_sim::work::check("qsim sim2real")?;
+    let text = sim2real::report(&data, &results, &c);
+    if let Some(dir) = &a.out {
+        let files = vec![
+            ("report.txt".to_string(), text.clone().into_bytes()),
+            (
+                "predictions.csv".to_string(),
+                sim2real::predictions_csv(&data, &results).into_bytes(),
+            ),
+        ];
+        crate::output::write_dir("--out", dir, &files, a.force)?;
+    }
+    Ok(crate::output::write_stdout(&text)?)
+}
