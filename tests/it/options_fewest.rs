@@ -100,6 +100,17 @@ fn fewest_reports_none_when_more_does_not_help_and_runs_pay_per_token_as_written
     let p = fewest::search(&f, j, 1, &t);
     assert_eq!((p.knob, p.count, p.runs), (None, None, 1));
     assert_eq!(p.outcome.elapsed, run_option(&f, j, 1).elapsed);
+    // a TTFT target: no unit count gives the hosted model a TTFT; one run
+    let t = Targets {
+        ttft_p95: Some(qsim_sim::time::secs(1.0)),
+        ..Targets::default()
+    };
+    let ptu = fewest::search(&f, i, 1, &t);
+    assert_eq!((ptu.count, ptu.runs), (None, 1));
+    assert!(ptu.none.contains("does not measure TTFT"), "{ptu:?}");
+    // while the replicas' TTFT is measured: 1 replica meets 1 s
+    let k = f.options.iter().position(|o| o.name == "h100-x1").unwrap();
+    assert_eq!(fewest::search(&f, k, 1, &t).count, Some(1));
 }
 
 fn qsim_ok(args: &[&str]) -> String {
