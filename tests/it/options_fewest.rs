@@ -352,6 +352,17 @@ fn bad_targets_and_flags_exit_2_naming_them_with_nothing_written() {
             ],
             "--ttft-p95",
         ),
+        // the work budget stops the search: it decided nothing
+        (
+            vec![
+                "options",
+                "experiments/options-fmapi.toml",
+                "--fewest",
+                "--max-requests",
+                "5000",
+            ],
+            "work budget: exceeded",
+        ),
     ];
     for (args, needle) in cases {
         let out = crate::common::qsim()
