@@ -991,22 +991,31 @@ fn draw_scatter<DB: DrawingBackend>(
             .label(format!("cheapest meeting them: {}", c.label))
             .legend(key(red));
     }
-    // labels: beside each point, on the first of four sides where the
-    // label stays in the plot and clear of the labels placed before it
-    // (the chosen point's first); text width estimated at 7 px a character
+    // labels: beside each point, on the side (of eight, in order) that
+    // overlaps least — first the plot's edge, then the labels placed before
+    // (the chosen point's first) and the other points' marks; text width
+    // estimated at 7 px a character
     let (xr, yr) = chart.plotting_area().get_pixel_range();
-    let mut order: Vec<&&scatter::ScatterPoint> = pts.iter().collect();
-    order.sort_by_key(|p| p.mark != scatter::Mark::Chosen);
+    let marks: Vec<(i32, i32)> = pts.iter().map(|p| chart.backend_coord(&at(p))).collect();
+    let mut order: Vec<usize> = (0..pts.len()).collect();
+    order.sort_by_key(|&i| pts[i].mark != scatter::Mark::Chosen);
     let mut placed: Vec<[i32; 4]> = Vec::new();
     let mut texts = Vec::new();
-    for p in order {
-        let (px, py) = chart.backend_coord(&at(p));
+    let overlap =
+        |b: &[i32; 4], o: &[i32; 4]| b[0] < o[2] && o[0] < b[2] && b[1] < o[3] && o[1] < b[3];
+    for i in order {
+        let p = pts[i];
+        let (px, py) = marks[i];
         let (w, h) = (7 * p.label.chars().count() as i32, 13);
         let sides = [
             (8, -3, HPos::Left, VPos::Bottom),
             (8, 3, HPos::Left, VPos::Top),
             (-8, -3, HPos::Right, VPos::Bottom),
             (-8, 3, HPos::Right, VPos::Top),
+            (8, -12, HPos::Left, VPos::Bottom),
+            (8, 12, HPos::Left, VPos::Top),
+            (-8, -12, HPos::Right, VPos::Bottom),
+            (-8, 12, HPos::Right, VPos::Top),
         ];
         let boxed = |&(dx, dy, hp, vp): &(i32, i32, HPos, VPos)| {
             let x0 = if matches!(hp, HPos::Left) {
@@ -1021,21 +1030,21 @@ fn draw_scatter<DB: DrawingBackend>(
             };
             [x0, y0, x0 + w, y0 + h]
         };
-        let fits =
-            |b: &[i32; 4]| b[0] >= xr.start && b[2] <= xr.end && b[1] >= yr.start && b[3] <= yr.end;
-        let clear = |b: &[i32; 4]| {
-            placed
+        let cost = |b: &[i32; 4]| {
+            let out = !(b[0] >= xr.start && b[2] <= xr.end && b[1] >= yr.start && b[3] <= yr.end);
+            let labels = placed.iter().filter(|o| overlap(b, o)).count();
+            let others = marks
                 .iter()
-                .all(|o| b[2] <= o[0] || o[2] <= b[0] || b[3] <= o[1] || o[3] <= b[1])
+                .enumerate()
+                .filter(|&(j, &(x, y))| j != i && overlap(b, &[x - 6, y - 6, x + 6, y + 6]))
+                .count();
+            (out, labels + others)
         };
+        // the least cost; ties: the first side
         let side = sides
             .iter()
-            .find(|s| {
-                let b = boxed(s);
-                fits(&b) && clear(&b)
-            })
-            .or_else(|| sides.iter().find(|s| fits(&boxed(s))))
-            .unwrap_or(&sides[0]);
+            .min_by_key(|s| cost(&boxed(s)))
+            .expect("eight sides");
         placed.push(boxed(side));
         let (dx, dy, hp, vp) = *side;
         let style = (FAMILY, 12).into_font().color(&BLACK).pos(Pos::new(hp, vp));
