@@ -38,4 +38,8 @@ cp "$TMP/recommend/recommend-pareto.png" "$OUT/recommend-pareto.png"
   --set load_shape.period_s=86400 --max-requests 100000000 --plot "$TMP/daily" > /dev/null
 cp "$TMP/daily/replicas-over-time.png" "$OUT/daily-replicas-over-time.png"
 
+# qsim options: each option's cost vs completion time and E2E p95
+"$QSIM" options experiments/options-fmapi.toml --e2e-p95 5s --plot "$TMP/options" > /dev/null
+cp "$TMP/options/options-cost.png" "$OUT/options-cost.png"
+
 ls -l "$OUT"

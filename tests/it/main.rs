@@ -22,6 +22,7 @@ mod live_end_to_end;
 mod load_cli;
 mod one_interface;
 mod options;
+mod options_fewest;
 mod output_safety;
 mod plan_acceptance;
 mod plan_callers;

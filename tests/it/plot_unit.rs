@@ -47,3 +47,58 @@ mod lib {
         assert_eq!(fmt_num(2e7), "2.0e7");
     }
 }
+
+mod scatter {
+    use qsim_plot::scatter::*;
+
+    fn point(label: &str, x: f64, y: f64, mark: Mark) -> ScatterPoint {
+        ScatterPoint {
+            label: label.into(),
+            x,
+            y,
+            mark,
+        }
+    }
+
+    fn svg(points: Vec<ScatterPoint>) -> String {
+        qsim_plot::scatter_figure(vec![Scatter {
+            title: "t".into(),
+            x_label: "x (s)".into(),
+            y_label: "cost ($)".into(),
+            points,
+            vline: Some(VLine {
+                label: "target".into(),
+                x: 2.0,
+            }),
+        }])
+        .svg()
+        .unwrap()
+    }
+
+    #[test]
+    fn marks_labels_and_log_axes_only_past_a_20x_span() {
+        let s = svg(vec![
+            point("a", 1.0, 1.0, Mark::Meets),
+            point("b", 3.0, 2.0, Mark::Misses),
+            point("c", 1.5, 0.5, Mark::Chosen),
+            // not drawn, no panic
+            point("nan", f64::NAN, 1.0, Mark::Meets),
+        ]);
+        let blue = qsim_plot::PALETTE[0];
+        assert_eq!(qsim_plot::check::svg_circles(&s, blue), 2);
+        assert_eq!(qsim_plot::check::svg_circles(&s, qsim_plot::DOMINATED), 1);
+        // a text element's content is a line of its own
+        let text = |s: &str, t: &str| s.lines().any(|l| l.trim() == t);
+        assert!(text(&s, "a") && text(&s, "b") && text(&s, "c"));
+        assert!(!text(&s, "nan"));
+        assert!(s.contains("cheapest meeting them: c"));
+        assert!(!s.contains("log scale"), "spans of 3x and 4x: linear");
+        let wide = svg(vec![
+            point("a", 1.0, 0.01, Mark::Meets),
+            point("b", 100.0, 0.02, Mark::Meets),
+        ]);
+        assert!(wide.contains("x (s) (log scale)"), "100x in x");
+        assert!(!wide.contains("cost ($) (log scale)"), "2x in y");
+        assert!(!wide.contains("cheapest meeting them"), "none chosen");
+    }
+}

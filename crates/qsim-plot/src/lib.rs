@@ -2,7 +2,8 @@
 //! the simulator): line charts with 90 % interval bands, latency CDFs,
 //! heatmaps over two swept parameters, the server's queue and E2E over time,
 //! the plan's admitted rate per minute against floors and capacity, a
-//! Pareto scatter, and a forest plot of prediction against observation.
+//! Pareto scatter, a forest plot of prediction against observation, and a
+//! labelled scatter against a target ([`scatter`]).
 //! Every figure is written as PNG (plotters' bitmap backend) or SVG (its SVG
 //! backend; also as a string for inline HTML).
 //!
@@ -13,6 +14,7 @@
 
 pub mod check;
 pub mod html;
+pub mod scatter;
 
 use plotters::chart::MeshStyle;
 use plotters::coord::types::RangedCoordf64;
@@ -185,6 +187,8 @@ pub enum Panel {
     Heatmap(Heatmap),
     Pareto(Pareto),
     Forest(Forest),
+    /// Labelled points against a target ([`scatter`]).
+    Scatter(scatter::Scatter),
 }
 
 /// One row of a [`Forest`]: a prediction's 90 % interval and median and an
@@ -299,6 +303,7 @@ impl Figure {
                 Panel::Heatmap(h) => draw_heatmap(area, h)?,
                 Panel::Pareto(s) => draw_pareto(area, s)?,
                 Panel::Forest(f) => draw_forest(area, f)?,
+                Panel::Scatter(s) => draw_scatter(area, s)?,
             }
         }
         Ok(())
@@ -867,6 +872,188 @@ fn draw_pareto<DB: DrawingBackend>(
     legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
+// ---- the labelled scatter against a target (data in `scatter`) ----
+
+/// Is an axis over `values` logarithmic: all > 0, spanning more than 20×.
+fn log_axis(values: &[f64]) -> bool {
+    let (lo, hi) = extent(values.iter().copied().filter(|v| v.is_finite()));
+    lo.is_finite() && lo > 0.0 && hi / lo > 20.0
+}
+
+fn draw_scatter<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    s: &scatter::Scatter,
+) -> Result<(), PlotError> {
+    let pts: Vec<&scatter::ScatterPoint> = s
+        .points
+        .iter()
+        .filter(|p| p.x.is_finite() && p.y.is_finite())
+        .collect();
+    let mut xs: Vec<f64> = pts.iter().map(|p| p.x).collect();
+    if let Some(v) = s.vline.as_ref().filter(|v| v.x.is_finite()) {
+        xs.push(v.x);
+    }
+    let ys: Vec<f64> = pts.iter().map(|p| p.y).collect();
+    let (lx, ly) = (log_axis(&xs), log_axis(&ys));
+    let tx = move |x: f64| if lx { x.log10() } else { x };
+    let ty = move |y: f64| if ly { y.log10() } else { y };
+    let (x0, x1) = extent(xs.iter().map(|&x| tx(x)));
+    let (y0, y1) = extent(ys.iter().map(|&y| ty(y)));
+    let (x0, x1) = pad(x0, x1, !lx);
+    // room above the highest point for its label
+    let (y0, y1) = pad(y0, y1, !ly);
+    let y1 = y1 + (y1 - y0) * 0.05;
+    let mut chart = frame(area, &s.title, 18, 72, x0..x1, y0..y1)?;
+    let xf = |v: &f64| {
+        if lx {
+            fmt_sig(10f64.powf(*v))
+        } else {
+            fmt_num(*v)
+        }
+    };
+    let yf = |v: &f64| {
+        if ly {
+            fmt_sig(10f64.powf(*v))
+        } else {
+            fmt_num(*v)
+        }
+    };
+    let x_label = format!("{}{}", s.x_label, if lx { " (log scale)" } else { "" });
+    let y_label = format!("{}{}", s.y_label, if ly { " (log scale)" } else { "" });
+    axes(&mut chart, &x_label, Some(&y_label), [&xf, &yf], CHART)
+        .draw()
+        .map_err(err)?;
+    if let Some(v) = s.vline.as_ref().filter(|v| v.x.is_finite()) {
+        let x = tx(v.x);
+        let ink = rgb(REFERENCE);
+        // dashes as one path per dash
+        let span = y1 - y0;
+        let on = span / 50.0;
+        let mut y = y0;
+        let mut dashes = Vec::new();
+        while y < y1 {
+            dashes.push(vec![(x, y), (x, (y + on).min(y1))]);
+            y += on * 1.5;
+        }
+        let style = ink.stroke_width(2);
+        chart
+            .draw_series(dashes.into_iter().map(move |d| PathElement::new(d, style)))
+            .map_err(err)?;
+        let at = (x, y1 - span * 0.01);
+        // beside the line, on the side with more room
+        let (text, side) = if x > (x0 + x1) / 2.0 {
+            (format!("{} ", v.label), HPos::Right)
+        } else {
+            (format!(" {}", v.label), HPos::Left)
+        };
+        chart
+            .draw_series([anchored(text, at, 12, ink, (side, VPos::Top))])
+            .map_err(err)?;
+    }
+    let grey = rgb(DOMINATED);
+    let blue = color(0);
+    let red = rgb(scatter::CHOSEN);
+    let at = |p: &scatter::ScatterPoint| (tx(p.x), ty(p.y));
+    let count = |m: &[scatter::Mark]| pts.iter().filter(|p| m.contains(&p.mark)).count();
+    let misses: Vec<_> = pts
+        .iter()
+        .filter(|p| p.mark == scatter::Mark::Misses)
+        .collect();
+    chart
+        .draw_series(misses.iter().map(|p| Circle::new(at(p), 5, grey.filled())))
+        .map_err(err)?
+        .label(format!("misses a target ({})", misses.len()))
+        .legend(key(grey));
+    let meets: Vec<_> = pts
+        .iter()
+        .filter(|p| p.mark != scatter::Mark::Misses)
+        .collect();
+    chart
+        .draw_series(meets.iter().map(|p| Circle::new(at(p), 5, blue.filled())))
+        .map_err(err)?
+        .label(format!(
+            "meets the targets ({})",
+            count(&[scatter::Mark::Meets, scatter::Mark::Chosen])
+        ))
+        .legend(key(blue));
+    let chosen: Vec<_> = pts
+        .iter()
+        .filter(|p| p.mark == scatter::Mark::Chosen)
+        .collect();
+    if let Some(c) = chosen.first() {
+        chart
+            .draw_series(
+                chosen
+                    .iter()
+                    .map(|p| Circle::new(at(p), 10, red.stroke_width(3))),
+            )
+            .map_err(err)?
+            .label(format!("cheapest meeting them: {}", c.label))
+            .legend(key(red));
+    }
+    // labels: beside each point, on the side (of eight, in order) that
+    // overlaps least — first the plot's edge, then the labels placed before
+    // (the chosen point's first) and the other points' marks; text width
+    // estimated at 7 px a character
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let marks: Vec<(i32, i32)> = pts.iter().map(|p| chart.backend_coord(&at(p))).collect();
+    let mut order: Vec<usize> = (0..pts.len()).collect();
+    order.sort_by_key(|&i| pts[i].mark != scatter::Mark::Chosen);
+    let mut placed: Vec<[i32; 4]> = Vec::new();
+    let mut texts = Vec::new();
+    let overlap =
+        |b: &[i32; 4], o: &[i32; 4]| b[0] < o[2] && o[0] < b[2] && b[1] < o[3] && o[1] < b[3];
+    for i in order {
+        let p = pts[i];
+        let (px, py) = marks[i];
+        let (w, h) = (7 * p.label.chars().count() as i32, 13);
+        let sides = [
+            (8, -3, HPos::Left, VPos::Bottom),
+            (8, 3, HPos::Left, VPos::Top),
+            (-8, -3, HPos::Right, VPos::Bottom),
+            (-8, 3, HPos::Right, VPos::Top),
+            (8, -12, HPos::Left, VPos::Bottom),
+            (8, 12, HPos::Left, VPos::Top),
+            (-8, -12, HPos::Right, VPos::Bottom),
+            (-8, 12, HPos::Right, VPos::Top),
+        ];
+        let boxed = |&(dx, dy, hp, vp): &(i32, i32, HPos, VPos)| {
+            let x0 = if matches!(hp, HPos::Left) {
+                px + dx
+            } else {
+                px + dx - w
+            };
+            let y0 = if matches!(vp, VPos::Top) {
+                py + dy
+            } else {
+                py + dy - h
+            };
+            [x0, y0, x0 + w, y0 + h]
+        };
+        let cost = |b: &[i32; 4]| {
+            let out = !(b[0] >= xr.start && b[2] <= xr.end && b[1] >= yr.start && b[3] <= yr.end);
+            let labels = placed.iter().filter(|o| overlap(b, o)).count();
+            let others = marks
+                .iter()
+                .enumerate()
+                .filter(|&(j, &(x, y))| j != i && overlap(b, &[x - 6, y - 6, x + 6, y + 6]))
+                .count();
+            (out, labels + others)
+        };
+        // the least cost; ties: the first side
+        let side = sides
+            .iter()
+            .min_by_key(|s| cost(&boxed(s)))
+            .expect("eight sides");
+        placed.push(boxed(side));
+        let (dx, dy, hp, vp) = *side;
+        let style = (FAMILY, 12).into_font().color(&BLACK).pos(Pos::new(hp, vp));
+        texts.push(EmptyElement::at(at(p)) + Text::new(p.label.clone(), (dx, dy), style));
+    }
+    chart.draw_series(texts).map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
+
 // ---- the figures qsim draws, from plain data ----
 
 /// Metric against a swept parameter: one line per series, with its 90 %
@@ -1069,4 +1256,14 @@ pub fn forest(f: Forest) -> Figure {
         cols: 1,
         panels: vec![Panel::Forest(f)],
     }
+}
+
+/// Scatters side by side (two columns), each panel 760 × 560.
+pub fn scatter_figure(panels: Vec<scatter::Scatter>) -> Figure {
+    Figure::grid(
+        panels.into_iter().map(Panel::Scatter).collect(),
+        2,
+        760,
+        560,
+    )
 }

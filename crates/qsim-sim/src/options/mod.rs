@@ -38,6 +38,7 @@
 //! GPUs standing in for the hosted one).
 
 pub mod batch;
+pub mod fewest;
 pub mod render;
 
 use crate::config::{
@@ -61,6 +62,9 @@ struct RawOptions {
     title: Option<String>,
     batch: String,
     within_s: Option<f64>,
+    /// p95 targets (seconds) an option must also meet.
+    e2e_p95_s: Option<f64>,
+    ttft_p95_s: Option<f64>,
     option: Vec<RawOption>,
 }
 
@@ -109,7 +113,78 @@ pub struct OptionsFile {
     pub batch_file: String,
     pub batch: batch::Batch,
     pub within: Option<Nanos>,
+    /// The file's p95 targets (`e2e_p95_s`, `ttft_p95_s`).
+    pub e2e_p95: Option<Nanos>,
+    pub ttft_p95: Option<Nanos>,
     pub options: Vec<DeployOption>,
+}
+
+/// What an option must do to count: finish within `within` (if set) with
+/// no failed row, and keep its p95s at or under the targets that are set.
+/// A TTFT target is missed by the hosted options, which do not measure TTFT.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Targets {
+    pub within: Option<Nanos>,
+    pub e2e_p95: Option<Nanos>,
+    pub ttft_p95: Option<Nanos>,
+}
+
+impl Targets {
+    /// Is any target set?
+    pub fn any(&self) -> bool {
+        self.within.is_some() || self.e2e_p95.is_some() || self.ttft_p95.is_some()
+    }
+
+    /// Why `o` misses the targets (None: it meets them). Times compare in
+    /// whole nanoseconds; a p95 in seconds is rounded to them first.
+    pub fn missed(&self, o: &Outcome) -> Option<String> {
+        if o.failed > 0 {
+            return Some(format!("{} failed", o.failed));
+        }
+        if let Some(w) = self.within.filter(|&w| o.elapsed > w) {
+            return Some(format!(
+                "done {:.1} s > {:.0} s",
+                crate::time::to_secs(o.elapsed),
+                crate::time::to_secs(w)
+            ));
+        }
+        if let Some(t) = self.e2e_p95.filter(|&t| secs(o.e2e_p95_s) > t) {
+            return Some(format!(
+                "E2E p95 {:.2} s > {} s",
+                o.e2e_p95_s,
+                crate::time::to_secs(t)
+            ));
+        }
+        if let Some(t) = self.ttft_p95 {
+            match o.ttft_p95_s {
+                None => return Some("TTFT not measured".into()),
+                Some(v) if secs(v) > t => {
+                    return Some(format!("TTFT p95 {v:.2} s > {} s", crate::time::to_secs(t)))
+                }
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
+    /// The targets in words: "finishing within 300 s with no failed row,
+    /// E2E p95 ≤ 5 s".
+    pub fn describe(&self) -> String {
+        let mut s = match self.within {
+            Some(w) => format!(
+                "finishing within {:.0} s with no failed row",
+                crate::time::to_secs(w)
+            ),
+            None => "with no failed row".to_string(),
+        };
+        if let Some(t) = self.e2e_p95 {
+            s.push_str(&format!(", E2E p95 ≤ {} s", crate::time::to_secs(t)));
+        }
+        if let Some(t) = self.ttft_p95 {
+            s.push_str(&format!(", TTFT p95 ≤ {} s", crate::time::to_secs(t)));
+        }
+        s
+    }
 }
 
 /// What one option measured.
@@ -161,6 +236,17 @@ pub fn load(path: &Path, sets: &[String], rows: Option<u64>) -> Result<OptionsFi
         Some(w) => Some(secs(w)),
         None => None,
     };
+    let p95_target = |name: &str, v: Option<f64>| match v {
+        Some(x) if !(x.is_finite() && x > 0.0 && x <= 1e7) => Err(ConfigError::new(
+            f,
+            name,
+            format!("must be in (0, 1e7] seconds, got {x}"),
+        )),
+        Some(x) => Ok(Some(secs(x))),
+        None => Ok(None),
+    };
+    let e2e_p95 = p95_target("e2e_p95_s", raw.e2e_p95_s)?;
+    let ttft_p95 = p95_target("ttft_p95_s", raw.ttft_p95_s)?;
     let batch_value = |endpoint: Option<&PathBuf>, prov: Option<&toml::Value>| {
         let mut bv = read_toml(&bpath)?;
         let t = bv.as_table_mut().expect("a TOML document is a table");
@@ -337,6 +423,8 @@ pub fn load(path: &Path, sets: &[String], rows: Option<u64>) -> Result<OptionsFi
         batch_file: raw.batch,
         batch,
         within,
+        e2e_p95,
+        ttft_p95,
         options,
     })
 }
@@ -351,7 +439,14 @@ fn p95(h: &DurationHist) -> f64 {
 
 /// Run option `i` with `seed`.
 pub fn run_option(file: &OptionsFile, i: usize, seed: u64) -> Outcome {
-    let o = &file.options[i];
+    run_as(file, &file.options[i], i, seed)
+}
+
+/// Run `o` (option `i` of `file`, or a variant of it: [`fewest`]) with
+/// `seed`; `i` separates the replicas' random streams, as in
+/// [`run_option`], so a variant runs exactly as the file changed with
+/// `--set` would.
+pub fn run_as(file: &OptionsFile, o: &DeployOption, i: usize, seed: u64) -> Outcome {
     match &o.kind {
         Kind::Hosted(suite) => {
             let r: HostedResult = run_suite(suite, seed).pop().expect("one experiment");
@@ -418,9 +513,21 @@ pub fn run(file: &OptionsFile, seed: u64) -> Vec<Outcome> {
 /// The cheapest option that finished within `within` with no failed row
 /// (ties: the first in the file); options without a cost are left out.
 pub fn cheapest(outcomes: &[Outcome], within: Nanos) -> Option<&Outcome> {
+    cheapest_meeting(
+        outcomes,
+        &Targets {
+            within: Some(within),
+            ..Targets::default()
+        },
+    )
+}
+
+/// The cheapest option that meets `targets` (ties: the first in the
+/// file); options without a cost are left out.
+pub fn cheapest_meeting<'a>(outcomes: &'a [Outcome], targets: &Targets) -> Option<&'a Outcome> {
     outcomes
         .iter()
-        .filter(|o| o.failed == 0 && o.elapsed <= within)
+        .filter(|o| targets.missed(o).is_none())
         .filter(|o| o.cost_usd.is_some())
         .fold(None, |best: Option<&Outcome>, o| match best {
             Some(b) if b.cost_usd <= o.cost_usd => Some(b),
