@@ -10,4 +10,5 @@ pub mod recommend;
 pub mod replay;
 pub mod serve;
 pub mod trace;
+pub mod trace_parquet;
 pub mod whatif;
