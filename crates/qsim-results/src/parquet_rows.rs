@@ -77,7 +77,7 @@ impl ParquetRows {
             })?;
             let columns: Vec<String> = wanted
                 .iter()
-                .filter(|w| schema.get(**w).is_some())
+                .filter(|w| schema.get(w).is_some())
                 .map(|w| w.to_string())
                 .collect();
             Ok((columns, total))

@@ -191,7 +191,7 @@ impl IterationModel {
 /// (negative, huge, NaN) takes `round` itself.
 #[inline]
 fn round_ns(x: f64) -> Nanos {
-    if x >= 0.0 && x < 4_503_599_627_370_496.0 {
+    if (0.0..4_503_599_627_370_496.0).contains(&x) {
         let r = x as u64;
         r + (x - r as f64 >= 0.5) as u64
     } else {
