@@ -12,6 +12,7 @@
 #    checked before the run) plus the replay through the server model
 #    (requests per CPU-second over both passes).
 # Peak RSS of each. The trace is generated here and never committed.
+# Figures (old and new): docs/guide/traces.md, "Performance".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/qsim-target}"

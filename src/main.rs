@@ -1,6 +1,8 @@
 use clap::Parser;
 
 fn main() {
+    // Parquet traces are read through qsim-results (polars)
+    qsim::commands::trace_parquet::register();
     let cli = match qsim::cli::Cli::try_parse() {
         Ok(c) => c,
         // --help and --version print as clap prints them (exit 0)

@@ -11,4 +11,5 @@ pub mod replay;
 pub mod serve;
 pub mod sim2real;
 pub mod trace;
+pub mod trace_parquet;
 pub mod whatif;

@@ -58,6 +58,7 @@ mod server_queueing;
 mod server_swarm;
 mod sweep_scale;
 mod trace_cli;
+mod trace_parquet;
 mod whatif_live;
 mod whatif_restart;
 mod whatif_wait;

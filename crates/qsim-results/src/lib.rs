@@ -19,6 +19,7 @@
 pub mod error;
 pub mod manifest;
 pub mod merge;
+pub mod parquet_rows;
 pub mod read;
 pub mod results;
 pub mod table;

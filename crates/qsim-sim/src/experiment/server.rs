@@ -522,6 +522,9 @@ impl Timed for Cluster {
     fn handle_timeout(&mut self, now: Nanos) {
         Cluster::handle_timeout(self, now)
     }
+    fn handle_through(&mut self, next: Nanos, limit: Nanos) -> Nanos {
+        Cluster::handle_through(self, next, limit)
+    }
 }
 
 const MINUTE: Nanos = 60_000_000_000;
@@ -655,6 +658,10 @@ pub fn run_scenario_observed(
     let (mut prev_t, mut prev_busy): (Nanos, u128) = (0, 0);
     // the run-time work budget: a request sent or an engine iteration is one
     // (plus the replica scan of every step)
+    // open loads (a process or a trace): completions feed nothing back, so
+    // the cluster's deadlines between two events run in one step (the same
+    // run; fewer, larger steps)
+    let fuse = closed.is_none();
     let mut tally = Tally::new();
     let scan = step_units(cluster.replica_count());
     let mut steps = 0u64;
@@ -670,7 +677,15 @@ pub fn run_scenario_observed(
         }
         steps += 1;
         let draining = s.drain && cluster.outstanding() > 0;
-        let Some((now, ev)) = q.step_while(&mut cluster, |t| t <= end || draining) else {
+        let go = |t| t <= end || draining;
+        let step = if fuse {
+            // every deadline of the cluster up to the next event at once;
+            // without draining no deadline after `end` runs
+            q.step_through(&mut cluster, go, if s.drain { NEVER } else { end })
+        } else {
+            q.step_while(&mut cluster, go)
+        };
+        let Some((now, ev)) = step else {
             break;
         };
         if let Some(ev) = ev {

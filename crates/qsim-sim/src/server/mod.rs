@@ -480,6 +480,52 @@ impl Cluster {
         self.scale(now);
     }
 
+    /// Every deadline from `next` (the earliest, see
+    /// [`poll_timeout`](Self::poll_timeout)) up to `limit`, exactly as
+    /// [`handle_timeout`](Self::handle_timeout) at each in time order would
+    /// run them: between two arrivals the replicas do not interact, so each
+    /// runs its own iterations up to `limit` in one go (no round trip per
+    /// iteration through the driver), and the completions of the replicas
+    /// are put back in the order the step-by-step run gives (by finishing
+    /// time, then replica). Returns the time of the last deadline run. An
+    /// autoscaled cluster (its ticks look at every replica) runs `next` only.
+    pub fn handle_through(&mut self, next: Nanos, limit: Nanos) -> Nanos {
+        if self.scaling.is_some() {
+            self.handle_timeout(next);
+            return next;
+        }
+        // a replica's `advance` takes a time before NEVER
+        let limit = limit.min(NEVER - 1);
+        let mark = self.done.len();
+        let mut last = next;
+        let mut from = u32::MAX;
+        let mut mixed = false;
+        for (r, m) in self
+            .replicas
+            .iter_mut()
+            .zip(self.metrics.replicas.iter_mut())
+        {
+            if r.deadline() <= limit {
+                let (before, out, done) = (m.iterations, r.outstanding(), self.done.len());
+                last = last.max(r.advance(limit, &mut self.done, m));
+                self.iterations += m.iterations - before;
+                self.outstanding = self.outstanding + r.outstanding() - out;
+                if self.done.len() > done {
+                    mixed |= from != u32::MAX;
+                    from = r.idx;
+                }
+            }
+        }
+        if mixed {
+            // each replica's completions are in order of finishing: a
+            // stable sort by (finished, replica) interleaves them as the
+            // step-by-step run does
+            self.done.make_contiguous()[mark..].sort_by_key(|c| (c.finished, c.replica));
+        }
+        self.now = self.now.max(last);
+        last
+    }
+
     /// Engine iterations finished so far, over every replica.
     pub fn iterations(&self) -> u64 {
         self.iterations

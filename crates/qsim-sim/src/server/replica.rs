@@ -282,24 +282,106 @@ impl Replica {
         m.waiting.set(now, self.waiting_len() as u64);
     }
 
-    /// Process everything up to and including `now`.
-    pub fn advance(&mut self, now: Nanos, out: &mut VecDeque<Completion>, m: &mut ReplicaMetrics) {
+    /// Process everything up to and including `now`; returns the time of
+    /// the last thing processed (0 if nothing was due).
+    pub fn advance(
+        &mut self,
+        now: Nanos,
+        out: &mut VecDeque<Completion>,
+        m: &mut ReplicaMetrics,
+    ) -> Nanos {
+        let mut last = 0;
         loop {
             let ing = self.ingress.front().map_or(NEVER, |x| x.0);
             let end = self.iter_end;
             if end <= now && end <= ing {
+                if end < ing {
+                    if let Some(need) = self.decode_only() {
+                        self.decode_step(end, need, m);
+                        last = end;
+                        continue;
+                    }
+                }
                 self.finish_iteration(end, out, m);
                 self.drain_ingress(end);
                 self.start_iteration(end, m, true);
+                last = end;
             } else if ing <= now {
                 self.drain_ingress(ing);
                 if self.iter_end == NEVER {
                     self.start_iteration(ing, m, false);
                 }
+                last = ing;
             } else {
                 break;
             }
         }
+        last
+    }
+
+    /// When the iteration in flight and the next are decode steps of the
+    /// lazy batch alone (no eager sequence, none finishing in the one in
+    /// flight, nothing waiting, and room for every lazy sequence's token in
+    /// the next: budget and KV blocks), the KV blocks the next one takes.
+    /// Then `finish_iteration`, `drain_ingress` (nothing due: checked by the
+    /// caller) and `start_iteration` do exactly what [`decode_step`] does.
+    #[inline]
+    fn decode_only(&self) -> Option<u32> {
+        if self.lazy_n == 0 || !self.eager.is_empty() || !self.waiting.is_empty() {
+            return None;
+        }
+        if self
+            .done_at
+            .peek()
+            .is_some_and(|Reverse((last, _, _))| *last <= self.cur_iter)
+        {
+            return None;
+        }
+        let bs = self.profile.block_size as u64;
+        let j = self.next_iter;
+        // j mod bs without a division for the usual power-of-two block
+        let r = if bs.is_power_of_two() {
+            j & (bs - 1)
+        } else {
+            j % bs
+        };
+        let need = self.lazy_mod[((bs - r) % bs) as usize];
+        (self.lazy_n <= self.profile.max_batched_tokens as u64 && need <= self.free_blocks as u64)
+            .then_some(need as u32)
+    }
+
+    /// The end of a decode-only iteration at `t` and the start of the next
+    /// (see [`decode_only`]): the same updates, in the same arithmetic, as
+    /// `finish_iteration(t)` then `start_iteration(t, m, true)` make for a
+    /// batch of lazy sequences alone, without their general cases.
+    #[inline]
+    fn decode_step(&mut self, t: Nanos, need: u32, m: &mut ReplicaMetrics) {
+        // finish_iteration: every lazy sequence produced a token right after
+        // its previous one; none is done
+        let start = self.iter_start;
+        let n = self.lazy_n;
+        m.iterations += 1;
+        m.gpu_busy_ns += self.iter_gpu as u128;
+        m.engine_busy_ns += (t - start) as u128;
+        m.output_tokens += n;
+        m.itl.record_n(t - start, n);
+        self.last_end = t;
+        // start_iteration: one token for each lazy sequence after
+        // computed = base + j
+        let j = self.next_iter;
+        let ctx = (self.lazy_base + (n * (j + 1)) as i64) as u64;
+        self.free_blocks -= need;
+        m.running.set(t, self.running.len() as u64);
+        m.waiting.set(t, self.ingress.len() as u64);
+        m.kv_blocks
+            .set(t, (self.profile.total_blocks - self.free_blocks) as u64);
+        self.cur_iter = j;
+        self.next_iter = j + 1;
+        let it = &self.profile.iteration;
+        let (dur, gpu) = it.duration(0, n, ctx, ctx, n, it.async_scheduling);
+        self.iter_start = t;
+        self.iter_end = t + dur;
+        self.iter_gpu = gpu;
     }
 
     fn drain_ingress(&mut self, t: Nanos) {

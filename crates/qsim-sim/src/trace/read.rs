@@ -14,7 +14,7 @@
 use crate::config::ConfigError;
 use serde::Deserialize;
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Seek};
 use std::path::Path;
 
 /// The longest line read: a longer one is an error, never buffered.
@@ -133,9 +133,46 @@ pub struct Row {
     pub line: u64,
 }
 
-/// Lines of at most [`MAX_LINE`] bytes, without their `\n` or `\r\n`.
+/// The rows of a Parquet file, each as one JSON object line (see
+/// [`set_parquet_rows`]).
+pub type ParquetRows = Box<dyn Iterator<Item = Result<Vec<u8>, String>> + Send>;
+
+/// Opens a Parquet file (a regular file, opened) as its rows, reading the
+/// named columns: the binary registers one (polars, in qsim-results); this
+/// crate has no Parquet reader of its own.
+pub type ParquetOpener = fn(std::fs::File, &[&str]) -> Result<ParquetRows, String>;
+
+static PARQUET: std::sync::OnceLock<ParquetOpener> = std::sync::OnceLock::new();
+
+/// Register the Parquet reader (once per process; later calls are ignored).
+pub fn set_parquet_rows(open: ParquetOpener) {
+    let _ = PARQUET.set(open);
+}
+
+/// The fields of `qsim proxy`'s decision log the trace reads.
+const PROXY_FIELDS: [&str; 10] = [
+    "consumer",
+    "run_unix_ms",
+    "arrival_ns",
+    "input_tokens",
+    "usage_input",
+    "usage_output",
+    "settled_output",
+    "max_tokens",
+    "decision",
+    "retry_count",
+];
+
+/// Where lines come from: the file's text, or a Parquet file's rows.
+enum Src {
+    Text(BufReader<std::fs::File>),
+    Parquet(ParquetRows),
+}
+
+/// Lines of at most [`MAX_LINE`] bytes, without their `\n` or `\r\n`
+/// (a Parquet file's rows: one line per row).
 struct Lines {
-    r: BufReader<std::fs::File>,
+    r: Src,
     buf: Vec<u8>,
     no: u64,
 }
@@ -144,9 +181,23 @@ impl Lines {
     /// The next line into `self.buf`; false at the end of the file.
     fn next(&mut self) -> Result<bool, String> {
         self.buf.clear();
+        let r = match &mut self.r {
+            Src::Text(r) => r,
+            Src::Parquet(rows) => {
+                return match rows.next() {
+                    None => Ok(false),
+                    Some(Ok(line)) => {
+                        self.buf = line;
+                        self.no += 1;
+                        Ok(true)
+                    }
+                    Some(Err(e)) => Err(e),
+                };
+            }
+        };
         // at most MAX_LINE bytes and the newline: a longer line stops
         // there (memory stays bounded) and is refused
-        let n = (&mut self.r)
+        let n = r
             .take(MAX_LINE as u64 + 1)
             .read_until(b'\n', &mut self.buf)
             .map_err(|e| format!("line {}: cannot read: {e}", self.no + 1))?;
@@ -207,6 +258,8 @@ pub struct Reader {
     /// Consumer names in order of first appearance.
     pub consumers: Vec<String>,
     index: BTreeMap<String, u32>,
+    /// What errors number: `line` (text), `row` (Parquet).
+    unit: &'static str,
 }
 
 /// Split a CSV line into fields (byte ranges, quotes removed from a quoted
@@ -535,12 +588,39 @@ impl Reader {
     ) -> Result<Reader, ConfigError> {
         let file = path.display().to_string();
         let f = crate::input::open_stream(path).map_err(|r| ConfigError::new(&file, "", r))?;
+        let e = |r: String| ConfigError::new(&file, "", r);
+        let mut text = BufReader::with_capacity(256 << 10, f);
+        // a Parquet file starts with its magic bytes
+        let parquet = text
+            .fill_buf()
+            .map_err(|x| e(format!("cannot read: {x}")))?
+            .starts_with(b"PAR1");
+        let r = if parquet {
+            if format.is_some_and(|f| *f != Format::Proxy) {
+                return Err(e(format!(
+                    "a Parquet file: qsim reads only its proxy's decision log from Parquet, not the {} format",
+                    format.map_or("", Format::name)
+                )));
+            }
+            let open = PARQUET.get().ok_or_else(|| {
+                e(
+                    "a Parquet file: this program has no Parquet reader (the qsim binary reads it)"
+                        .into(),
+                )
+            })?;
+            let mut f = text.into_inner();
+            f.seek(std::io::SeekFrom::Start(0))
+                .map_err(|x| e(format!("cannot read: {x}")))?;
+            Src::Parquet(open(f, &PROXY_FIELDS).map_err(e)?)
+        } else {
+            Src::Text(text)
+        };
+        let unit = if parquet { "row" } else { "line" };
         let mut lines = Lines {
-            r: BufReader::with_capacity(256 << 10, f),
+            r,
             buf: Vec::new(),
             no: 0,
         };
-        let e = |r: String| ConfigError::new(&file, "", r);
         if !lines.next().map_err(e)? {
             return Err(ConfigError::new(
                 &file,
@@ -550,6 +630,11 @@ impl Reader {
         }
         let first = lines.buf.clone();
         let json = trim(&first).starts_with(b"{");
+        if parquet && !String::from_utf8_lossy(&first).contains("\"arrival_ns\"") {
+            return Err(e(
+                "a Parquet file without an arrival_ns column: not a qsim proxy decision log".into(),
+            ));
+        }
         let detected = if json {
             let s = String::from_utf8_lossy(&first);
             if s.contains("\"arrival_ns\"") {
@@ -600,6 +685,7 @@ impl Reader {
             skipped: 0,
             consumers: Vec::new(),
             index: BTreeMap::new(),
+            unit,
         };
         match format.columns() {
             Some(cols) => {
@@ -683,7 +769,7 @@ impl Reader {
     }
 
     fn line_err(&self, line: u64, reason: String) -> ConfigError {
-        ConfigError::new(&self.file, "", format!("line {line}: {reason}"))
+        ConfigError::new(&self.file, "", format!("{} {line}: {reason}", self.unit))
     }
 
     fn consumer_id(&mut self, name: &[u8], line: u64, col: &str) -> Result<u32, ConfigError> {
