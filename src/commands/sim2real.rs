@@ -21,6 +21,9 @@ pub struct Sim2realArgs {
     /// Also run the training experiments and report their errors.
     #[arg(long)]
     pub training: bool,
+    /// Only the median tables (no line per experiment).
+    #[arg(long)]
+    pub brief: bool,
     /// Re-fit the global coefficients on the training experiments (at most
     /// this many evaluations of the loss) and print the coefficients file
     /// instead of the report.
@@ -54,15 +57,17 @@ pub fn run_cli(a: &Sim2realArgs) -> Result<(), CliError> {
     if let Some(evals) = a.fit {
         let fit = pool.install(|| sim2real::fit::fit(&data, a.seed, evals as usize))?;
         let train = data.experiments.iter().filter(|e| e.set != "test").count();
-        return Ok(crate::output::write_stdout(&sim2real::fit::coefficients_toml(
-            &fit, train,
-        ))?);
+        return Ok(crate::output::write_stdout(
+            &sim2real::fit::coefficients_toml(&fit, train),
+        )?);
     }
     let c = data::shipped_coefficients()?;
     let exps: Vec<data::Experiment> = data
         .experiments
         .iter()
-        .filter(|e| (e.set == "test" || a.training) && (a.only.is_empty() || a.only.contains(&e.id)))
+        .filter(|e| {
+            (e.set == "test" || a.training) && (a.only.is_empty() || a.only.contains(&e.id))
+        })
         .cloned()
         .collect();
     if let Some(dir) = &a.emit_profiles {
@@ -85,7 +90,7 @@ pub fn run_cli(a: &Sim2realArgs) -> Result<(), CliError> {
     }
     let results = pool.install(|| sim2real::run_all(&data, &exps, &c, a.seed))?;
     qsim_sim::work::check("qsim sim2real")?;
-    let text = sim2real::report(&data, &results, &c);
+    let text = sim2real::report(&data, &results, &c, a.brief);
     if let Some(dir) = &a.out {
         let files = vec![
             ("report.txt".to_string(), text.clone().into_bytes()),

@@ -56,6 +56,7 @@ mod server_fidelity;
 mod server_nim;
 mod server_queueing;
 mod server_swarm;
+mod sim2real;
 mod sweep_scale;
 mod trace_cli;
 mod trace_parquet;

@@ -13,8 +13,7 @@ pub const MODELS: &str = include_str!("../../../../experiments/sim2real/models.t
 pub const GPUS: &str = include_str!("../../../../experiments/sim2real/gpus.toml");
 pub const ACTUALS: &str = include_str!("../../../../experiments/sim2real/actuals.csv");
 pub const PUBLISHED: &str = include_str!("../../../../experiments/sim2real/published.csv");
-pub const COEFFICIENTS: &str =
-    include_str!("../../../../experiments/sim2real/coefficients.toml");
+pub const COEFFICIENTS: &str = include_str!("../../../../experiments/sim2real/coefficients.toml");
 pub const COEFFICIENTS_PATH: &str = "experiments/sim2real/coefficients.toml";
 
 /// One stage of the load tool's constant-rate load.
@@ -129,8 +128,11 @@ pub struct Data {
     pub gpus: BTreeMap<String, Gpu>,
     /// (set, exp_id, stage (-1: the whole run), metric) → measured ms.
     pub actuals: BTreeMap<(String, u64, i64, String), f64>,
-    /// (simulator, exp_id, stage, metric) → predicted ms (test set).
-    pub published: BTreeMap<(String, u64, i64, String), f64>,
+    /// (simulator, exp_id, stage, metric) → (predicted ms, its absolute %
+    /// error as the study recorded it) on the test set. The study scored
+    /// LLMServingSim against an older version of the measurements, so its
+    /// errors are its own records', not recomputed from `actuals`.
+    pub published: BTreeMap<(String, u64, i64, String), (f64, f64)>,
 }
 
 fn csv_rows(name: &str, text: &str) -> Result<Vec<BTreeMap<String, String>>, ConfigError> {
@@ -154,12 +156,21 @@ fn csv_rows(name: &str, text: &str) -> Result<Vec<BTreeMap<String, String>>, Con
                 format!("{} fields, the header has {}", f.len(), head.len()),
             ));
         }
-        out.push(head.iter().cloned().zip(f.iter().map(|s| s.to_string())).collect());
+        out.push(
+            head.iter()
+                .cloned()
+                .zip(f.iter().map(|s| s.to_string()))
+                .collect(),
+        );
     }
     Ok(out)
 }
 
-fn num<T: std::str::FromStr>(name: &str, row: &BTreeMap<String, String>, k: &str) -> Result<T, ConfigError> {
+fn num<T: std::str::FromStr>(
+    name: &str,
+    row: &BTreeMap<String, String>,
+    k: &str,
+) -> Result<T, ConfigError> {
     row.get(k)
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| ConfigError::new(name, k, format!("not a number: {:?}", row.get(k))))
@@ -206,7 +217,7 @@ impl Data {
                     num(n, &r, "stage_index")?,
                     r["metric"].clone(),
                 ),
-                num(n, &r, "predicted_ms")?,
+                (num(n, &r, "predicted_ms")?, num(n, &r, "ape_pct")?),
             );
         }
         for e in &ex.experiments {

@@ -43,7 +43,8 @@ pub fn profile_toml(e: &Experiment, m: &Model, g: &Gpu, c: &Coefficients) -> Str
     let weights_gib = m.params_computed * m.bytes_per_param / GIB;
     // the all-reduces' bytes per token, as compute-equivalent parameters
     let comm_s_per_token = if e.tp > 1 {
-        2.0 * m.layers as f64 * m.hidden as f64 * 2.0 * (tp - 1.0) / tp
+        2.0 * m.layers as f64 * m.hidden as f64 * 2.0 * (tp - 1.0)
+            / tp
             / g.tp_link_bandwidth_bytes_per_s
     } else {
         0.0
@@ -86,7 +87,11 @@ pub fn profile_toml(e: &Experiment, m: &Model, g: &Gpu, c: &Coefficients) -> Str
     let _ = writeln!(w, "gpu_memory_utilization = {:?}", e.gpu_memory_utilization);
     let _ = writeln!(w, "reserved_gib = {:?}", RESERVED_GIB_PER_GPU * tp);
     let _ = writeln!(w, "\n[iteration]");
-    let _ = writeln!(w, "hbm_bandwidth_tb_s = {:?}", g.hbm_bandwidth_bytes_per_s * tp / 1e12);
+    let _ = writeln!(
+        w,
+        "hbm_bandwidth_tb_s = {:?}",
+        g.hbm_bandwidth_bytes_per_s * tp / 1e12
+    );
     let _ = writeln!(w, "peak_tflops = {:?}", flops * tp / 1e12);
     let _ = writeln!(w, "weights_gib = {weights_gib:?}");
     let _ = writeln!(w, "active_params_b = {active_b:?}");

@@ -167,3 +167,36 @@ pub fn coefficients_toml(fit: &Fit, train: usize) -> String {
     let _ = writeln!(s, "tp_sync_us_per_layer = {:?}", c.tp_sync_us_per_layer);
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim2real::data::{shipped_coefficients, Data};
+
+    /// The fit's loss reads the training experiments only: doubling every
+    /// test measurement (and dropping the test experiments) changes nothing.
+    #[test]
+    fn the_loss_never_reads_the_test_set() {
+        let data = Data::embedded().unwrap();
+        let c = shipped_coefficients().unwrap();
+        let base = loss(&data, &c, 1).unwrap();
+        let mut d = data.clone();
+        for (k, v) in d.actuals.iter_mut() {
+            if k.0 == "test" {
+                *v *= 2.0;
+            }
+        }
+        d.experiments.retain(|e| e.set != "test");
+        assert_eq!(loss(&d, &c, 1).unwrap(), base);
+        // and it does read the training measurements
+        let mut d = data.clone();
+        for (k, v) in d.actuals.iter_mut() {
+            if k.0 != "test" {
+                *v *= 2.0;
+            }
+        }
+        assert!(loss(&d, &c, 1).unwrap() > base);
+        let train = data.experiments.iter().filter(|e| e.set != "test").count();
+        assert_eq!(train, 13);
+    }
+}

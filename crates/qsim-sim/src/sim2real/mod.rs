@@ -133,7 +133,8 @@ pub fn medians(rows: &[Row], keep: impl Fn(u64) -> bool) -> [f64; 3] {
 }
 
 /// A published simulator's median whole-run APE per headline metric over
-/// the test experiments it ran, and how many it ran.
+/// the test experiments it ran (its errors as its records give them), and
+/// how many it ran.
 pub fn published_medians(data: &Data, test: &[u64]) -> Vec<(String, usize, [f64; 3])> {
     let mut sims: BTreeMap<&str, ()> = BTreeMap::new();
     for (s, ..) in data.published.keys() {
@@ -146,9 +147,10 @@ pub fn published_medians(data: &Data, test: &[u64]) -> Vec<(String, usize, [f64;
             let v: Vec<f64> = test
                 .iter()
                 .filter_map(|&id| {
-                    let p = data.published.get(&(s.to_string(), id, -1, m.to_string()))?;
-                    let a = data.actuals.get(&("test".to_string(), id, -1, m.to_string()))?;
-                    Some(ape(*p, *a))
+                    let (_, e) = data
+                        .published
+                        .get(&(s.to_string(), id, -1, m.to_string()))?;
+                    Some(*e)
                 })
                 .collect();
             n = n.max(v.len());
@@ -159,8 +161,9 @@ pub fn published_medians(data: &Data, test: &[u64]) -> Vec<(String, usize, [f64;
     out
 }
 
-/// The report: medians beside the published ones, by GPU, then per experiment.
-pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients) -> String {
+/// The report: medians beside the published ones, by GPU, then (unless
+/// `brief`) per experiment.
+pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients, brief: bool) -> String {
     let rows = rows(data, results);
     let test: Vec<u64> = results
         .iter()
@@ -195,7 +198,11 @@ pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients) -> String {
         w,
         "\nmedian absolute % error of the whole-run means over the test experiments"
     );
-    let _ = writeln!(w, "{:<26} {:>5} {:>8} {:>8} {:>8}", "simulator", "exps", "E2E", "TTFT", "ITL");
+    let _ = writeln!(
+        w,
+        "{:<26} {:>5} {:>8} {:>8} {:>8}",
+        "simulator", "exps", "E2E", "TTFT", "ITL"
+    );
     let line = |w: &mut String, name: &str, n: usize, m: [f64; 3]| {
         let _ = writeln!(
             w,
@@ -211,7 +218,12 @@ pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients) -> String {
     for fam in ["H100", "A100", "L40S"] {
         let n = gpu_of.values().filter(|&&g| g == fam).count();
         if n > 0 {
-            line(w, fam, n, medians(&rows, |id| gpu_of.get(&id) == Some(&fam)));
+            line(
+                w,
+                fam,
+                n,
+                medians(&rows, |id| gpu_of.get(&id) == Some(&fam)),
+            );
         }
     }
     let train: Vec<u64> = results
@@ -221,7 +233,15 @@ pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients) -> String {
         .collect();
     if !train.is_empty() {
         let _ = writeln!(w, "\nqsim on the training experiments (the fit's data)");
-        line(w, "training", train.len(), medians(&rows, |id| train.contains(&id)));
+        line(
+            w,
+            "training",
+            train.len(),
+            medians(&rows, |id| train.contains(&id)),
+        );
+    }
+    if brief {
+        return s;
     }
     let _ = writeln!(
         w,
@@ -235,7 +255,9 @@ pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients) -> String {
     for r in results {
         let get = |m: &str| {
             rows.iter()
-                .find(|x| x.exp_id == r.exp.id && x.set == r.exp.set && x.stage == -1 && x.metric == m)
+                .find(|x| {
+                    x.exp_id == r.exp.id && x.set == r.exp.set && x.stage == -1 && x.metric == m
+                })
                 .map(|x| (x.predicted_ms, x.actual_ms))
         };
         let cell = |m: &str, d: usize| match get(m) {

@@ -167,7 +167,9 @@ pub fn run(
         if d.rejected {
             return;
         }
-        let k = ends.partition_point(|&end| end <= d.arrival).min(ends.len() - 1);
+        let k = ends
+            .partition_point(|&end| end <= d.arrival)
+            .min(ends.len() - 1);
         for a in [&mut stages[k], &mut all] {
             a.e2e.record(d.finished - d.arrival);
             a.ttft.record(d.first_token - d.arrival);
