@@ -411,6 +411,9 @@ pub fn trace_sources(
     )
 }
 
+/// A trace row as the event loop takes it: time, consumer, (input, natural output).
+pub type TraceRow = (Nanos, u32, (u32, u32));
+
 /// The next request of trace source `pos` of trace load `load` before the
 /// load's stop: its time, consumer and (input, natural output) tokens, the
 /// output capped at the file's `max_tokens` and each at least 1.
@@ -420,7 +423,7 @@ pub fn trace_row(
     load: usize,
     pos: usize,
     src: &mut TraceSource,
-) -> Option<(Nanos, u32, (u32, u32))> {
+) -> Option<TraceRow> {
     let l = &sc.loads[load];
     let Arrival::Trace { to, .. } = &l.arrival else {
         return None;
@@ -579,7 +582,7 @@ pub fn run_scenario_probed(
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
     let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
     // per trace load, its sources and the row each has read ahead
-    let mut traces: Vec<Vec<(TraceSource, Option<(Nanos, u32, (u32, u32))>)>> = Vec::new();
+    let mut traces: Vec<Vec<(TraceSource, Option<TraceRow>)>> = Vec::new();
     for li in 0..sc.loads.len() {
         let mut v = Vec::new();
         for (pos, mut src) in trace_sources(file, sc, li, seed)
