@@ -226,6 +226,22 @@ pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients, brief: bool)
             );
         }
     }
+    let _ = writeln!(w, "\nqsim by model");
+    let mut models: Vec<&str> = results
+        .iter()
+        .filter(|r| r.exp.set == "test")
+        .map(|r| r.exp.model.as_str())
+        .collect();
+    models.sort();
+    models.dedup();
+    for m in models {
+        let ids: Vec<u64> = results
+            .iter()
+            .filter(|r| r.exp.set == "test" && r.exp.model == m)
+            .map(|r| r.exp.id)
+            .collect();
+        line(w, m, ids.len(), medians(&rows, |id| ids.contains(&id)));
+    }
     let train: Vec<u64> = results
         .iter()
         .filter(|r| r.exp.set != "test")
