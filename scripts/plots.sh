@@ -41,5 +41,9 @@ cp "$TMP/daily/replicas-over-time.png" "$OUT/daily-replicas-over-time.png"
 # qsim options: each option's cost vs completion time and E2E p95
 "$QSIM" options experiments/options-fmapi.toml --e2e-p95 5s --plot "$TMP/options" > /dev/null
 cp "$TMP/options/options-cost.png" "$OUT/options-cost.png"
+# qsim sim2real: predicted vs measured, and the error by model and GPU
+"$QSIM" sim2real --brief --plot "$TMP/sim2real" > /dev/null
+cp "$TMP/sim2real/sim2real-predicted-vs-measured.png" "$OUT/sim2real-predicted-vs-measured.png"
+cp "$TMP/sim2real/sim2real-error-by-model-gpu.png" "$OUT/sim2real-error-by-model-gpu.png"
 
 ls -l "$OUT"

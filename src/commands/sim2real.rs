@@ -41,9 +41,107 @@ pub struct Sim2realArgs {
     /// Threads (default: all cores); the output is the same whatever the number.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
+    /// `--plot DIR` (predicted against measured, and the error against the
+    /// model's size, PNG and SVG) and `--html FILE`.
+    #[command(flatten)]
+    pub plots: crate::plot::PlotOpts,
+}
+
+/// The figures: each test experiment's whole-run mean E2E, TTFT and ITL,
+/// predicted against measured; and its signed error against the model's
+/// size (parameters, all experts), labelled with its id and GPU. A point
+/// within 10 % is in colour, one further off in grey.
+fn figures(data: &data::Data, results: &[sim2real::ExpResult]) -> Vec<crate::plot::Fig> {
+    use qsim_plot::scatter::{Mark, Scatter, ScatterPoint};
+    let rows = sim2real::rows(data, results);
+    let exp = |id: u64| {
+        results
+            .iter()
+            .find(|r| r.exp.id == id && r.exp.set == "test")
+    };
+    let names = [
+        ("e2e_mean", "E2E"),
+        ("ttft_mean", "TTFT"),
+        ("itl_mean", "ITL"),
+    ];
+    let points = |metric: &str,
+                  xy: &dyn Fn(&sim2real::Row) -> (f64, f64),
+                  label: &dyn Fn(&sim2real::Row) -> String| {
+        rows.iter()
+            .filter(|r| r.set == "test" && r.stage == -1 && r.metric == metric)
+            .map(|r| {
+                let (x, y) = xy(r);
+                let mark = if sim2real::ape(r.predicted_ms, r.actual_ms) <= 10.0 {
+                    Mark::Meets
+                } else {
+                    Mark::Misses
+                };
+                ScatterPoint {
+                    label: label(r),
+                    x,
+                    y,
+                    mark,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let pva: Vec<Scatter> = names
+        .iter()
+        .map(|(m, n)| Scatter {
+            title: format!("mean {n}: predicted vs measured"),
+            x_label: format!("measured mean {n} (ms)"),
+            y_label: format!("qsim's mean {n} (ms)"),
+            points: points(m, &|r| (r.actual_ms, r.predicted_ms), &|r| {
+                r.exp_id.to_string()
+            }),
+            vline: None,
+        })
+        .collect();
+    let size = |r: &sim2real::Row| {
+        exp(r.exp_id).map_or(f64::NAN, |e| {
+            data.models[&e.exp.model].params_computed / 1e9
+        })
+    };
+    let by: Vec<Scatter> = names
+        .iter()
+        .map(|(m, n)| Scatter {
+            title: format!("mean {n}: error by model and GPU"),
+            x_label: "model parameters (billions, all experts)".into(),
+            y_label: format!("mean {n} error (%)"),
+            points: points(
+                m,
+                &|r| {
+                    (
+                        size(r),
+                        100.0 * (r.predicted_ms - r.actual_ms) / r.actual_ms,
+                    )
+                },
+                &|r| {
+                    exp(r.exp_id).map_or(String::new(), |e| {
+                        format!("{} {}", r.exp_id, sim2real::gpu_family(&e.exp.gpu))
+                    })
+                },
+            ),
+            vline: None,
+        })
+        .collect();
+    vec![
+        crate::plot::Fig {
+            name: "sim2real-predicted-vs-measured".into(),
+            caption: "qsim sim2real: each test experiment's whole-run means, qsim's prediction against the measurement (in colour: within 10 %)".into(),
+            figure: qsim_plot::scatter_figure(pva),
+        },
+        crate::plot::Fig {
+            name: "sim2real-error-by-model-gpu".into(),
+            caption: "qsim sim2real: each test experiment's signed error against its model's size, labelled with its id and GPU (in colour: within 10 %)".into(),
+            figure: qsim_plot::scatter_figure(by),
+        },
+    ]
 }
 
 pub fn run_cli(a: &Sim2realArgs) -> Result<(), CliError> {
+    let plots = a.plots.targets(a.force);
+    plots.check()?;
     let data = data::Data::embedded()?;
     for id in &a.only {
         if !data.experiments.iter().any(|e| e.id == *id) {
@@ -91,6 +189,16 @@ pub fn run_cli(a: &Sim2realArgs) -> Result<(), CliError> {
     let results = pool.install(|| sim2real::run_all(&data, &exps, &c, a.seed))?;
     qsim_sim::work::check("qsim sim2real")?;
     let text = sim2real::report(&data, &results, &c, a.brief);
+    if plots.wanted() {
+        crate::plot::write(
+            &plots,
+            "qsim sim2real",
+            "qsim sim2real: the BLIS sim-to-real study's test experiments, predicted",
+            Vec::new(),
+            &figures(&data, &results),
+            Some(&text),
+        )?;
+    }
     if let Some(dir) = &a.out {
         let files = vec![
             ("report.txt".to_string(), text.clone().into_bytes()),

@@ -147,3 +147,26 @@ fn bad_flags_are_one_line_errors() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--fit"), "{err}");
 }
+
+#[test]
+fn the_plots_are_drawn_and_the_same_with_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for (d, t) in [(&a, "1"), (&b, "2")] {
+        let (code, _, err) = run(&["--brief", "--threads", t, "--plot", d.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+    }
+    for f in [
+        "sim2real-predicted-vs-measured.png",
+        "sim2real-predicted-vs-measured.svg",
+        "sim2real-error-by-model-gpu.png",
+        "sim2real-error-by-model-gpu.svg",
+    ] {
+        let x = std::fs::read(a.join(f)).unwrap();
+        assert!(x.len() > 1000, "{f}");
+        assert_eq!(x, std::fs::read(b.join(f)).unwrap(), "{f}");
+    }
+    // one point per test experiment in each of the six panels
+    let svg = std::fs::read_to_string(a.join("sim2real-error-by-model-gpu.svg")).unwrap();
+    assert!(svg.contains("54 L40S") && svg.contains("41 A100"));
+}
