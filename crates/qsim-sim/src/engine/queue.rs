@@ -179,6 +179,21 @@ impl<E> EventQueue<E> {
         self.step_while(c, |_| true)
     }
 
+    /// The time of the next step, whether it is the component's (first at
+    /// equal times), and the time of the next queued event.
+    #[inline]
+    fn next_step<C: Timed + ?Sized>(&self, c: &C) -> Option<(Nanos, bool, Option<Nanos>)> {
+        let tq = self.peek_time();
+        let tc = c.poll_timeout().map(|t| t.max(self.now));
+        let (t, component) = match (tc, tq) {
+            (Some(tc), Some(tq)) if tc <= tq => (tc, true),
+            (Some(tc), None) => (tc, true),
+            (_, Some(tq)) => (tq, false),
+            (None, None) => return None,
+        };
+        Some((t, component, tq))
+    }
+
     /// [`step`](Self::step), if `go(t)` holds for the time `t` of the next
     /// step (a horizon); `None` (and nothing run) otherwise. The component
     /// is polled once per step.
@@ -188,14 +203,7 @@ impl<E> EventQueue<E> {
         c: &mut C,
         go: impl FnOnce(Nanos) -> bool,
     ) -> Option<(Nanos, Option<E>)> {
-        let tq = self.peek_time();
-        let tc = c.poll_timeout().map(|t| t.max(self.now));
-        let (t, component) = match (tc, tq) {
-            (Some(tc), Some(tq)) if tc <= tq => (tc, true),
-            (Some(tc), None) => (tc, true),
-            (_, Some(tq)) => (tq, false),
-            (None, None) => return None,
-        };
+        let (t, component, _) = self.next_step(c)?;
         if !go(t) {
             return None;
         }
@@ -222,14 +230,7 @@ impl<E> EventQueue<E> {
         go: impl FnOnce(Nanos) -> bool,
         limit: Nanos,
     ) -> Option<(Nanos, Option<E>)> {
-        let tq = self.peek_time();
-        let tc = c.poll_timeout().map(|t| t.max(self.now));
-        let (t, component) = match (tc, tq) {
-            (Some(tc), Some(tq)) if tc <= tq => (tc, true),
-            (Some(tc), None) => (tc, true),
-            (_, Some(tq)) => (tq, false),
-            (None, None) => return None,
-        };
+        let (t, component, tq) = self.next_step(c)?;
         if !go(t) {
             return None;
         }

@@ -381,6 +381,14 @@ impl Iterator for OpenArrivals {
     }
 }
 
+/// One source of a trace load's rows.
+pub struct TraceFeed {
+    pub src: TraceSource,
+    /// The consumer whose replay this is (a trace naming no consumers);
+    /// `None`: each row names its own.
+    pub each: Option<u32>,
+}
+
 /// The trace sources of trace load `load` of scenario `sc` (`None` for
 /// another kind of load): one per consumer the load drives for a trace that
 /// names none (each replays it whole), else one. Source `pos` draws the
@@ -391,21 +399,27 @@ pub fn trace_sources(
     sc: &Scenario,
     load: usize,
     seed: u64,
-) -> Option<Vec<TraceSource>> {
+) -> Option<Vec<TraceFeed>> {
     let Arrival::Trace { spec, to } = &sc.loads[load].arrival else {
         return None;
     };
-    let n = match to {
-        TraceTo::Each => file.resolve(&sc.loads[load].who).len(),
-        TraceTo::Mapped(_) => 1,
+    let each: Vec<Option<u32>> = match to {
+        TraceTo::Each => file
+            .resolve(&sc.loads[load].who)
+            .into_iter()
+            .map(|c| Some(c as u32))
+            .collect(),
+        TraceTo::Mapped(_) => vec![None],
     };
     Some(
-        (0..n)
-            .map(|pos| {
+        each.into_iter()
+            .enumerate()
+            .map(|(pos, each)| {
                 let key = scope(sc, 1 + (load as u64) * 4096 + pos as u64);
                 // the trace was read row by row when the file was loaded
-                TraceSource::open(spec, seed, key)
-                    .unwrap_or_else(|e| panic!("the trace changed since it was checked: {e}"))
+                let src = TraceSource::open(spec, seed, key)
+                    .unwrap_or_else(|e| panic!("the trace changed since it was checked: {e}"));
+                TraceFeed { src, each }
             })
             .collect(),
     )
@@ -414,28 +428,30 @@ pub fn trace_sources(
 /// A trace row as the event loop takes it: time, consumer, (input, natural output).
 pub type TraceRow = (Nanos, u32, (u32, u32));
 
-/// The next request of trace source `pos` of trace load `load` before the
+/// The next request of `feed`, a source of trace load `load`, before the
 /// load's stop: its time, consumer and (input, natural output) tokens, the
 /// output capped at the file's `max_tokens` and each at least 1.
 pub fn trace_row(
     file: &SharedFile,
     sc: &Scenario,
     load: usize,
-    pos: usize,
-    src: &mut TraceSource,
+    feed: &mut TraceFeed,
 ) -> Option<TraceRow> {
     let l = &sc.loads[load];
     let Arrival::Trace { to, .. } = &l.arrival else {
         return None;
     };
-    let a = src.pop()?;
+    let a = feed.src.pop()?;
     let at = l.start.saturating_add(a.at);
     if at >= l.stop {
         return None;
     }
-    let consumer = match to {
-        TraceTo::Each => file.resolve(&l.who)[pos] as u32,
-        TraceTo::Mapped(m) => m[a.consumer as usize],
+    let consumer = match (feed.each, to) {
+        (Some(c), _) => c,
+        (None, TraceTo::Mapped(m)) => m[a.consumer as usize],
+        (None, TraceTo::Each) => {
+            unreachable!("a trace naming no consumers has one feed per consumer")
+        }
     };
     let natural = (a.output.max(1) as u64).min(file.max_tokens) as u32;
     Some((at, consumer, (a.input.max(1), natural)))
@@ -474,12 +490,8 @@ pub fn open_arrivals(file: &SharedFile, si: usize, seed: u64) -> Vec<ArrivalAt> 
                     }),
             );
         }
-        for (pos, mut src) in trace_sources(file, sc, li, seed)
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-        {
-            while let Some((at, consumer, tokens)) = trace_row(file, sc, li, pos, &mut src) {
+        for mut feed in trace_sources(file, sc, li, seed).unwrap_or_default() {
+            while let Some((at, consumer, tokens)) = trace_row(file, sc, li, &mut feed) {
                 if at >= sc.duration {
                     break;
                 }
@@ -582,15 +594,15 @@ pub fn run_scenario_probed(
     let mut q: EventQueue<Ev> = EventQueue::with_capacity(1024);
     let targets: Vec<Vec<usize>> = sc.loads.iter().map(|l| file.resolve(&l.who)).collect();
     // per trace load, its sources and the row each has read ahead
-    let mut traces: Vec<Vec<(TraceSource, Option<TraceRow>)>> = Vec::new();
+    let mut traces: Vec<Vec<(TraceFeed, Option<TraceRow>)>> = Vec::new();
     for li in 0..sc.loads.len() {
         let mut v = Vec::new();
-        for (pos, mut src) in trace_sources(file, sc, li, seed)
+        for (pos, mut feed) in trace_sources(file, sc, li, seed)
             .unwrap_or_default()
             .into_iter()
             .enumerate()
         {
-            let row = trace_row(file, sc, li, pos, &mut src);
+            let row = trace_row(file, sc, li, &mut feed);
             if let Some((at, ..)) = row {
                 q.schedule(
                     at,
@@ -600,7 +612,7 @@ pub fn run_scenario_probed(
                     },
                 );
             }
-            v.push((src, row));
+            v.push((feed, row));
         }
         traces.push(v);
     }
@@ -721,26 +733,14 @@ pub fn run_scenario_probed(
                 }
                 Ev::TraceRow { load, pos } => {
                     let (li, p) = (load as usize, pos as usize);
-                    let (src, ahead) = &mut traces[li][p];
+                    let (feed, ahead) = &mut traces[li][p];
                     let (at, consumer, tokens) = ahead.take().expect("the scheduled row");
                     debug_assert_eq!(at, now);
-                    *ahead = trace_row(file, sc, li, p, src);
+                    *ahead = trace_row(file, sc, li, feed);
                     if let Some((next, ..)) = *ahead {
                         q.schedule(next, Ev::TraceRow { load, pos });
                     }
-                    let row = rows[consumer as usize];
-                    rows[consumer as usize] += 1;
-                    let id = reqs.insert(Req {
-                        consumer,
-                        load,
-                        row,
-                        input: tokens.0,
-                        natural: tokens.1,
-                        call: Call::start(now),
-                        grant: None,
-                        closed: false,
-                        adm_min: 0,
-                    });
+                    let id = insert_req(&mut reqs, &mut rows, (consumer, load), tokens, false, now);
                     q.schedule(now, Ev::Attempt { req: id });
                 }
                 Ev::Worker { load, consumer } => {
@@ -963,7 +963,20 @@ fn new_req(
     closed: bool,
     now: Nanos,
 ) -> u32 {
-    let (input, natural) = draw_lengths(file, rng);
+    let lengths = draw_lengths(file, rng);
+    insert_req(reqs, rows, (consumer, load), lengths, closed, now)
+}
+
+/// A new request of `consumer` with (input, natural output) tokens `lengths`,
+/// numbered in its consumer's order.
+fn insert_req(
+    reqs: &mut Slab,
+    rows: &mut [u64],
+    (consumer, load): (u32, u32),
+    (input, natural): (u32, u32),
+    closed: bool,
+    now: Nanos,
+) -> u32 {
     let row = rows[consumer as usize];
     rows[consumer as usize] += 1;
     reqs.insert(Req {
