@@ -135,45 +135,35 @@ pub struct Data {
     pub published: BTreeMap<(String, u64, i64, String), (f64, f64)>,
 }
 
-fn csv_rows(name: &str, text: &str) -> Result<Vec<BTreeMap<String, String>>, ConfigError> {
-    let mut lines = text.lines();
-    let head: Vec<String> = lines
-        .next()
-        .ok_or_else(|| ConfigError::new(name, "", "empty"))?
-        .split(',')
-        .map(str::to_string)
-        .collect();
-    let mut out = Vec::new();
-    for (i, l) in lines.enumerate() {
-        if l.is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = l.split(',').collect();
-        if f.len() != head.len() {
-            return Err(ConfigError::new(
-                name,
-                format!("line {}", i + 2),
-                format!("{} fields, the header has {}", f.len(), head.len()),
-            ));
-        }
-        out.push(
-            head.iter()
-                .cloned()
-                .zip(f.iter().map(|s| s.to_string()))
-                .collect(),
-        );
-    }
-    Ok(out)
+#[derive(Deserialize)]
+struct ActualRow {
+    set: String,
+    exp_id: u64,
+    stage_index: i64,
+    metric: String,
+    actual_ms: f64,
 }
 
-fn num<T: std::str::FromStr>(
-    name: &str,
-    row: &BTreeMap<String, String>,
-    k: &str,
-) -> Result<T, ConfigError> {
-    row.get(k)
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| ConfigError::new(name, k, format!("not a number: {:?}", row.get(k))))
+#[derive(Deserialize)]
+struct PublishedRow {
+    simulator: String,
+    set: String,
+    exp_id: u64,
+    stage_index: i64,
+    metric: String,
+    predicted_ms: f64,
+    ape_pct: f64,
+}
+
+/// The rows of an embedded CSV file (columns by header name; others ignored).
+fn csv_rows<T: serde::de::DeserializeOwned>(name: &str, text: &str) -> Result<Vec<T>, ConfigError> {
+    csv::Reader::from_reader(text.as_bytes())
+        .deserialize()
+        .enumerate()
+        .map(|(i, r)| {
+            r.map_err(|e| ConfigError::new(name, format!("line {}", i + 2), e.to_string()))
+        })
+        .collect()
 }
 
 impl Data {
@@ -191,35 +181,20 @@ impl Data {
             "experiments/sim2real/gpus.toml",
             parse_toml("experiments/sim2real/gpus.toml", GPUS)?,
         )?;
-        let mut actuals = BTreeMap::new();
-        let n = "experiments/sim2real/actuals.csv";
-        for r in csv_rows(n, ACTUALS)? {
-            actuals.insert(
+        let actuals = csv_rows::<ActualRow>("experiments/sim2real/actuals.csv", ACTUALS)?
+            .into_iter()
+            .map(|r| ((r.set, r.exp_id, r.stage_index, r.metric), r.actual_ms))
+            .collect();
+        let published = csv_rows::<PublishedRow>("experiments/sim2real/published.csv", PUBLISHED)?
+            .into_iter()
+            .filter(|r| r.set == "test")
+            .map(|r| {
                 (
-                    r["set"].clone(),
-                    num(n, &r, "exp_id")?,
-                    num(n, &r, "stage_index")?,
-                    r["metric"].clone(),
-                ),
-                num(n, &r, "actual_ms")?,
-            );
-        }
-        let mut published = BTreeMap::new();
-        let n = "experiments/sim2real/published.csv";
-        for r in csv_rows(n, PUBLISHED)? {
-            if r.get("set").map(String::as_str) != Some("test") {
-                continue;
-            }
-            published.insert(
-                (
-                    r["simulator"].clone(),
-                    num(n, &r, "exp_id")?,
-                    num(n, &r, "stage_index")?,
-                    r["metric"].clone(),
-                ),
-                (num(n, &r, "predicted_ms")?, num(n, &r, "ape_pct")?),
-            );
-        }
+                    (r.simulator, r.exp_id, r.stage_index, r.metric),
+                    (r.predicted_ms, r.ape_pct),
+                )
+            })
+            .collect();
         for e in &ex.experiments {
             for (what, key, ok) in [
                 ("model", &e.model, models.contains_key(&e.model)),

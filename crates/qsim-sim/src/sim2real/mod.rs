@@ -56,18 +56,9 @@ pub fn ape(pred: f64, actual: f64) -> f64 {
     100.0 * (pred - actual).abs() / actual
 }
 
-/// The median (mean of the two middle values for an even count); NaN if empty.
-pub fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// The median (qsim's one quantile definition); NaN if empty.
+pub fn median(v: Vec<f64>) -> f64 {
+    qsim_core::stats::quantile(&qsim_core::stats::sorted(&v), 0.5)
 }
 
 /// The headline metrics.
