@@ -14,6 +14,7 @@
 //! `plan::seeds::records`.
 
 use crate::cli::common::Format;
+use qsim_core::stats::quantile;
 use qsim_live::load::{Arrival, Draws, Identity, LoadConfig, LoadReport, Units, Worker};
 use qsim_sim::client::PoolShared;
 use qsim_sim::config::ConfigError;
@@ -85,6 +86,13 @@ pub struct LoadArgs {
     /// The requests' `model` field.
     #[arg(long, default_value = "qsim-load")]
     pub model: String,
+    /// Send each prompt as LO..HI token ids (`{"prompt": [ids…]}`, for
+    /// `--path /v1/completions` of an engine such as llama.cpp's or vLLM's
+    /// server) instead of a chat message: the engine then computes exactly
+    /// the drawn input length, and each row's ids are its own seeded draw,
+    /// so no prefix cache serves a prompt (as `qsim calibrate bench`).
+    #[arg(long, value_name = "LO..HI")]
+    pub token_ids: Option<String>,
     /// Worker threads of the load generator (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub threads: Option<u16>,
@@ -277,6 +285,18 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
     if !args.path.starts_with('/') {
         return Err(flag_err("--path", "must start with /"));
     }
+    let prompt_ids = match &args.token_ids {
+        None => None,
+        Some(s) => {
+            let ids = crate::commands::calibrate::bench::range("--token-ids", s)?;
+            let seed = args.seed;
+            Some(qsim_live::load::PromptIds(std::sync::Arc::new(
+                move |row: u64, n: u32| {
+                    crate::commands::calibrate::bench::prompt(seed, ids, row as usize, n)
+                },
+            )))
+        }
+    };
     let (file, model) = scenario_file(args)?;
     unshared_layers(&file)?;
     let consumers = identities(&file, args)?;
@@ -301,6 +321,7 @@ pub fn prepare(args: &LoadArgs) -> Result<Prepared, ConfigError> {
         timeout: Duration::from_nanos(args.timeout),
         units,
         threads: args.threads.map(usize::from),
+        prompt_ids,
     };
     Ok(Prepared {
         file,
@@ -329,6 +350,12 @@ pub fn records(out: &mut Records, seed: u64, scenario: &str, duration: Nanos, r:
     out.push(seed, scenario, "send_lag_mean_s", r.lag_mean as f64 / 1e9);
     out.push(seed, scenario, "send_lag_max_s", r.lag_max as f64 / 1e9);
     out.push(seed, scenario, "sends_over_1s_late", r.lag_over_1s as f64);
+    let e2e = r.e2e_ok_s();
+    if !e2e.is_empty() {
+        // the plan's metric: E2E of the admitted requests (here from the
+        // client's send to the answer's last byte, virtual time)
+        out.push(seed, scenario, "e2e_p50_s", quantile(&e2e, 0.5));
+    }
     for co in &r.consumers {
         let s = consumer_subject(scenario, &co.name);
         out.push(seed, &s, "offered", co.offered as f64);
@@ -534,6 +561,15 @@ fn json_report(
         "saturated": r.saturated(sc.duration),
         "consumers": consumers,
     });
+    let e2e = r.e2e_ok_s();
+    if !e2e.is_empty() {
+        v["e2e_ok"] = json!({
+            "count": e2e.len(),
+            "p50_s": qsim_sim::report::round(quantile(&e2e, 0.5), 4),
+            "p90_s": qsim_sim::report::round(quantile(&e2e, 0.9), 4),
+            "mean_s": qsim_sim::report::round(e2e.iter().sum::<f64>() / e2e.len() as f64, 4),
+        });
+    }
     if let Some(s) = sim {
         let mut rows = Vec::new();
         for c in &r.consumers {
@@ -569,8 +605,29 @@ fn json_report(
             })
             .collect();
         v["admitted_per_saturated_min"] = Value::Array(per_sat);
+        if let Some((seed_v, sp)) = plan_e2e_p50(p, s) {
+            v["plan_e2e_p50_s"] = json!({
+                "plan": qsim_sim::report::round(seed_v, 4),
+                "plan_median": qsim_sim::report::round(sp.median, 4),
+                "plan_interval90": [qsim_sim::report::round(sp.lo, 4), qsim_sim::report::round(sp.hi, 4)],
+                "plan_seeds": s.seeds,
+            });
+        }
     }
     v
+}
+
+/// The plan's E2E p50 of admitted requests: for the seed, and its spread
+/// over the simulated seeds.
+fn plan_e2e_p50(p: &Prepared, sim: &Predicted) -> Option<(f64, qsim_sim::report::Spread)> {
+    let sc = &p.file.scenarios[0].name;
+    let spreads = sim.all.spreads();
+    spreads.has(sc, "e2e_p50_s").then(|| {
+        (
+            value(&sim.records, sc, "e2e_p50_s").unwrap_or(f64::NAN),
+            spreads.get(sc, "e2e_p50_s"),
+        )
+    })
 }
 
 fn table(
@@ -640,6 +697,28 @@ fn table(
         ]);
     }
     out.push_str(&t.render());
+    let e2e = r.e2e_ok_s();
+    if !e2e.is_empty() {
+        out.push_str(&format!(
+            "\nE2E of the {} attempts answered 2xx (send to last byte, virtual): p50 {:.3} s, p90 {:.3} s, mean {:.3} s\n",
+            e2e.len(),
+            quantile(&e2e, 0.5),
+            quantile(&e2e, 0.9),
+            e2e.iter().sum::<f64>() / e2e.len() as f64
+        ));
+        if let Some((seed_v, sp)) = sim.and_then(|s| plan_e2e_p50(p, s)) {
+            let ob = quantile(&e2e, 0.5);
+            out.push_str(&format!(
+                "plan's E2E p50 of admitted requests: {seed_v:.3} s (seed {}), {:.3} s [{:.3}, {:.3}] over {} seeds; observed {ob:.3} s ({:+.1} %)\n",
+                args.seed,
+                sp.median,
+                sp.lo,
+                sp.hi,
+                sim.map_or(0, |s| s.seeds),
+                100.0 * (ob / sp.median - 1.0)
+            ));
+        }
+    }
     let saturated = r.saturated(sc.duration);
     match sim {
         None => {
@@ -780,6 +859,7 @@ mod tests {
             consumer_header: None,
             path: "/v1/chat/completions".into(),
             model: "m".into(),
+            token_ids: None,
             threads: None,
             out: None,
             force: false,

@@ -34,6 +34,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
 use qsim_core::client::{Call, CallerPolicy, Next, PoolShared, Reply, Send};
 use qsim_core::limiter::rates::OutputAccounting;
+use qsim_core::stats::sorted;
 use qsim_core::time::{Nanos, NS_PER_SEC};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -129,6 +130,24 @@ pub struct LoadConfig {
     pub units: Units,
     /// Worker threads of the tokio runtime (`None`: one per core).
     pub threads: Option<usize>,
+    /// Prompts as token ids (`None`: a chat message of the input length).
+    pub prompt_ids: Option<PromptIds>,
+}
+
+/// Prompts given as token ids: `ids(row, n)` is row `row`'s prompt of `n`
+/// token ids, sent as `{"prompt": [ids…]}` (OpenAI's `/v1/completions`), so
+/// an engine counts exactly the input length the scenario draws, and
+/// (drawn per row) no two prompts share a prefix an engine's prefix cache
+/// could serve. Rows are numbered by the scenario: open-loop arrivals in
+/// order from 0, then closed-loop worker `w`'s `k`-th send as
+/// `arrivals + (w << 32) + k`.
+#[derive(Clone)]
+pub struct PromptIds(pub Arc<dyn Fn(u64, u32) -> Vec<u32> + std::marker::Send + Sync>);
+
+impl std::fmt::Debug for PromptIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PromptIds")
+    }
 }
 
 /// What one consumer saw.
@@ -157,6 +176,9 @@ pub struct ConsumerObs {
     /// In the limiter's capacity unit (see [`Units`]).
     pub offered_units_per_min: Vec<u64>,
     pub admitted_units_per_min: Vec<u64>,
+    /// Per attempt answered 2xx: virtual time from its send to the last
+    /// byte of its answer (at most `max_requests` of them).
+    pub e2e_ok: Vec<Nanos>,
 }
 
 /// The outcome of a load run.
@@ -185,6 +207,17 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
+    /// The E2E (send to last byte, virtual seconds) of every attempt
+    /// answered 2xx, over all consumers, ascending.
+    pub fn e2e_ok_s(&self) -> Vec<f64> {
+        let v: Vec<f64> = self
+            .consumers
+            .iter()
+            .flat_map(|c| c.e2e_ok.iter().map(|&d| d as f64 / 1e9))
+            .collect();
+        sorted(&v)
+    }
+
     /// Full minutes in which every second — and the last second before the
     /// minute — saw a 429: the target was limiting throughout (the plan's
     /// definition of a saturated minute, from the client's side).
@@ -268,6 +301,8 @@ enum Answer {
         status: u16,
         hint: Option<Nanos>,
         output_tokens: u64,
+        /// Virtual time from the send to the answer's last byte.
+        e2e: Nanos,
     },
     /// No answer (connection error or timeout), and why.
     None(#[allow(dead_code)] String),
@@ -308,6 +343,7 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
         Err(e) => return Answer::None(format!("bad request: {e}")),
     };
     let fut = async {
+        let sent = sh.now();
         let resp = sh.client.request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let hint = http::retry_hint(resp.headers(), None);
@@ -317,6 +353,7 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
             .await
             .map_err(|e| format!("reading the answer: {e}"))?
             .to_bytes();
+        let e2e = sh.now().saturating_sub(sent);
         if !(200..300).contains(&status)
             && status != 429
             && sh.warned.fetch_add(1, Ordering::Relaxed) < 5
@@ -337,6 +374,7 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
             status,
             hint,
             output_tokens,
+            e2e,
         })
     };
     let why = match tokio::time::timeout(sh.cfg.timeout, fut).await {
@@ -352,8 +390,16 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
 
 /// Run one row from `first` (virtual): attempts through the core's `Call`
 /// until it is done, the scenario ends, or `max_requests` is reached.
-async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input: u32) {
-    let body = Bytes::from(request_body(&sh.cfg.model, input, sh.cfg.max_tokens).to_string());
+async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input: u32, index: u64) {
+    let body = match &sh.cfg.prompt_ids {
+        None => request_body(&sh.cfg.model, input, sh.cfg.max_tokens),
+        Some(p) => json!({
+            "model": sh.cfg.model,
+            "prompt": (p.0)(index, input),
+            "max_tokens": sh.cfg.max_tokens,
+        }),
+    };
+    let body = Bytes::from(body.to_string());
     let policy = &sh.cfg.policies[load];
     sh.obs(|o, _| o[consumer].rows += 1);
     let mut call = Call::start(first);
@@ -413,6 +459,7 @@ async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input:
                     status,
                     hint,
                     output_tokens,
+                    e2e,
                 } => {
                     sh.obs(|o, limited| {
                         let c = &mut o[consumer];
@@ -420,6 +467,7 @@ async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input:
                             200..=299 => {
                                 c.admitted += 1;
                                 c.admitted_per_min[m] += 1;
+                                c.e2e_ok.push(e2e);
                                 c.admitted_units_per_min[m] += match sh.cfg.units {
                                     Units::Requests => 1,
                                     Units::Tokens(OutputAccounting::ReserveNoRefund) => charge,
@@ -533,22 +581,27 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
         lag_over_1s: AtomicU64::new(0),
         cfg,
     });
-    for w in sh.cfg.workers.clone() {
+    let open_rows = sh.cfg.arrivals.len() as u64;
+    for (wi, w) in sh.cfg.workers.clone().into_iter().enumerate() {
         let sh = sh.clone();
         sh.live.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let _live = Live(&sh.live);
             let mut t = w.start;
+            let mut k = 0u64;
             while t < w.stop && !sh.stopped.load(Ordering::Relaxed) {
                 sh.sleep_until(t).await;
                 let start = sh.now().max(t);
                 let input = sh.input_tokens(w.consumer as usize);
+                let index = open_rows + ((wi as u64) << 32) + k;
+                k += 1;
                 row(
                     sh.clone(),
                     w.consumer as usize,
                     w.load as usize,
                     start,
                     input,
+                    index,
                 )
                 .await;
                 t = sh.now().saturating_add(w.think);
@@ -560,7 +613,7 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
     let disp = {
         let sh = sh.clone();
         tokio::spawn(async move {
-            for a in sh.cfg.arrivals.clone() {
+            for (index, a) in sh.cfg.arrivals.clone().into_iter().enumerate() {
                 if sh.stopped.load(Ordering::Relaxed) || a.at >= sh.cfg.duration {
                     break;
                 }
@@ -579,6 +632,7 @@ async fn drive(cfg: LoadConfig, draws: Box<dyn Draws>) -> Result<LoadReport, Str
                         a.load as usize,
                         a.at,
                         input,
+                        index as u64,
                     )
                     .await;
                 });

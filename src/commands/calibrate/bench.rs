@@ -56,7 +56,7 @@ pub struct BenchArgs {
     pub yes: bool,
 }
 
-fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
+pub(crate) fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
     let bad = || {
         ConfigError::new(
             flag,
