@@ -866,6 +866,25 @@ mod tests {
         }
     }
 
+    /// `--token-ids`: each row's prompt is `n` ids in the range, the same
+    /// for the seed, and no two rows share a first id run (no prefix).
+    #[test]
+    fn token_id_prompts_are_per_row_seeded_draws_in_range() {
+        let mut a = args("heavy");
+        a.token_ids = Some("300..31999".into());
+        let p = prepare(&a).unwrap();
+        let ids = p.config.prompt_ids.clone().unwrap();
+        let again = prepare(&a).unwrap().config.prompt_ids.unwrap();
+        for row in [0u64, 1, 77, (3 << 32) + 5] {
+            let v = (ids.0)(row, 116);
+            assert_eq!(v.len(), 116);
+            assert!(v.iter().all(|&x| (300..=31999).contains(&x)), "{v:?}");
+            assert_eq!(v, (again.0)(row, 116));
+            assert_ne!(v[..4], (ids.0)(row + 1, 116)[..4]);
+        }
+        assert!(prepare(&args("heavy")).unwrap().config.prompt_ids.is_none());
+    }
+
     /// The compiled arrivals are the simulator's: per consumer per minute,
     /// as many as the plan offers (no retries in these scenarios, so every
     /// offered attempt is an arrival).

@@ -33,6 +33,9 @@ fn bad_input_exits_2_naming_the_flag() {
     fails(&with(&["--key", "Z=k"]), 2, "--key");
     fails(&with(&["--consumer-header", "a b"]), 2, "--consumer-header");
     fails(&with(&["--timeout", "0"]), 2, "--timeout");
+    for bad in ["0..5", "9..3", "x", "1..", ""] {
+        fails(&with(&["--token-ids", bad]), 2, "--token-ids");
+    }
     fails(
         &["load", FILE, "--target", "https://x", "--scenario", "heavy"],
         2,
