@@ -54,9 +54,12 @@ if [ ! -e "$STAMP" ] || [ ! -x "$CACHE/bin/llama-server" ]; then
   touch "$STAMP"
   echo "llama deps: built llama-server $VERSION in $(( $(date +%s) - start )) s" >&2
 fi
-MODEL="$CACHE/qsim-tiny-llama.gguf"
-if ! "$VENV/bin/python" scripts/llama-model.py --check "$MODEL" 2>/dev/null; then
-  "$VENV/bin/python" scripts/llama-model.py "$MODEL"
-fi
+# the model (4 layers) and its 16-layer variant (the drift test's changed engine)
+for spec in "4:qsim-tiny-llama.gguf" "16:qsim-tiny-llama-16l.gguf"; do
+  MODEL="$CACHE/${spec#*:}"
+  if ! "$VENV/bin/python" scripts/llama-model.py --check --layers "${spec%%:*}" "$MODEL" 2>/dev/null; then
+    "$VENV/bin/python" scripts/llama-model.py --layers "${spec%%:*}" "$MODEL"
+  fi
+done
 echo "llama deps: $("$CACHE/bin/llama-server" --version 2>&1 | grep -m1 -i version || true)" >&2
 echo "$CACHE/bin/llama-server"

@@ -10,8 +10,11 @@ while the best of ~31,700 random logits is far above 0: neither greedy nor
 top-k sampling ever emits end-of-sequence, and every answer is exactly
 `max_tokens` long. The tokens are noise; the timing is a real engine's.
 
-    llama-model.py OUT.gguf          write the model
-    llama-model.py --check OUT.gguf  exit 0 when OUT.gguf is this script's model
+    llama-model.py [--layers N] OUT.gguf          write the model (N layers, default 4)
+    llama-model.py --check [--layers N] OUT.gguf  exit 0 when OUT.gguf is this script's model
+
+The 16-layer variant (`--layers 16`, the same widths: about twice the time per
+token) is the "changed engine" of the drift test (tests/it/engine.rs).
 """
 
 import hashlib
@@ -78,7 +81,7 @@ def vocab():
     return tokens, scores, types
 
 
-def write(path: str) -> None:
+def write(path: str, n_layer: int) -> None:
     rng = np.random.Generator(np.random.PCG64(SEED))
 
     def w(*shape):
@@ -87,10 +90,10 @@ def write(path: str) -> None:
     tokens, scores, types = vocab()
     tmp = path + ".part"
     out = gguf.GGUFWriter(tmp, "llama")
-    out.add_name("qsim-tiny-llama (random weights)")
+    out.add_name(f"qsim-tiny-llama {n_layer} layers (random weights)")
     out.add_context_length(N_CTX)
     out.add_embedding_length(N_EMBD)
-    out.add_block_count(N_LAYER)
+    out.add_block_count(n_layer)
     out.add_feed_forward_length(N_FF)
     out.add_head_count(N_HEAD)
     out.add_head_count_kv(N_HEAD_KV)
@@ -112,7 +115,7 @@ def write(path: str) -> None:
     )
     out.add_tensor("token_embd.weight", w(N_VOCAB, N_EMBD))
     kv = N_EMBD // N_HEAD * N_HEAD_KV
-    for i in range(N_LAYER):
+    for i in range(n_layer):
         p = f"blk.{i}."
         out.add_tensor(p + "attn_norm.weight", np.ones(N_EMBD, dtype=np.float32))
         out.add_tensor(p + "attn_q.weight", w(N_EMBD, N_EMBD))
@@ -134,23 +137,30 @@ def write(path: str) -> None:
     out.close()
     os.replace(tmp, path)
     with open(path + ".stamp", "w") as f:
-        f.write(script_digest())
+        f.write(f"{script_digest()} {n_layer}")
 
 
 def main() -> int:
     args = sys.argv[1:]
-    if len(args) == 2 and args[0] == "--check":
-        path = args[1]
+    check = args[:1] == ["--check"]
+    if check:
+        args = args[1:]
+    n_layer = N_LAYER
+    if args[:1] == ["--layers"] and len(args) >= 2 and args[1].isdigit() and 1 <= int(args[1]) <= 64:
+        n_layer = int(args[1])
+        args = args[2:]
+    if len(args) != 1:
+        print("usage: llama-model.py [--check] [--layers N (1..64)] OUT.gguf", file=sys.stderr)
+        return 2
+    path = args[0]
+    if check:
         try:
             with open(path + ".stamp") as f:
-                ok = f.read() == script_digest() and os.path.getsize(path) > 0
+                ok = f.read() == f"{script_digest()} {n_layer}" and os.path.getsize(path) > 0
         except OSError:
             ok = False
         return 0 if ok else 1
-    if len(args) != 1:
-        print("usage: llama-model.py [--check] OUT.gguf", file=sys.stderr)
-        return 2
-    write(args[0])
+    write(path, n_layer)
     return 0
 
 

@@ -25,8 +25,14 @@ pub struct Engine {
 /// (each slot gets ctx/slots), prompt caching on (its default), metrics on.
 /// Returns once `/health` answers 200.
 pub fn start(threads: u32, slots: u32, ctx: u32) -> Engine {
-    let (server, model) = crate::common::llama_paths();
-    let port = free_port();
+    let (_, model) = crate::common::llama_paths();
+    start_at(&model, free_port(), threads, slots, ctx)
+}
+
+/// [`start`] with another model file, on a given port (a restarted engine
+/// is found at the same address).
+pub fn start_at(model: &std::path::Path, port: u16, threads: u32, slots: u32, ctx: u32) -> Engine {
+    let (server, _) = crate::common::llama_paths();
     let log = std::env::temp_dir().join(format!("qsim-llama-{port}.log"));
     let child = Command::new(&server)
         .args(["-m", &model.display().to_string()])
@@ -323,6 +329,37 @@ fn engine_calibrated_profile_predicts_held_out_rates() {
     assert!(off.is_empty(), "{}", off.join("; "));
 }
 
+/// Measure the engine at `url` (a 48-request burst, then 60 requests at
+/// 30, 60 and 85 % of the burst's throughput) and fit its profile on all
+/// four (`qsim calibrate server --out DIR/fitted.toml`): the profile's
+/// path and its fitted saturation (requests/s).
+fn fit_profile(url: &str, dir: &std::path::Path) -> (std::path::PathBuf, f64) {
+    let burst = bench(url, dir, "burst.json", 1000.0, 48, 300);
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
+    let sat = f(&b, "/request_throughput");
+    let mut files = vec![burst];
+    for (k, frac) in [0.3, 0.6, 0.85].into_iter().enumerate() {
+        let name = format!("b{k}.json");
+        files.push(bench(url, dir, &name, frac * sat, 60, 301 + k as u64));
+    }
+    let profile = dir.join("fitted.toml");
+    let o = qsim()
+        .args(["calibrate", "server", "--profile", PROFILE])
+        .args(&files)
+        .args(["--bootstrap", "0", "--format", "json", "--out"])
+        .arg(&profile)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let fit: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let fitted_sat = f(&fit, "/saturation_rps/fitted");
+    eprintln!(
+        "engine: burst {sat:.2} req/s; fitted saturation {fitted_sat:.2} req/s; fit {}",
+        fit["coefficients"]
+    );
+    (profile, fitted_sat)
+}
+
 /// The plan file of [`engine_plan_then_enforce`]: the fitted profile
 /// (`model`), `capacity` RPM shared by A (40 % reserved), B (30 %) and dev
 /// (the unreserved pool), each offering twice the capacity for four
@@ -395,37 +432,9 @@ fn engine_plan_then_enforce() {
     let e = start(1, 8, 8192);
     let dir = tempfile::tempdir().unwrap();
     // 1. measure and fit
-    let burst = bench(&e.url, dir.path(), "burst.json", 1000.0, 48, 300);
-    let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
-    let sat = f(&b, "/request_throughput");
-    let mut files = vec![burst];
-    for (k, frac) in [0.3, 0.6, 0.85].into_iter().enumerate() {
-        let name = format!("b{k}.json");
-        files.push(bench(
-            &e.url,
-            dir.path(),
-            &name,
-            frac * sat,
-            60,
-            301 + k as u64,
-        ));
-    }
-    let profile = dir.path().join("fitted.toml");
-    let o = qsim()
-        .args(["calibrate", "server", "--profile", PROFILE])
-        .args(&files)
-        .args(["--bootstrap", "0", "--format", "json", "--out"])
-        .arg(&profile)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let fit: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let fitted_sat = f(&fit, "/saturation_rps/fitted");
+    let (_, fitted_sat) = fit_profile(&e.url, dir.path());
     let capacity = (0.6 * fitted_sat * 60.0).floor() as u32;
-    eprintln!(
-        "engine: burst {sat:.2} req/s; fitted saturation {fitted_sat:.2} req/s; capacity {capacity} RPM; fit {}",
-        fit["coefficients"]
-    );
+    eprintln!("engine: capacity {capacity} RPM");
     assert!(
         capacity >= 30,
         "{capacity} RPM: the engine is too slow to plan for"
@@ -540,4 +549,158 @@ fn engine_plan_then_enforce() {
         bad.push(format!("E2E p50: observed {oe2e:.3} s, plan {pe2e:.3} s"));
     }
     assert!(bad.is_empty(), "{}", bad.join("; "));
+}
+
+/// The drift alerts of a proxy's `/metrics`: (metric, alert gauge).
+fn drift_alerts(url: &str) -> Vec<(&'static str, f64)> {
+    let m = crate::common::metrics(url);
+    ["ttft", "itl", "e2e", "upstream_429"]
+        .iter()
+        .map(|k| {
+            let key = format!("qsim_proxy_drift_alert{{metric=\"{k}\"}}");
+            (*k, crate::common::metric(&m, &key))
+        })
+        .collect()
+}
+
+/// Drift on the real engine (issue 24, item 4's last part): `qsim proxy
+/// --profile` with the engine's profile fitted minutes before (as in
+/// [`engine_plan_then_enforce`]) in front of `llama-server`, a streamed
+/// open-loop load through it (`qsim calibrate bench` at half the fitted
+/// saturation, prompts as token ids); the drift settings are the defaults
+/// (band [0.67, 1.5], 60 s sustained, 30 s window, ≥ 20 samples).
+/// - 150 s on the unchanged engine: no alert at any poll;
+/// - then the engine is restarted on the same port with the 16-layer model
+///   of `scripts/llama-model.py` (same widths: 2.7× the time of a
+///   48-request burst, measured here): an alert within 120 s.
+///
+/// The issue asks for the engine restarted with half its threads. On this
+/// 2-core machine that change cannot be made honestly: the engine runs on
+/// one thread, and with two (ggml's threads wait for each other by
+/// spinning) it was 8× *slower* than with one whenever anything else ran
+/// (a 48-request burst: 82.9 s against 10.6 s at a load average of 3.7;
+/// 109.7 s against 7.9 s earlier), so the proxy and the load generator
+/// would decide its speed. A deeper model is a change of the engine's speed
+/// that does not depend on what else runs.
+#[test]
+#[ignore = "real engine timing: scripts/test.sh runs it alone (-- --ignored engine::)"]
+fn engine_drift_alerts_after_a_slower_model_and_not_before() {
+    crate::live!(Engine);
+    let (_, model) = crate::common::llama_paths();
+    let slow_model = model.with_file_name("qsim-tiny-llama-16l.gguf");
+    assert!(
+        slow_model.is_file(),
+        "{} missing: scripts/llama-deps.sh writes it",
+        slow_model.display()
+    );
+    let port = free_port();
+    let e = start_at(&model, port, 1, 8, 8192);
+    let dir = tempfile::tempdir().unwrap();
+    let (profile, fitted_sat) = fit_profile(&e.url, dir.path());
+    let cfg = dir.path().join("proxy.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "kind = \"proxy\"\n[proxy]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\n\
+             unknown_consumer = \"A\"\nprofile = \"{}\"\n[proxy.keys]\nA = [\"key-a\"]\n\
+             [deployment]\ncapacity = 100000\n[[consumer]]\nname = \"A\"\n",
+            e.url,
+            profile.display()
+        ),
+    )
+    .unwrap();
+    let child = qsim()
+        .args(["proxy", "--config"])
+        .arg(&cfg)
+        .args(["--threads", "1"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("proxy.log")).unwrap())
+        .spawn()
+        .expect("start qsim proxy");
+    let mut proxy = Proc(child);
+    let url = crate::common::proxy_url(&mut proxy);
+    assert!(drift_alerts(&url).iter().all(|a| a.1 == 0.0));
+
+    // the load: half the fitted saturation, for the whole test (330 s)
+    let rate = 0.5 * fitted_sat;
+    let n = (rate * 330.0).ceil() as u32;
+    let load = qsim()
+        .args(["calibrate", "bench", "--target", &url])
+        .args([
+            "--rate",
+            &format!("{rate:.3}"),
+            "--requests",
+            &n.to_string(),
+        ])
+        .args(["--input-len", "64..192", "--output-len", "16..48"])
+        .args(["--token-ids", "300..31999", "--seed", "400"])
+        .arg("--out")
+        .arg(dir.path().join("load.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _load = Proc(load);
+    let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
+    let t0 = Instant::now();
+    let mut last = Vec::new();
+    while t0.elapsed() < Duration::from_secs(150) {
+        std::thread::sleep(Duration::from_secs(1));
+        let m = crate::common::metrics(&url);
+        let a = drift_alerts(&url);
+        assert!(
+            a.iter().all(|x| x.1 == 0.0),
+            "alert on the unchanged engine at {:.0} s: {a:?}\n{m:?}\n{}",
+            t0.elapsed().as_secs_f64(),
+            log()
+        );
+        last = m;
+    }
+    let ratio = |m: &[(String, f64)], k: &str| {
+        crate::common::metric(m, &format!("qsim_proxy_drift_ratio{{metric=\"{k}\"}}"))
+    };
+    eprintln!(
+        "unchanged engine, 150 s, no alert; ratios at the end: ttft {:.2}, itl {:.2}, e2e {:.2}",
+        ratio(&last, "ttft"),
+        ratio(&last, "itl"),
+        ratio(&last, "e2e")
+    );
+    for k in ["ttft", "itl", "e2e"] {
+        let r = ratio(&last, k);
+        assert!(r > 0.0, "{k}: no ratio estimated in 150 s");
+    }
+
+    // the change: the same port, a model twice as deep
+    drop(e);
+    let _slow = start_at(&slow_model, port, 1, 8, 8192);
+    let t1 = Instant::now();
+    let fired = loop {
+        std::thread::sleep(Duration::from_secs(1));
+        let a = drift_alerts(&url);
+        if let Some(x) = a.iter().find(|x| x.1 == 1.0) {
+            break Some((x.0, t1.elapsed()));
+        }
+        if t1.elapsed() > Duration::from_secs(120) {
+            break None;
+        }
+    };
+    let m = crate::common::metrics(&url);
+    eprintln!(
+        "after the change: {fired:?}; ratios ttft {:.2}, itl {:.2}, e2e {:.2}",
+        ratio(&m, "ttft"),
+        ratio(&m, "itl"),
+        ratio(&m, "e2e")
+    );
+    let (metric, after) = fired.unwrap_or_else(|| {
+        panic!(
+            "no drift alert within 120 s of the slower engine: {:?}\n{}",
+            drift_alerts(&url),
+            log()
+        )
+    });
+    assert!(log().contains("drift"), "the alert is logged: {}", log());
+    eprintln!(
+        "drift alert on {metric} {:.0} s after the change",
+        after.as_secs_f64()
+    );
 }

@@ -20,8 +20,31 @@ fn text_chars(v: &Value) -> u64 {
     }
 }
 
-/// Estimated input tokens of an OpenAI-style request body.
+/// A prompt given as token ids (`[1, 2, 3]`), or a batch of such prompts
+/// (`[[1, 2], [3]]`): the number of ids.
+fn token_ids(v: &Value) -> Option<u64> {
+    let a = v.as_array()?;
+    if a.is_empty() {
+        return None;
+    }
+    if a.iter().all(Value::is_u64) {
+        return Some(a.len() as u64);
+    }
+    a.iter()
+        .map(|p| {
+            let p = p.as_array()?;
+            (!p.is_empty() && p.iter().all(Value::is_u64)).then_some(p.len() as u64)
+        })
+        .sum()
+}
+
+/// Input tokens of an OpenAI-style request body: exactly the ids of a
+/// completions prompt given as token ids (what an engine computes), else
+/// the estimate `ceil(chars / 4)` + 4 per chat message.
 pub fn input_tokens(body: &Value) -> u64 {
+    if let Some(n) = body.get("prompt").and_then(token_ids) {
+        return n;
+    }
     let mut chars = 0;
     let mut messages = 0;
     if let Some(ms) = body.get("messages").and_then(Value::as_array) {
@@ -53,5 +76,10 @@ mod tests {
         assert_eq!(input_tokens(&json!({"prompt": "abcde"})), 2);
         assert_eq!(input_tokens(&json!({"prompt": ["ab", "cd"]})), 1);
         assert_eq!(input_tokens(&json!({})), 1);
+        // token ids count exactly, one prompt or a batch
+        assert_eq!(input_tokens(&json!({"prompt": [5, 6, 7]})), 3);
+        assert_eq!(input_tokens(&json!({"prompt": [[5, 6], [7]]})), 3);
+        assert_eq!(input_tokens(&json!({"prompt": []})), 1);
+        assert_eq!(input_tokens(&json!({"prompt": [5, "x"]})), 1);
     }
 }

@@ -255,20 +255,10 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// A prompt given as token ids (`[1, 2, 3]`): its length.
-fn token_ids(v: &Value) -> Option<u64> {
-    let a = v.as_array()?;
-    (!a.is_empty() && a.iter().all(Value::is_u64)).then_some(a.len() as u64)
-}
-
-/// Input tokens of a request: the number of ids when a completions prompt
-/// is given as token ids, else the proxy's estimate (`ceil(chars / 4)` + 4
-/// per chat message).
+/// Input tokens of a request: the proxy's count (token ids exactly, else
+/// its estimate).
 pub fn input_tokens(body: &Value) -> u64 {
-    match body.get("prompt").and_then(token_ids) {
-        Some(n) => n,
-        None => estimate::input_tokens(body),
-    }
+    estimate::input_tokens(body)
 }
 
 /// FNV-1a of the prompt's JSON text (`messages`, else `prompt`), as
@@ -351,8 +341,9 @@ fn parse(
         }
         Api::Completions => match o.get("prompt") {
             Some(Value::String(_)) => {}
-            Some(v @ Value::Array(a))
-                if token_ids(v).is_some() || (a.len() == 1 && a[0].is_string()) => {}
+            Some(Value::Array(a))
+                if (!a.is_empty() && a.iter().all(Value::is_u64))
+                    || (a.len() == 1 && a[0].is_string()) => {}
             Some(Value::Array(a))
                 if a.len() > 1 && a.iter().all(|x| x.is_string() || x.is_array()) =>
             {
