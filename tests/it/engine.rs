@@ -193,11 +193,11 @@ fn calibrate_bench_prompts_miss_the_prefix_cache_and_no_request_is_lost() {
 
 const PROFILE: &str = "models/llama-cpp-tiny-cpu.toml";
 
-/// One `qsim calibrate bench` against the engine: the result JSON's path.
-fn bench(url: &str, dir: &std::path::Path, name: &str, rate: f64, n: u32, seed: u64) -> String {
-    let file = dir.join(name).to_str().unwrap().to_string();
-    let o = qsim()
-        .args(["calibrate", "bench", "--target", url])
+/// `qsim calibrate bench` against `url`: `n` requests at `rate`/s, the
+/// tests' length mix, prompts as token ids, the result JSON into `out`.
+fn bench_cmd(url: &str, rate: f64, n: u32, seed: u64, out: &str) -> std::process::Command {
+    let mut c = qsim();
+    c.args(["calibrate", "bench", "--target", url])
         .args([
             "--rate",
             &format!("{rate:.3}"),
@@ -206,9 +206,14 @@ fn bench(url: &str, dir: &std::path::Path, name: &str, rate: f64, n: u32, seed: 
         ])
         .args(["--input-len", "64..192", "--output-len", "16..48"])
         .args(["--token-ids", "300..31999", "--seed", &seed.to_string()])
-        .args(["--out", &file])
-        .output()
-        .unwrap();
+        .args(["--out", out]);
+    c
+}
+
+/// One `qsim calibrate bench` against the engine: the result JSON's path.
+fn bench(url: &str, dir: &std::path::Path, name: &str, rate: f64, n: u32, seed: u64) -> String {
+    let file = dir.join(name).to_str().unwrap().to_string();
+    let o = bench_cmd(url, rate, n, seed, &file).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     eprintln!("{}", String::from_utf8_lossy(&o.stdout).trim());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
@@ -624,18 +629,8 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
     // the load: half the fitted saturation, for the whole test (330 s)
     let rate = 0.5 * fitted_sat;
     let n = (rate * 330.0).ceil() as u32;
-    let load = qsim()
-        .args(["calibrate", "bench", "--target", &url])
-        .args([
-            "--rate",
-            &format!("{rate:.3}"),
-            "--requests",
-            &n.to_string(),
-        ])
-        .args(["--input-len", "64..192", "--output-len", "16..48"])
-        .args(["--token-ids", "300..31999", "--seed", "400"])
-        .arg("--out")
-        .arg(dir.path().join("load.json"))
+    let out = dir.path().join("load.json");
+    let load = bench_cmd(&url, rate, n, 400, out.to_str().unwrap())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
