@@ -201,8 +201,9 @@ pub fn coefficients_toml(fit: &Fit, train: usize) -> String {
         s,
         "# qsim sim2real's global coefficients: the result of `qsim sim2real --fit`\n\
          # (Nelder-Mead over their logarithms from crate::sim2real::fit::START and\n\
-         # three points around it, {} evaluations) on the {train} training experiments only; loss (the sum\n\
-         # of absolute log ratios of whole-run mean E2E, TTFT and ITL) {:.6}.\n\
+         # three points around it, {} evaluations) on the {train} training\n\
+         # experiments only; loss (the sum of absolute log ratios of whole-run\n\
+         # mean E2E, TTFT and ITL) {:.6}.\n\
          # Seven figures, the same for every model and GPU; tests/it re-runs the fit.",
         fit.evaluations, fit.loss
     );
