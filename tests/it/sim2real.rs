@@ -122,7 +122,7 @@ fn all_38_run_and_the_medians_are_the_predictions() {
 
 #[test]
 fn the_shipped_coefficients_are_the_fits_result() {
-    // the fit: ~540 evaluations of the 13 training experiments (~45 CPU-s)
+    // the fit: ~1,000 evaluations of the 13 training experiments (80–110 CPU-s)
     let (code, fitted, err) = run(&["--fit", "1000"]);
     assert_eq!(code, 0, "{err}");
     let shipped = std::fs::read_to_string("experiments/sim2real/coefficients.toml").unwrap();

@@ -90,6 +90,12 @@ struct RawIteration {
     /// The engine schedules step N+1 on the CPU while step N runs on the GPU.
     #[serde(default)]
     async_scheduling: bool,
+    /// Tokens of every prompt served from the prefix cache (a workload
+    /// whose prompts share a cached prefix): the requests' `input` lengths
+    /// exclude them, but every scheduled sequence's attention still reads
+    /// their KV and every query token attends over them. 0 = none.
+    #[serde(default)]
+    cached_prefix_tokens: i64,
 }
 
 fn one() -> f64 {
@@ -138,6 +144,9 @@ pub struct IterationModel {
     pub comp_per_token_ns: f64,
     /// Compute ns per attention (query token, context token) pair.
     pub comp_per_attn_pair_ns: f64,
+    /// Cached prefix tokens every scheduled sequence's attention reads
+    /// besides its own context.
+    pub cached_prefix_tokens: u64,
     /// CPU (GPU idle) ns per iteration.
     pub cpu_base_ns: f64,
     /// CPU ns per scheduled sequence.
@@ -162,9 +171,12 @@ impl IterationModel {
         seqs: u64,
         follows_step: bool,
     ) -> (Nanos, Nanos) {
+        let tokens = prefill_tokens + decode_seqs;
+        let kv_tokens = kv_tokens + self.cached_prefix_tokens * seqs;
+        let attn_pairs = attn_pairs + self.cached_prefix_tokens * tokens;
         let mem = self.mem_base_ns + self.mem_per_kv_token_ns * kv_tokens as f64;
-        let comp = self.comp_per_token_ns * (prefill_tokens + decode_seqs) as f64
-            + self.comp_per_attn_pair_ns * attn_pairs as f64;
+        let comp =
+            self.comp_per_token_ns * tokens as f64 + self.comp_per_attn_pair_ns * attn_pairs as f64;
         let gpu = self.gpu_fixed_ns + mem.max(comp);
         let cpu = self.cpu_base_ns + self.cpu_per_seq_ns * seqs as f64;
         let gpu = round_ns(gpu);
@@ -414,6 +426,15 @@ impl ServerProfile {
             1e12,
             false,
         )?;
+        let cached_prefix = if (0..=1 << 30).contains(&it.cached_prefix_tokens) {
+            it.cached_prefix_tokens as u64
+        } else {
+            return Err(ConfigError::new(
+                file,
+                "iteration.cached_prefix_tokens",
+                format!("must be in 0..=2^30, got {}", it.cached_prefix_tokens),
+            ));
+        };
         let eff_bw = bw * be;
         let eff_flops = peak * ce;
         let iteration = IterationModel {
@@ -422,6 +443,7 @@ impl ServerProfile {
             mem_per_kv_token_ns: kv_bytes / eff_bw * 1e9,
             comp_per_token_ns: 2.0 * active / eff_flops * 1e9,
             comp_per_attn_pair_ns: attn / eff_flops * 1e9,
+            cached_prefix_tokens: cached_prefix,
             cpu_base_ns: cpu,
             cpu_per_seq_ns: cpu_seq,
             async_scheduling: it.async_scheduling,
@@ -521,6 +543,7 @@ mod tests {
             mem_per_kv_token_ns: 1.0,
             comp_per_token_ns: 10.0,
             comp_per_attn_pair_ns: 0.5,
+            cached_prefix_tokens: 0,
             cpu_base_ns: 7.0,
             cpu_per_seq_ns: 3.0,
             async_scheduling: false,
@@ -546,6 +569,42 @@ mod tests {
     }
 
     #[test]
+    fn a_cached_prefix_is_read_and_attended_by_every_scheduled_sequence() {
+        let base = IterationModel {
+            gpu_fixed_ns: 0.0,
+            mem_base_ns: 1_000.0,
+            mem_per_kv_token_ns: 1.0,
+            comp_per_token_ns: 1.0,
+            comp_per_attn_pair_ns: 1.0,
+            cached_prefix_tokens: 0,
+            cpu_base_ns: 0.0,
+            cpu_per_seq_ns: 0.0,
+            async_scheduling: false,
+        };
+        let m = IterationModel {
+            cached_prefix_tokens: 96,
+            ..base.clone()
+        };
+        // a decode batch of 20 (memory-bound): 20 × 96 more KV tokens
+        assert_eq!(
+            m.duration(0, 20, 200, 220, 20, false),
+            base.duration(0, 20, 200 + 20 * 96, 220, 20, false)
+        );
+        // a 500-token chunk and 3 decodes (compute-bound): 503 × 96 more pairs
+        let a = IterationModel::attn_pairs(0, 500) + 30;
+        assert_eq!(
+            m.duration(500, 3, 530, a, 4, false),
+            base.duration(500, 3, 530 + 4 * 96, a + 503 * 96, 4, false)
+        );
+        assert!(m.duration(500, 3, 530, a, 4, false).0 > base.duration(500, 3, 530, a, 4, false).0);
+        let e = err(
+            "attn_flops_per_pair = 524288",
+            "attn_flops_per_pair = 524288\ncached_prefix_tokens = -1",
+        );
+        assert_eq!(e.field, "iteration.cached_prefix_tokens");
+    }
+
+    #[test]
     fn async_scheduling_hides_the_cpu_behind_the_previous_step() {
         let m = IterationModel {
             gpu_fixed_ns: 100.0,
@@ -553,6 +612,7 @@ mod tests {
             mem_per_kv_token_ns: 1.0,
             comp_per_token_ns: 10.0,
             comp_per_attn_pair_ns: 0.5,
+            cached_prefix_tokens: 0,
             cpu_base_ns: 600.0,
             cpu_per_seq_ns: 30.0,
             async_scheduling: true,

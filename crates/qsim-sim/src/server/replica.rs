@@ -961,6 +961,7 @@ mod tests {
                 mem_per_kv_token_ns: 0.0,
                 comp_per_token_ns: 0.0,
                 comp_per_attn_pair_ns: 0.0,
+                cached_prefix_tokens: 0,
                 cpu_base_ns: 0.4e6,
                 cpu_per_seq_ns: 0.0,
                 async_scheduling: asynchronous,

@@ -19,7 +19,9 @@
 //! reserved part (activations at `max_num_batched_tokens`, CUDA graphs,
 //! NCCL buffers) 2 GiB per GPU, an estimate. FP8 models compute at the
 //! GPU's FP8 rate. vLLM v0.15.1 defaults: block 16, chunked prefill, async
-//! scheduling.
+//! scheduling, prefix caching (the system prompt's whole blocks are
+//! `cached_prefix_tokens`: not prefilled, but read and attended every step,
+//! see [`cached_prefix_tokens`]).
 
 use super::data::{Coefficients, Experiment, Gpu, Model};
 use crate::config::{parse_toml, ConfigError};
@@ -29,6 +31,21 @@ use std::fmt::Write as _;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 /// Non-KV, non-weight memory per GPU (see the module doc).
 pub const RESERVED_GIB_PER_GPU: f64 = 2.0;
+
+/// The prompt tokens vLLM serves from its prefix cache. vLLM v0.15.1
+/// caches prefixes by default, by whole KV blocks (it hashes full blocks of
+/// 16 tokens only): a group's system prompt is computed once, by the group's
+/// first request, and its full blocks are read from the cache by every later
+/// one (the groups' prompts, 100–150 tokens each, stay in a cache of
+/// 10⁵–10⁶ tokens). Approximation: the first request of each group (9–23 of
+/// 6,000–24,000) is charged the cached blocks as hits too.
+pub fn cached_prefix_tokens(e: &Experiment) -> u32 {
+    if e.prefix_caching {
+        e.workload.system_prompt_len / 16 * 16
+    } else {
+        0
+    }
+}
 
 /// The derived profile as a `kind = "server"` file (`qsim sim2real
 /// --emit-profiles` writes it; qsim runs it like any profile).
@@ -107,6 +124,7 @@ pub fn profile_toml(e: &Experiment, m: &Model, g: &Gpu, c: &Coefficients) -> Str
     let _ = writeln!(w, "cpu_per_seq_us = {:?}", c.cpu_per_seq_us);
     let _ = writeln!(w, "ingress_ms = {:?}", c.ingress_ms);
     let _ = writeln!(w, "async_scheduling = true");
+    let _ = writeln!(w, "cached_prefix_tokens = {}", cached_prefix_tokens(e));
     s
 }
 

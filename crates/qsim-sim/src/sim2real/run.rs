@@ -5,6 +5,17 @@
 //! (`ignore_eos`); the metrics of each stage over the requests that arrived
 //! in it, and of the whole run, as the study computes them (ITL = (mean E2E −
 //! mean TTFT) / (output − 1)).
+//!
+//! Checked against inference-perf at the commit the study ran (e8e0aa9):
+//! TTFT is the first streamed chunk's time, E2E the response's end, both
+//! from the request's send; every request is one turn (its `SharedPrefix`
+//! config has no multi-turn option, so the workloads' `multi_turn = true`
+//! is ignored: pydantic drops unknown fields). The study's ITL divides by
+//! inference-perf's mean output count, which re-tokenizes the answer text
+//! (`CustomTokenizer.count_tokens`, with a BOS); qsim divides by the tokens
+//! generated (`output_len`): where the two differ (Llama-3.1-8B's text
+//! re-tokenizes ~4 % shorter) the measured ITL is larger by their ratio,
+//! which qsim cannot know before the run.
 
 use super::data::{Coefficients, Data, Experiment};
 use super::derive;
@@ -73,21 +84,14 @@ impl Acc {
     }
 }
 
-/// The prompt tokens a request's prefill computes. vLLM v0.15.1 caches
-/// prefixes by default: the system prompt of a group is computed once, by
-/// its group's first request, and read from the cache by every later one
-/// (the groups' prompts, 100–150 tokens each, stay in a cache of 10⁵–10⁶
-/// tokens). So every request computes its question alone; approximations:
-/// the first request of each group (9–23 of 6,000–24,000) is charged no
-/// prefix either, and the prefix's KV blocks are left out of each
-/// sequence's attention reads (100–150 of 800–2,500 context tokens).
+/// The prompt tokens a request's prefill computes: its question and the
+/// system prompt's tail that fills no whole block. The cached prefix still
+/// costs every step the request is in: its attention reads the prefix's KV
+/// and every query token attends over it (the profile's
+/// `cached_prefix_tokens`).
 pub fn prefill_tokens(e: &Experiment) -> u32 {
     let w = &e.workload;
-    if e.prefix_caching {
-        w.question_len
-    } else {
-        w.system_prompt_len + w.question_len
-    }
+    w.system_prompt_len + w.question_len - derive::cached_prefix_tokens(e)
 }
 
 /// The experiment's load as a server scenario: constant arrivals at the
