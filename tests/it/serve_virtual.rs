@@ -227,7 +227,7 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
                     e2.max_tokens,
                 );
                 GenRequest {
-                    input_tokens: qsim_live::serve::input_tokens(&body),
+                    input_tokens: qsim_live::estimate::input_tokens(&body),
                     max_tokens: Some(e2.max_tokens),
                     prompt_hash: qsim_live::serve::prompt_hash(&body),
                     output_tokens: None,

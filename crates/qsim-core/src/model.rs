@@ -10,7 +10,7 @@ use crate::time::Nanos;
 /// What the model is asked for, as the HTTP side parsed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GenRequest {
-    /// Estimated from the prompt (qsim-live's `serve::input_tokens`).
+    /// Estimated from the prompt (qsim-live's `estimate::input_tokens`).
     pub input_tokens: u64,
     /// `max_tokens` (or `max_completion_tokens`) if the request states it.
     pub max_tokens: Option<u64>,

@@ -255,12 +255,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-/// Input tokens of a request: the proxy's count (token ids exactly, else
-/// its estimate).
-pub fn input_tokens(body: &Value) -> u64 {
-    estimate::input_tokens(body)
-}
-
 /// FNV-1a of the prompt's JSON text (`messages`, else `prompt`), as
 /// [`GenRequest::prompt_hash`] (for the proxy's drift shadow).
 pub fn prompt_hash(body: &Value) -> u64 {
@@ -417,7 +411,7 @@ fn parse(
         stream,
         include_usage,
         req: GenRequest {
-            input_tokens: input_tokens(body),
+            input_tokens: estimate::input_tokens(body),
             max_tokens,
             prompt_hash,
             output_tokens: None,

@@ -22,7 +22,7 @@
 //! and capped at the request's `max_tokens`; without it, exactly
 //! `max_tokens`. A request without `max_tokens` is given `[serve]
 //! default_max_tokens` (default 4096), which a hosted profile also reserves.
-//! Input tokens: counted by the HTTP side (`qsim_live::serve::input_tokens`).
+//! Input tokens: counted by the HTTP side (`qsim_live::estimate::input_tokens`: token ids exactly, else an estimate).
 
 use crate::config::{read_toml, ConfigError};
 use crate::engine::rng::{component, stream, Rng};
