@@ -404,6 +404,18 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
         "mean_ttft_ms: must be > 0",
     );
     case(
+        "short-arrivals",
+        &|v| v["arrival_s"] = serde_json::json!([0.0, 0.5]),
+        None,
+        "arrival_s: has 2 items",
+    );
+    case(
+        "bad-arrival",
+        &|v| v["arrival_s"] = serde_json::json!([0.0, -1.0, 0.5]),
+        None,
+        "arrival_s.1: must be seconds",
+    );
+    case(
         "all-failed",
         &|v| v["errors"] = serde_json::json!(["boom", "boom", "boom"]),
         None,
@@ -434,6 +446,66 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
         assert_eq!(code, 2, "{fit}: {err}");
         assert!(err.contains(want), "{fit}: {err}");
     }
+}
+
+/// A benchmark with recorded send times (`arrival_s`, as `qsim calibrate
+/// bench` writes) is replayed at those times, not as Poisson streams at
+/// its rate: every request recorded at 0 predicts exactly what a burst
+/// (rate "inf") of the same requests predicts, and not what Poisson
+/// arrivals at its stated rate predict; the order of the array does not
+/// matter (the requests are sorted by their times).
+#[test]
+fn recorded_arrivals_are_replayed_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let predict = |name: &str, v: &Value| -> Value {
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, v.to_string()).unwrap();
+        let (code, out, err) = qsim(
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                "--fit",
+                "none",
+                f.to_str().unwrap(),
+                "--reps",
+                "4",
+                "--format",
+                "json",
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, 0, "{name}: {err}");
+        let j = json(&out);
+        j["fit"][0].clone()
+    };
+    let mut at0 = good_bench();
+    at0["arrival_s"] = serde_json::json!([0.0, 0.0, 0.0]);
+    let mut burst = good_bench();
+    burst["request_rate"] = "inf".into();
+    let (a, b, p) = (
+        predict("at0", &at0),
+        predict("burst", &burst),
+        predict("poisson", &good_bench()),
+    );
+    assert_eq!(a["arrivals"], "recorded");
+    assert_eq!(p["arrivals"], "poisson");
+    assert_eq!(a["fitted"], b["fitted"], "{a}\n{b}");
+    assert_ne!(a["fitted"]["ttft_ms"], p["fitted"]["ttft_ms"], "{a}\n{p}");
+    // spread out and listed out of order: the same as listed in order
+    let mut spread = good_bench();
+    spread["arrival_s"] = serde_json::json!([0.0, 2.0, 4.0]);
+    let mut shuffled = good_bench();
+    shuffled["arrival_s"] = serde_json::json!([2.0, 4.0, 0.0]);
+    for k in ["input_lens", "output_lens", "ttfts", "itls"] {
+        let x = spread[k].as_array().unwrap().clone();
+        shuffled[k] = serde_json::json!([x[1], x[2], x[0]]);
+    }
+    let (s1, s2) = (predict("spread", &spread), predict("shuffled", &shuffled));
+    assert_eq!(s1["fitted"], s2["fitted"], "{s1}\n{s2}");
+    assert_eq!(s1["observed"], s2["observed"], "{s1}\n{s2}");
+    assert_ne!(s1["fitted"]["ttft_ms"], a["fitted"]["ttft_ms"]);
 }
 
 /// Issue 26, item 6: out-of-range inputs are refused naming the file and

@@ -21,6 +21,12 @@
 //! answer, is sent again once on a new connection ([`http::closed_before_answer`]);
 //! its times still start at the first send. `retries` in the result counts them.
 //!
+//! Beyond benchmark_serving's fields, `arrival_s` holds each request's send
+//! time (model seconds from the start of the timed run): `qsim calibrate
+//! server` then replays the very arrivals the server saw rather than
+//! Poisson streams at the rate (40 Poisson arrivals are a noisy sample of
+//! their rate: near saturation one draw's mean TTFT can be twice another's).
+//!
 //! Times: `time_scale` X is the server's `--time-scale` (the server runs X
 //! times faster than real time): arrivals are sent at model time / X, and
 //! durations are read on the same clock in model time (`clock.rs`: real
@@ -66,6 +72,8 @@ struct Out {
     output: u64,
     error: String,
     retries: u32,
+    /// When it was sent (model seconds on the benchmark's clock).
+    sent: f64,
 }
 
 /// One streamed request; times read on `clock` (model time).
@@ -84,6 +92,7 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, clock: Clock, timeout:
         return o;
     }
     let st = clock.now();
+    o.sent = secs(st);
     let mut last = st;
     let mut first = None;
     let mut usage = None;
@@ -281,6 +290,9 @@ async fn run_async(cfg: BenchConfig) -> Result<Value, String> {
         "itls": outs.iter().map(|o| o.itl.clone()).collect::<Vec<_>>(),
         "generated_texts": outs.iter().map(|_| "").collect::<Vec<_>>(),
         "errors": outs.iter().map(|o| o.error.clone()).collect::<Vec<_>>(),
+        // not in benchmark_serving's file: each request's send time, so
+        // `qsim calibrate server` replays the arrivals the server saw
+        "arrival_s": outs.iter().map(|o| o.sent).collect::<Vec<_>>(),
         "retries": outs.iter().map(|o| o.retries as u64).sum::<u64>(),
     });
     for (k, xs) in [

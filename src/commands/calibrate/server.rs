@@ -16,10 +16,13 @@
 //! arrays' lengths, in their order) arrive as a Poisson process at its rate
 //! (the first at 0, as the benchmark sends it) on one replica of the
 //! profile ([`Cluster`], the model `qsim serve` and `qsim run` use). The
-//! arrival times of the measurement are not in the file, so each benchmark
-//! is simulated `--reps` times with different arrival streams (the same
-//! streams at every candidate: common random numbers, a smooth objective)
-//! and the means are pooled. Simulated TTFT = first token − arrival,
+//! arrival times of the measurement are not in vLLM's file, so each
+//! benchmark is simulated `--reps` times with different arrival streams
+//! (the same streams at every candidate: common random numbers, a smooth
+//! objective) and the means are pooled. A file of `qsim calibrate bench`
+//! also has `arrival_s`, each request's send time: such a benchmark is
+//! replayed once, at those times (sorted), so its prediction is of the
+//! load the server actually saw, not of the rate's expectation. Simulated TTFT = first token − arrival,
 //! E2E = last token − arrival, ITL = Σ(last − first token) / Σ(output − 1)
 //! (vLLM's `mean_itl_ms` is the mean of every gap between streamed tokens,
 //! the same ratio), TPOT = the mean over requests of (last − first) / (output − 1).
@@ -148,6 +151,10 @@ pub struct Bench {
     /// Prompts longer than this are "long" (the median prompt length).
     pub split: u32,
     per_request: Option<Vec<Obs>>,
+    /// Each request's recorded send time (ns from the first), in order
+    /// (`arrival_s`, which `qsim calibrate bench` writes): the benchmark is
+    /// replayed at these times instead of as Poisson streams.
+    pub arrivals: Option<Vec<u64>>,
 }
 
 /// The largest finite request rate read (requests per second): a faster
@@ -293,7 +300,7 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
     };
     let ins = get_array(&file, &v, "input_lens")?;
     let outs = get_array(&file, &v, "output_lens")?;
-    let (reqs, per_request) = match (ins, outs) {
+    let (mut reqs, mut per_request, mut arrivals) = match (ins, outs) {
         (Some(ins), Some(outs)) => {
             if ins.len() as f64 > MAX_BENCH_REQUESTS {
                 return Err(field_err(
@@ -315,7 +322,13 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             let errors = get_array(&file, &v, "errors")?;
             let ttfts = get_array(&file, &v, "ttfts")?;
             let itls = get_array(&file, &v, "itls")?;
-            for (k, a) in [("errors", errors), ("ttfts", ttfts), ("itls", itls)] {
+            let sends = get_array(&file, &v, "arrival_s")?;
+            for (k, a) in [
+                ("errors", errors),
+                ("ttfts", ttfts),
+                ("itls", itls),
+                ("arrival_s", sends),
+            ] {
                 if let Some(a) = a {
                     if a.len() != ins.len() {
                         return Err(field_err(
@@ -328,6 +341,7 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
             }
             let mut reqs = Vec::new();
             let mut obs = Vec::new();
+            let mut at = Vec::new();
             for i in 0..ins.len() {
                 let input = len_of(&file, "input_lens", i, &ins[i])?;
                 let output = len_of(&file, "output_lens", i, &outs[i])?;
@@ -338,6 +352,17 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
                     continue;
                 }
                 reqs.push((input.max(1), output));
+                if let Some(a) = sends {
+                    let x = secs_of(&file, &format!("arrival_s.{i}"), &a[i])?;
+                    if x > MAX_LATENCY_S {
+                        return Err(field_err(
+                            &file,
+                            &format!("arrival_s.{i}"),
+                            format!("{x} s is more than a day after the start"),
+                        ));
+                    }
+                    at.push((x * 1e9).round() as u64);
+                }
                 if let (Some(t), Some(g)) = (ttfts, itls) {
                     let _ = output;
                     let ttft = secs_of(&file, &format!("ttfts.{i}"), &t[i])?;
@@ -374,7 +399,7 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
                 return Err(field_err(&file, "output_lens", "no successful request"));
             }
             let per = (ttfts.is_some() && itls.is_some()).then_some(obs);
-            (reqs, per)
+            (reqs, per, sends.is_some().then_some(at))
         }
         (Some(_), None) => {
             return Err(field_err(
@@ -411,13 +436,25 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
                     "must be ≥ completed",
                 ));
             }
-            (vec![((i.max(1.0)) as u32, o as u32); n], None)
+            (vec![((i.max(1.0)) as u32, o as u32); n], None, None)
         }
     };
+    // Replayed in time order: requests (and their observations) sorted by
+    // their recorded send times (concurrent sends may be logged a few µs
+    // out of order); the first is at 0.
+    if let Some(at) = arrivals.as_mut() {
+        let mut order: Vec<usize> = (0..at.len()).collect();
+        order.sort_by_key(|&k| (at[k], k));
+        let t0 = at[order[0]];
+        reqs = order.iter().map(|&k| reqs[k]).collect();
+        if let Some(obs) = per_request.as_mut() {
+            *obs = order.iter().map(|&k| obs[k]).collect();
+        }
+        *at = order.iter().map(|&k| at[k] - t0).collect();
+    }
     let mut sorted: Vec<u32> = reqs.iter().map(|r| r.0).collect();
     sorted.sort_unstable();
     let split = sorted[(sorted.len() - 1) / 2];
-    let mut per_request = per_request;
     if let Some(obs) = per_request.as_mut() {
         for (o, r) in obs.iter_mut().zip(&reqs) {
             o.long = r.0 > split;
@@ -433,6 +470,7 @@ pub fn read_bench(path: &std::path::Path) -> Result<Bench, ConfigError> {
         observed,
         split,
         per_request,
+        arrivals,
     })
 }
 
@@ -452,8 +490,8 @@ fn split_ttft<'a>(obs: impl Iterator<Item = &'a Obs>) -> (f64, f64) {
     (m(l, nl), m(s, ns))
 }
 
-/// Simulate `reqs` arriving as a Poisson process at `rate` on one replica;
-/// returns the sums (ttft, e2e, gap time, gaps, tpot, counted requests,
+/// Simulate `reqs` arriving at the times `at` (ns) when given, else as a
+/// Poisson process at `rate`, on one replica; returns the sums (ttft, e2e, gap time, gaps, tpot, counted requests,
 /// tpot requests, ttft of prompts over `split`, their count) over the
 /// requests that ran.
 fn simulate(
@@ -461,6 +499,7 @@ fn simulate(
     reqs: &[(u32, u32)],
     split: u32,
     rate: f64,
+    at: Option<&[u64]>,
     seed: u64,
     scope: u64,
 ) -> [f64; 9] {
@@ -492,10 +531,15 @@ fn simulate(
         }
     };
     for (k, &(i, o)) in reqs.iter().enumerate() {
-        if k > 0 && rate.is_finite() {
-            t += -(1.0 - unit(&mut rng)).ln() / rate;
-        }
-        let now = (t * 1e9).round() as u64;
+        let now = match at {
+            Some(at) => at[k],
+            None => {
+                if k > 0 && rate.is_finite() {
+                    t += -(1.0 - unit(&mut rng)).ln() / rate;
+                }
+                (t * 1e9).round() as u64
+            }
+        };
         while let Some(d) = cl.poll_timeout() {
             if d > now {
                 break;
@@ -520,9 +564,21 @@ fn simulate(
     acc
 }
 
-/// Simulated means of one benchmark, its arrival streams pooled.
+/// Simulated means of one benchmark: replayed at its recorded send times
+/// if it has them (one run), else its Poisson arrival streams pooled.
 pub fn predict(profile: &Arc<ServerProfile>, b: &Bench, idx: u64, reps: u32, seed: u64) -> Means {
-    predict_full(profile, b, idx, reps, seed).0
+    match &b.arrivals {
+        Some(at) => means_of(&simulate(
+            profile,
+            &b.reqs,
+            b.split,
+            b.rate,
+            Some(at),
+            seed,
+            0,
+        )),
+        None => predict_full(profile, b, idx, reps, seed).0,
+    }
 }
 
 fn means_of(a: &[f64; 9]) -> Means {
@@ -541,10 +597,14 @@ fn means_of(a: &[f64; 9]) -> Means {
     }
 }
 
-/// Simulated means of one benchmark (its arrival streams pooled), and the
-/// variance over the streams of ln(one stream's mean) of (TTFT of long
-/// prompts, of short prompts, TTFT, ITL, E2E): how far one measurement of
-/// this many requests may be from the expectation by its arrivals alone.
+/// Simulated means of one benchmark ([`predict`]), and the variance over
+/// Poisson arrival streams at its rate of ln(one stream's mean) of (TTFT
+/// of long prompts, of short prompts, TTFT, ITL, E2E): how far one
+/// measurement of this many requests may be from the expectation by its
+/// arrivals alone. A benchmark replayed at its recorded times has no
+/// arrival noise, but the same variance weighs it: it says how sensitive
+/// each mean is to chance in the timing (the engine's own jitter moves a
+/// mean near saturation as arrival noise does).
 pub fn predict_full(
     profile: &Arc<ServerProfile>,
     b: &Bench,
@@ -554,7 +614,17 @@ pub fn predict_full(
 ) -> (Means, [f64; 5]) {
     let sums: Vec<[f64; 9]> = (0..reps as u64)
         .into_par_iter()
-        .map(|r| simulate(profile, &b.reqs, b.split, b.rate, seed, (idx << 8) | r))
+        .map(|r| {
+            simulate(
+                profile,
+                &b.reqs,
+                b.split,
+                b.rate,
+                None,
+                seed,
+                (idx << 8) | r,
+            )
+        })
         .collect();
     let mut a = [0.0; 9];
     for s in &sums {
@@ -575,7 +645,11 @@ pub fn predict_full(
             *v = logs.iter().map(|l| (l[j] - mean).powi(2)).sum::<f64>() / (k - 1.0);
         }
     }
-    (means_of(&a), var)
+    let means = match &b.arrivals {
+        Some(_) => predict(profile, b, idx, reps, seed),
+        None => means_of(&a),
+    };
+    (means, var)
 }
 
 /// Requests the profile completes per second with a standing backlog of
@@ -1104,6 +1178,19 @@ impl Fit {
             "objective Σ ln(sim/obs)²/σ² over mean TTFT, ITL, E2E: {:.5} after {} evaluations ({} arrival streams per benchmark)",
             self.loss, self.evals, pr.reps
         );
+        let recorded = pr
+            .fit
+            .iter()
+            .chain(&pr.holdout)
+            .filter(|b| b.arrivals.is_some())
+            .count();
+        if recorded > 0 {
+            let _ = writeln!(
+                s,
+                "{recorded} of {} benchmark(s) replayed at their recorded send times (arrival_s); the streams only weigh them",
+                pr.fit.len() + pr.holdout.len()
+            );
+        }
         if !pr.coefs.names.is_empty() {
             let head = if self.bootstrap > 0 {
                 format!("95% interval (bootstrap over requests, {})", self.bootstrap)
@@ -1256,7 +1343,8 @@ impl Fit {
         };
         let bench = |b: &Bench, base: &Means, f: &Means| {
             json!({"file": b.file, "request_rate": if b.rate.is_finite() { json!(b.rate) } else { json!("inf") },
-                "requests": b.reqs.len(), "observed": m(&b.observed), "fitted": m(f), "base": m(base)})
+                "requests": b.reqs.len(), "arrivals": if b.arrivals.is_some() { "recorded" } else { "poisson" },
+                "observed": m(&b.observed), "fitted": m(f), "base": m(base)})
         };
         json!({
             "coefficients": pr.coefs.names.iter().enumerate().map(|(k, n)| json!({
