@@ -96,6 +96,14 @@ struct RawIteration {
     /// their KV and every query token attends over them. 0 = none.
     #[serde(default)]
     cached_prefix_tokens: i64,
+    /// Measured step times (ms) of an engine whose step time is not a
+    /// roofline (a CPU engine's matrix kernels): entry `b − 1` is the whole
+    /// step, CPU included, with `b` sequences decoding one token each
+    /// (the mean ITL of `b` concurrent requests with short prompts). When
+    /// given, the decode part of a step is read from it (see
+    /// [`IterationModel::duration`]). Empty = the roofline.
+    #[serde(default)]
+    decode_step_ms: Vec<f64>,
 }
 
 fn one() -> f64 {
@@ -153,6 +161,9 @@ pub struct IterationModel {
     pub cpu_per_seq_ns: f64,
     /// The CPU part of a step overlaps the previous step's GPU work.
     pub async_scheduling: bool,
+    /// Measured whole-step ns with `b` decoding sequences at `b − 1`
+    /// (`decode_step_ms`); empty: the roofline.
+    pub decode_step_ns: Vec<f64>,
 }
 
 impl IterationModel {
@@ -172,8 +183,11 @@ impl IterationModel {
         follows_step: bool,
     ) -> (Nanos, Nanos) {
         let tokens = prefill_tokens + decode_seqs;
-        let kv_tokens = kv_tokens + self.cached_prefix_tokens * seqs;
         let attn_pairs = attn_pairs + self.cached_prefix_tokens * tokens;
+        if !self.decode_step_ns.is_empty() {
+            return self.measured_duration(prefill_tokens, decode_seqs, attn_pairs, seqs);
+        }
+        let kv_tokens = kv_tokens + self.cached_prefix_tokens * seqs;
         let mem = self.mem_base_ns + self.mem_per_kv_token_ns * kv_tokens as f64;
         let comp =
             self.comp_per_token_ns * tokens as f64 + self.comp_per_attn_pair_ns * attn_pairs as f64;
@@ -187,6 +201,37 @@ impl IterationModel {
             gpu + cpu
         };
         (total.max(1), gpu)
+    }
+
+    /// A step with a measured decode table: the table's step for the `D`
+    /// decoding sequences (beyond the table, its last entry scaled by
+    /// `D / len`), plus the prompt tokens' compute (`comp_per_token_ns`
+    /// each), the attention pairs' compute, and per prefilling sequence
+    /// `cpu_per_seq_ns`; a step with no decoding sequence pays
+    /// `cpu_base_ns` instead of a table entry. Nothing overlaps (a CPU
+    /// engine computes its batch in one call), so the GPU-busy part is the
+    /// whole step. Attention over the contexts of the table's own
+    /// measurement is charged again by the per-pair term (small for short
+    /// contexts: stated where a table is used).
+    fn measured_duration(
+        &self,
+        prefill: u64,
+        decode: u64,
+        pairs: u64,
+        seqs: u64,
+    ) -> (Nanos, Nanos) {
+        let t = &self.decode_step_ns;
+        let dec = match decode as usize {
+            0 => self.cpu_base_ns,
+            d if d <= t.len() => t[d - 1],
+            d => t[t.len() - 1] * d as f64 / t.len() as f64,
+        };
+        let total = dec
+            + self.comp_per_token_ns * prefill as f64
+            + self.comp_per_attn_pair_ns * pairs as f64
+            + self.cpu_per_seq_ns * seqs.saturating_sub(decode) as f64;
+        let total = round_ns(total).max(1);
+        (total, total)
     }
 
     /// Attention pairs of a chunk of `chunk` tokens after `computed` ones.
@@ -447,6 +492,7 @@ impl ServerProfile {
             cpu_base_ns: cpu,
             cpu_per_seq_ns: cpu_seq,
             async_scheduling: it.async_scheduling,
+            decode_step_ns: decode_table(file, &it.decode_step_ms)?,
         };
         if iteration.duration(0, 1, 1, 1, 1, false).0 == 0 {
             return Err(ConfigError::new(
@@ -490,6 +536,35 @@ impl ServerProfile {
     pub fn blocks_for(&self, tokens: u32) -> u32 {
         tokens.div_ceil(self.block_size)
     }
+}
+
+/// `iteration.decode_step_ms`: at most 1,024 steps of > 0 and at most a
+/// minute each; ns.
+fn decode_table(file: &str, ms: &[f64]) -> Result<Vec<f64>, ConfigError> {
+    if ms.len() > 1024 {
+        return Err(ConfigError::new(
+            file,
+            "iteration.decode_step_ms",
+            format!(
+                "at most 1024 entries (one per batch size), got {}",
+                ms.len()
+            ),
+        ));
+    }
+    ms.iter()
+        .enumerate()
+        .map(|(k, &x)| {
+            if x.is_finite() && x > 0.0 && x <= 60_000.0 {
+                Ok(x * 1e6)
+            } else {
+                Err(ConfigError::new(
+                    file,
+                    &format!("iteration.decode_step_ms.{k}"),
+                    format!("must be a step time in ms, > 0 and at most 60000, got {x}"),
+                ))
+            }
+        })
+        .collect()
 }
 
 /// Read and validate a server profile file.
@@ -547,6 +622,7 @@ mod tests {
             cpu_base_ns: 7.0,
             cpu_per_seq_ns: 3.0,
             async_scheduling: false,
+            decode_step_ns: Vec::new(),
         };
         // memory-bound: mem 1000 + 200 = 1200 > comp 10 × 20 + 0.5 × 40 = 220
         assert_eq!(
@@ -580,6 +656,7 @@ mod tests {
             cpu_base_ns: 0.0,
             cpu_per_seq_ns: 0.0,
             async_scheduling: false,
+            decode_step_ns: Vec::new(),
         };
         let m = IterationModel {
             cached_prefix_tokens: 96,
@@ -616,6 +693,7 @@ mod tests {
             cpu_base_ns: 600.0,
             cpu_per_seq_ns: 30.0,
             async_scheduling: true,
+            decode_step_ns: Vec::new(),
         };
         // gpu 100 + 1000 + 200 = 1300 > cpu 600 + 30 × 20 = 1200: GPU-bound
         assert_eq!(m.duration(0, 20, 200, 40, 20, true), (1300, 1300));
@@ -623,6 +701,64 @@ mod tests {
         assert_eq!(m.duration(0, 40, 400, 80, 40, true), (1800, 1500));
         // the first step of a busy period: nothing was scheduled ahead
         assert_eq!(m.duration(0, 40, 400, 80, 40, false), (1800 + 1500, 1500));
+    }
+
+    /// A measured decode table replaces the roofline's decode part: the
+    /// table's step for the decoding sequences (scaled beyond it), plus the
+    /// prompt tokens' and the attention pairs' compute, plus the
+    /// prefilling sequences' CPU; a prefill-only step pays the CPU base.
+    #[test]
+    fn a_measured_decode_table_sets_the_decode_step() {
+        let m = IterationModel {
+            gpu_fixed_ns: 100.0,
+            mem_base_ns: 1_000.0,
+            mem_per_kv_token_ns: 1.0,
+            comp_per_token_ns: 10.0,
+            comp_per_attn_pair_ns: 0.5,
+            cached_prefix_tokens: 0,
+            cpu_base_ns: 600.0,
+            cpu_per_seq_ns: 30.0,
+            async_scheduling: false,
+            decode_step_ns: vec![900.0, 1_000.0, 3_000.0, 2_000.0],
+        };
+        // 3 decoding: the third entry (not monotone: as measured)
+        assert_eq!(m.duration(0, 3, 300, 40, 3, false), (3_000 + 20, 3_020));
+        // 4 decoding + a 100-token prompt chunk: 2000 + 100 × 10 + 0.5 × 60 + 30
+        assert_eq!(m.duration(100, 4, 500, 60, 5, true), (3_060, 3_060));
+        // 8 decoding: the last entry × 8 / 4
+        assert_eq!(m.duration(0, 8, 800, 0, 8, false), (4_000, 4_000));
+        // a prompt alone: CPU base + 50 × 10 + 30
+        assert_eq!(m.duration(50, 0, 50, 0, 1, false), (1_130, 1_130));
+    }
+
+    #[test]
+    fn a_bad_decode_table_is_refused_naming_the_entry() {
+        let text = std::fs::read_to_string(models().join("llama-cpp-tiny-cpu.toml")).unwrap();
+        let with = |t: &str| {
+            let v: toml::Value = toml::from_str(&text.replacen(
+                "[iteration]",
+                &format!("[iteration]\ndecode_step_ms = {t}"),
+                1,
+            ))
+            .unwrap();
+            ServerProfile::from_value("p.toml", v)
+        };
+        let ok = with("[9.5, 12.0]").unwrap();
+        assert_eq!(ok.iteration.decode_step_ns, vec![9.5e6, 12e6]);
+        for (t, field) in [
+            ("[9.5, -1.0]", "iteration.decode_step_ms.1"),
+            ("[0.0]", "iteration.decode_step_ms.0"),
+            ("[1e9]", "iteration.decode_step_ms.0"),
+        ] {
+            let e = with(t).unwrap_err().to_string();
+            assert!(
+                e.contains(field) && e.contains("step time in ms"),
+                "{t}: {e}"
+            );
+        }
+        let long = format!("[{}]", vec!["1.0"; 1025].join(","));
+        let e = with(&long).unwrap_err().to_string();
+        assert!(e.contains("at most 1024 entries"), "{e}");
     }
 
     #[test]

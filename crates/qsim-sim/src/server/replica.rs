@@ -965,6 +965,7 @@ mod tests {
                 cpu_base_ns: 0.4e6,
                 cpu_per_seq_ns: 0.0,
                 async_scheduling: asynchronous,
+                decode_step_ns: Vec::new(),
             };
             let mut r = Replica::new(0, Arc::new(p));
             let mut m = ReplicaMetrics::new(r.profile.total_blocks);
