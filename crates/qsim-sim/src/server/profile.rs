@@ -559,7 +559,7 @@ fn decode_table(file: &str, ms: &[f64]) -> Result<Vec<f64>, ConfigError> {
             } else {
                 Err(ConfigError::new(
                     file,
-                    &format!("iteration.decode_step_ms.{k}"),
+                    format!("iteration.decode_step_ms.{k}"),
                     format!("must be a step time in ms, > 0 and at most 60000, got {x}"),
                 ))
             }
