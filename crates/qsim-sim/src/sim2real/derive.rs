@@ -39,6 +39,14 @@ pub const RESERVED_GIB_PER_GPU: f64 = 2.0;
 /// one (the groups' prompts, 100–150 tokens each, stay in a cache of
 /// 10⁵–10⁶ tokens). Approximation: the first request of each group (9–23 of
 /// 6,000–24,000) is charged the cached blocks as hits too.
+///
+/// Not modelled, by the training loss: the load tool draws its 23–50
+/// prompts once and sends them in turn (inference-perf e8e0aa9
+/// `shared_prefix_datagen.py`, `get_request(n)`: prompt `n mod count`), so
+/// vLLM could serve every repeated prompt from the cache but its last 1–16
+/// tokens. Charging only those raised the training loss (2.942 to 3.366;
+/// docs/fidelity.md, the ITL round's table): the measured TTFTs grow with
+/// the question's length as if it were computed.
 pub fn cached_prefix_tokens(e: &Experiment) -> u32 {
     if e.prefix_caching {
         e.workload.system_prompt_len / 16 * 16
