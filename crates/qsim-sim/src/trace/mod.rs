@@ -334,11 +334,17 @@ impl TraceSpec {
     }
 
     fn reader(&self) -> Result<Reader, ConfigError> {
-        Reader::open(
+        let mut r = Reader::open(
             &self.path,
             self.format.as_ref(),
             self.consumer_column.as_deref(),
-        )
+        )?;
+        // scanned and found in time order: no reordering window (the
+        // scan read every row the replay reads, and as far ahead)
+        if self.summary.as_ref().is_some_and(|s| s.reordered == 0) {
+            r.in_order();
+        }
+        Ok(r)
     }
 
     /// Replay time of the window's first row (one loop, before scale).

@@ -265,6 +265,9 @@ pub struct Reader {
     lines: Lines,
     parser: Parser,
     window: VecDeque<Row>,
+    /// Rows held before the oldest is passed on: [`REORDER_WINDOW`], or 0
+    /// for a file known to be in time order (see [`Reader::in_order`]).
+    window_len: usize,
     /// The time of the last row passed on.
     last_out: Option<i64>,
     max_seen: i64,
@@ -799,6 +802,7 @@ impl Reader {
             lines,
             parser: Parser::Mooncake,
             window: VecDeque::new(),
+            window_len: REORDER_WINDOW,
             last_out: None,
             max_seen: i64::MIN,
             eof: false,
@@ -884,6 +888,20 @@ impl Reader {
 
     pub fn file(&self) -> &str {
         &self.file
+    }
+
+    /// The file was read before with no row out of time order: pass each
+    /// row on as it is read (the same rows in the same order as through the
+    /// reordering window, without holding [`REORDER_WINDOW`] rows; a row
+    /// out of order now, a file changed since, is refused as one too far
+    /// out of order).
+    pub fn in_order(&mut self) {
+        self.window_len = 0;
+    }
+
+    /// Rows held before the oldest is passed on.
+    pub fn window_len(&self) -> usize {
+        self.window_len
     }
 
     /// The format (named or detected).
@@ -1092,7 +1110,7 @@ impl Reader {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Row>, ConfigError> {
         loop {
-            if self.window.len() > REORDER_WINDOW || (self.eof && !self.window.is_empty()) {
+            if self.window.len() > self.window_len || (self.eof && !self.window.is_empty()) {
                 let r = self.window.pop_front().expect("non-empty window");
                 self.last_out = Some(r.t);
                 return Ok(Some(r));
