@@ -652,6 +652,8 @@ pub fn run_scenario_observed(
     // closed loop: request id → client, only while in flight
     let mut owner: std::collections::BTreeMap<u64, u32> = std::collections::BTreeMap::new();
     let mut window = DurationHist::new();
+    // the window is read by snapshots only
+    let windowed = !s.snapshots.is_empty();
     let mut completed = 0u64;
     let mut snaps = Vec::with_capacity(s.snapshots.len());
     let mut last = 0;
@@ -806,7 +808,9 @@ pub fn run_scenario_observed(
             observe(&c);
             if !c.rejected {
                 completed += 1;
-                window.record(c.finished - c.arrival);
+                if windowed {
+                    window.record(c.finished - c.arrival);
+                }
                 if per_minute {
                     min_e2e.record(c.finished - c.arrival);
                     min_ttft.record(c.first_token - c.arrival);

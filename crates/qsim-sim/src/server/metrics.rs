@@ -18,6 +18,11 @@ impl TimeAvg {
     /// The value changes to `v` at time `now` (≥ the last change).
     #[inline]
     pub fn set(&mut self, now: Nanos, v: u64) {
+        if v == self.value {
+            // unchanged: the area to come is the same integer either way
+            // (value × (t − last) splits exactly at `now`), and max ≥ value
+            return;
+        }
         if now > self.last {
             self.area += self.value as u128 * (now - self.last) as u128;
             self.last = now;

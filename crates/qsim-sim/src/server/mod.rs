@@ -110,6 +110,10 @@ pub struct Cluster {
     gpus: TimeAvg,
     ready: TimeAvg,
     scaling: Option<Scaling>,
+    /// The earliest of the replicas' deadlines, and each replica's, kept as
+    /// they change (read only without autoscaling, whose replicas come and go).
+    next_deadline: Nanos,
+    deadlines: Vec<Nanos>,
 }
 
 impl Cluster {
@@ -143,6 +147,8 @@ impl Cluster {
                 g
             },
             scaling: None,
+            next_deadline: NEVER,
+            deadlines: vec![NEVER; n as usize],
             profile,
         }
     }
@@ -367,8 +373,19 @@ impl Cluster {
             self.rr = (i + 1) % n;
             return i;
         }
-        let best = self.replicas.iter().map(key).min().expect("replicas");
-        let ties = self.replicas.iter().filter(|r| key(r) == best).count();
+        // the minimum key, how many replicas have it, and the first of them
+        let (mut best, mut ties, mut first) = ((u64::MAX, u64::MAX), 0usize, 0);
+        for (i, r) in self.replicas.iter().enumerate() {
+            let x = key(r);
+            if x < best {
+                (best, ties, first) = (x, 1, i);
+            } else if x == best {
+                ties += 1;
+            }
+        }
+        if ties == 1 {
+            return first;
+        }
         let mut k = if ties > 1 {
             use rand::Rng as _;
             self.rng.gen_range(0..ties)
@@ -446,29 +463,52 @@ impl Cluster {
         let before = r.outstanding();
         r.submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
         self.outstanding = self.outstanding + r.outstanding() - before;
+        // a submission only brings a replica's deadline forward
+        if self.scaling.is_none() {
+            self.deadlines[i] = r.deadline();
+            self.next_deadline = self.next_deadline.min(self.deadlines[i]);
+        }
     }
 
     /// The next internal deadline (the earliest iteration end or API ingress).
     pub fn poll_timeout(&self) -> Option<Nanos> {
-        let mut t = self
-            .replicas
-            .iter()
-            .map(Replica::deadline)
-            .min()
-            .unwrap_or(NEVER);
-        if let Some(sc) = &self.scaling {
-            t = t.min(sc.next_ready).min(sc.auto.poll_timeout());
-        }
+        let t = match &self.scaling {
+            None => self.next_deadline,
+            Some(sc) => self
+                .replicas
+                .iter()
+                .map(Replica::deadline)
+                .min()
+                .unwrap_or(NEVER)
+                .min(sc.next_ready)
+                .min(sc.auto.poll_timeout()),
+        };
+        debug_assert!(
+            self.scaling.is_some()
+                || t == self
+                    .replicas
+                    .iter()
+                    .map(Replica::deadline)
+                    .min()
+                    .unwrap_or(NEVER)
+        );
         (t != NEVER).then_some(t)
     }
 
     /// Advance every replica to `now`: finish iterations, start the next ones.
     pub fn handle_timeout(&mut self, now: Nanos) {
         self.now = self.now.max(now);
-        for (r, m) in self
+        if self.scaling.is_none() && now < self.next_deadline {
+            // nothing due (and no autoscaler to run)
+            return;
+        }
+        let mut next = NEVER;
+        self.deadlines.resize(self.replicas.len(), NEVER);
+        for ((r, m), d) in self
             .replicas
             .iter_mut()
             .zip(self.metrics.replicas.iter_mut())
+            .zip(self.deadlines.iter_mut())
         {
             if r.deadline() <= now {
                 let (before, out) = (m.iterations, r.outstanding());
@@ -476,7 +516,10 @@ impl Cluster {
                 self.iterations += m.iterations - before;
                 self.outstanding = self.outstanding + r.outstanding() - out;
             }
+            *d = r.deadline();
+            next = next.min(*d);
         }
+        self.next_deadline = next;
         self.scale(now);
     }
 
@@ -500,12 +543,17 @@ impl Cluster {
         let mut last = next;
         let mut from = u32::MAX;
         let mut mixed = false;
-        for (r, m) in self
+        let mut earliest = NEVER;
+        for ((r, m), d) in self
             .replicas
             .iter_mut()
             .zip(self.metrics.replicas.iter_mut())
+            .zip(self.deadlines.iter_mut())
         {
-            if r.deadline() <= limit {
+            debug_assert_eq!(*d, r.deadline());
+            if *d > limit {
+                earliest = earliest.min(*d);
+            } else {
                 let (before, out, done) = (m.iterations, r.outstanding(), self.done.len());
                 last = last.max(r.advance(limit, &mut self.done, m));
                 self.iterations += m.iterations - before;
@@ -514,8 +562,11 @@ impl Cluster {
                     mixed |= from != u32::MAX;
                     from = r.idx;
                 }
+                *d = r.deadline();
+                earliest = earliest.min(*d);
             }
         }
+        self.next_deadline = earliest;
         if mixed {
             // each replica's completions are in order of finishing: a
             // stable sort by (finished, replica) interleaves them as the

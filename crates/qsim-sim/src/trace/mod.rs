@@ -334,11 +334,17 @@ impl TraceSpec {
     }
 
     fn reader(&self) -> Result<Reader, ConfigError> {
-        Reader::open(
+        let mut r = Reader::open(
             &self.path,
             self.format.as_ref(),
             self.consumer_column.as_deref(),
-        )
+        )?;
+        // scanned and found in time order: no reordering window (the
+        // scan read every row the replay reads, and as far ahead)
+        if self.summary.as_ref().is_some_and(|s| s.reordered == 0) {
+            r.in_order();
+        }
+        Ok(r)
     }
 
     /// Replay time of the window's first row (one loop, before scale).
@@ -416,6 +422,9 @@ pub struct TraceSource {
     /// The next arrival (read ahead), or None at the end.
     next: Option<Arrival>,
     done: bool,
+    /// The scale's whole part and fraction (copies of every row, and the
+    /// chance of one more).
+    scale: (u32, f64),
 }
 
 impl TraceSource {
@@ -432,6 +441,10 @@ impl TraceSource {
             loop_k: 0,
             next: None,
             done: false,
+            scale: {
+                let whole = spec.scale.floor();
+                (whole as u32, spec.scale - whole)
+            },
         };
         s.next = s.advance()?;
         Ok(s)
@@ -509,9 +522,8 @@ impl TraceSource {
                 (rel as f64 / self.spec.compress).round() as Nanos
             };
             let at = t + self.loop_k as u64 * self.spec.period;
-            let whole = self.spec.scale.floor();
-            let frac = self.spec.scale - whole;
-            self.copies = whole as u32 + (frac > 0.0 && unit(&mut self.rng) < frac) as u32;
+            let (whole, frac) = self.scale;
+            self.copies = whole + (frac > 0.0 && unit(&mut self.rng) < frac) as u32;
             self.cur = Some(Arrival {
                 at,
                 input: r.input,

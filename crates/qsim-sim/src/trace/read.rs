@@ -195,6 +195,19 @@ impl Lines {
                 };
             }
         };
+        // the usual case: the whole line is in the read buffer (one search
+        // for its end, one copy; the same line as the general way below)
+        let avail = r
+            .fill_buf()
+            .map_err(|e| format!("line {}: cannot read: {e}", self.no + 1))?;
+        if avail.is_empty() {
+            return Ok(false);
+        }
+        if let Some(p) = memchr::memchr(b'\n', avail).filter(|&p| p <= MAX_LINE) {
+            self.buf.extend_from_slice(&avail[..p]);
+            r.consume(p + 1);
+            return Ok(self.line_read());
+        }
         // at most MAX_LINE bytes and the newline: a longer line stops
         // there (memory stays bounded) and is refused
         let n = r
@@ -213,6 +226,13 @@ impl Lines {
                 MAX_LINE >> 20
             ));
         }
+        Ok(self.line_read())
+    }
+
+    /// A line was read into `self.buf` (without its `\n`): count it, drop
+    /// a `\r` before the newline and the first line's byte-order mark.
+    #[inline]
+    fn line_read(&mut self) -> bool {
         self.no += 1;
         if self.buf.last() == Some(&b'\r') {
             self.buf.pop();
@@ -220,7 +240,7 @@ impl Lines {
         if self.no == 1 && self.buf.starts_with(b"\xEF\xBB\xBF") {
             self.buf.drain(..3);
         }
-        Ok(true)
+        true
     }
 }
 
@@ -245,6 +265,9 @@ pub struct Reader {
     lines: Lines,
     parser: Parser,
     window: VecDeque<Row>,
+    /// Rows held before the oldest is passed on: [`REORDER_WINDOW`], or 0
+    /// for a file known to be in time order (see [`Reader::in_order`]).
+    window_len: usize,
     /// The time of the last row passed on.
     last_out: Option<i64>,
     max_seen: i64,
@@ -260,6 +283,7 @@ pub struct Reader {
     index: BTreeMap<String, u32>,
     /// What errors number: `line` (text), `row` (Parquet).
     unit: &'static str,
+    dates: DateCache,
 }
 
 /// Split a CSV line into fields (byte ranges, quotes removed from a quoted
@@ -267,18 +291,49 @@ pub struct Reader {
 /// has quotes in it).
 fn split(line: &[u8], out: &mut Vec<(usize, usize)>) {
     out.clear();
-    if !line.contains(&b'"') {
-        // no quotes (the common case): fields between commas
-        let mut start = 0;
-        for (k, &b) in line.iter().enumerate() {
-            if b == b',' {
-                out.push((start, k));
-                start = k + 1;
-            }
+    // no quotes (the common case): fields between commas, found 8 bytes
+    // at a time (a word's bytes equal to a quote or a comma as bit masks)
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut start = 0;
+    let mut i = 0;
+    while i + 8 <= line.len() {
+        let x = u64::from_le_bytes(line[i..i + 8].try_into().expect("8 bytes"));
+        if zero_bytes(x ^ (ONES * b'"' as u64)) != 0 {
+            out.clear();
+            return split_quoted(line, out);
         }
-        out.push((start, line.len()));
-        return;
+        let mut commas = zero_bytes(x ^ (ONES * b',' as u64));
+        while commas != 0 {
+            let k = i + (commas.trailing_zeros() / 8) as usize;
+            out.push((start, k));
+            start = k + 1;
+            commas &= commas - 1;
+        }
+        i += 8;
     }
+    for (k, &b) in line.iter().enumerate().skip(i) {
+        if b == b'"' {
+            out.clear();
+            return split_quoted(line, out);
+        }
+        if b == b',' {
+            out.push((start, k));
+            start = k + 1;
+        }
+    }
+    out.push((start, line.len()));
+}
+
+/// 0x80 in each byte of `x` that is zero, 0 in the others (exact: no
+/// carry crosses a byte).
+#[inline]
+fn zero_bytes(x: u64) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    !(((x & LOW7) + LOW7) | x | LOW7)
+}
+
+/// [`split`] of a line with a quote in it.
+fn split_quoted(line: &[u8], out: &mut Vec<(usize, usize)>) {
     let mut i = 0;
     loop {
         if line.get(i) == Some(&b'"') {
@@ -339,9 +394,18 @@ fn shown(b: &[u8]) -> String {
 /// A token count: digits only, at most [`MAX_TOKENS`].
 fn tokens(b: &[u8]) -> Result<u32, String> {
     // digits only, no spaces, at most 9 of them (< MAX_TOKENS): one pass
-    if !b.is_empty() && b.len() <= 9 && b.iter().all(u8::is_ascii_digit) {
-        let v = b.iter().fold(0u32, |a, &c| a * 10 + (c - b'0') as u32);
-        if v as u64 <= MAX_TOKENS {
+    if !b.is_empty() && b.len() <= 9 {
+        let mut v = 0u32;
+        let mut digits = true;
+        for &c in b {
+            let d = c.wrapping_sub(b'0');
+            if d >= 10 {
+                digits = false;
+                break;
+            }
+            v = v * 10 + d as u32;
+        }
+        if digits {
             return Ok(v);
         }
     }
@@ -506,13 +570,15 @@ fn datetime_any(b: &[u8]) -> Result<i64, String> {
 /// None for anything else (which [`datetime_ns`] reads or refuses).
 #[inline]
 fn datetime_plain(b: &[u8]) -> Option<i64> {
-    if !(19..=29).contains(&b.len())
-        || b[4] != b'-'
-        || b[7] != b'-'
-        || (b[10] != b' ' && b[10] != b'T')
-        || b[13] != b':'
-        || b[16] != b':'
-    {
+    let days = plain_date(b)?;
+    Some(days * 86_400_000_000_000 + plain_time(b)?)
+}
+
+/// The days since 1970-01-01 of a plain datetime's date (its first 10
+/// bytes; None unless [`datetime_plain`] would read them).
+#[inline]
+fn plain_date(b: &[u8]) -> Option<i64> {
+    if !(19..=29).contains(&b.len()) || b[4] != b'-' || b[7] != b'-' {
         return None;
     }
     let d = |i: usize| -> Option<i64> {
@@ -522,9 +588,6 @@ fn datetime_plain(b: &[u8]) -> Option<i64> {
     let y = d(0)? * 1000 + d(1)? * 100 + d(2)? * 10 + d(3)?;
     let mo = d(5)? * 10 + d(6)?;
     let day = d(8)? * 10 + d(9)?;
-    let h = d(11)? * 10 + d(12)?;
-    let mi = d(14)? * 10 + d(15)?;
-    let s = d(17)? * 10 + d(18)?;
     let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
     let mdays = match mo {
         2 if leap => 29,
@@ -532,7 +595,27 @@ fn datetime_plain(b: &[u8]) -> Option<i64> {
         4 | 6 | 9 | 11 => 30,
         _ => 31,
     };
-    if !(1..=12).contains(&mo) || day < 1 || day > mdays || h > 23 || mi > 59 || s > 60 {
+    if !(1..=12).contains(&mo) || day < 1 || day > mdays {
+        return None;
+    }
+    Some(days_from_civil(y, mo, day))
+}
+
+/// The ns since midnight of a plain datetime of 19..=29 bytes (all but
+/// its first 10 bytes read; None unless [`datetime_plain`] would read them).
+#[inline]
+fn plain_time(b: &[u8]) -> Option<i64> {
+    if (b[10] != b' ' && b[10] != b'T') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let d = |i: usize| -> Option<i64> {
+        let c = b[i].wrapping_sub(b'0');
+        (c < 10).then_some(c as i64)
+    };
+    let h = d(11)? * 10 + d(12)?;
+    let mi = d(14)? * 10 + d(15)?;
+    let s = d(17)? * 10 + d(18)?;
+    if h > 23 || mi > 59 || s > 60 {
         return None;
     }
     let mut frac_ns = 0i64;
@@ -540,19 +623,61 @@ fn datetime_plain(b: &[u8]) -> Option<i64> {
         if b[19] != b'.' || b.len() < 21 {
             return None;
         }
-        for k in 0..9 {
-            let c = match b.get(20 + k) {
-                Some(&c) => c.wrapping_sub(b'0'),
-                None => 0,
-            };
+        // 1..=9 digits, as nanoseconds
+        let f = &b[20..];
+        for &c in f {
+            let c = c.wrapping_sub(b'0');
             if c >= 10 {
                 return None;
             }
             frac_ns = frac_ns * 10 + c as i64;
         }
+        const POW10: [i64; 9] = [
+            1,
+            10,
+            100,
+            1_000,
+            10_000,
+            100_000,
+            1_000_000,
+            10_000_000,
+            100_000_000,
+        ];
+        frac_ns *= POW10[9 - f.len()];
     }
-    let secs = days_from_civil(y, mo, day) * 86_400 + h * 3600 + mi * 60 + s;
-    Some(secs * 1_000_000_000 + frac_ns)
+    Some((h * 3600 + mi * 60 + s) * 1_000_000_000 + frac_ns)
+}
+
+/// The last plain date read and its day number: rows of a trace mostly
+/// share their date, read once.
+#[derive(Debug, Default, Clone, Copy)]
+struct DateCache {
+    date: [u8; 10],
+    days: i64,
+    set: bool,
+}
+
+impl DateCache {
+    /// [`datetime_ns`], the date read only when it differs from the last.
+    #[inline]
+    fn datetime_ns(&mut self, b: &[u8]) -> Result<i64, String> {
+        if (19..=29).contains(&b.len()) {
+            let days = if self.set && b[..10] == self.date {
+                Some(self.days)
+            } else {
+                plain_date(b).inspect(|&days| {
+                    self.date.copy_from_slice(&b[..10]);
+                    self.days = days;
+                    self.set = true;
+                })
+            };
+            if let Some(t) = days.and_then(|days| Some(days * 86_400_000_000_000 + plain_time(b)?))
+            {
+                return Ok(t);
+            }
+        }
+        datetime_any(b)
+    }
 }
 
 #[derive(Deserialize)]
@@ -677,6 +802,7 @@ impl Reader {
             lines,
             parser: Parser::Mooncake,
             window: VecDeque::new(),
+            window_len: REORDER_WINDOW,
             last_out: None,
             max_seen: i64::MIN,
             eof: false,
@@ -686,6 +812,7 @@ impl Reader {
             consumers: Vec::new(),
             index: BTreeMap::new(),
             unit,
+            dates: DateCache::default(),
         };
         match format.columns() {
             Some(cols) => {
@@ -763,6 +890,20 @@ impl Reader {
         &self.file
     }
 
+    /// The file was read before with no row out of time order: pass each
+    /// row on as it is read (the same rows in the same order as through the
+    /// reordering window, without holding [`REORDER_WINDOW`] rows; a row
+    /// out of order now, a file changed since, is refused as one too far
+    /// out of order).
+    pub fn in_order(&mut self) {
+        self.window_len = 0;
+    }
+
+    /// Rows held before the oldest is passed on.
+    pub fn window_len(&self) -> usize {
+        self.window_len
+    }
+
     /// The format (named or detected).
     pub fn format(&self) -> &Format {
         &self.format
@@ -836,7 +977,7 @@ impl Reader {
                     )
                 };
                 let t = match unit {
-                    TimeUnit::Datetime => datetime_ns(col(time)?),
+                    TimeUnit::Datetime => self.dates.datetime_ns(col(time)?),
                     u => decimal_ns(col(time)?, u.digits()),
                 }
                 .map_err(|r| at(time, r))?;
@@ -969,7 +1110,7 @@ impl Reader {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Row>, ConfigError> {
         loop {
-            if self.window.len() > REORDER_WINDOW || (self.eof && !self.window.is_empty()) {
+            if self.window.len() > self.window_len || (self.eof && !self.window.is_empty()) {
                 let r = self.window.pop_front().expect("non-empty window");
                 self.last_out = Some(r.t);
                 return Ok(Some(r));
@@ -1030,6 +1171,7 @@ mod tests {
         let mut g = crate::engine::rng::stream(7, 0, 0);
         use rand::Rng as _;
         let mut plain = 0;
+        let mut dates = DateCache::default();
         for _ in 0..200_000 {
             let mut v = format!(
                 "{:04}-{:02}-{:02}{}{:02}:{:02}:{:02}",
@@ -1060,6 +1202,11 @@ mod tests {
                 assert_eq!(Ok(t), any, "{v}");
             }
             assert_eq!(datetime_ns(v.as_bytes()), any, "{v}");
+            // the same through the date cache, after a date that may be the same
+            assert_eq!(dates.datetime_ns(v.as_bytes()), any, "{v}");
+            if g.gen_range(0..2) == 0 {
+                assert_eq!(dates.datetime_ns(v.as_bytes()), any, "{v}");
+            }
         }
         assert!(plain > 50_000, "{plain}");
         for t in [
@@ -1095,6 +1242,41 @@ mod tests {
         assert!(tokens(b"-3").unwrap_err().contains("negative"));
         assert!(tokens(b"4.5").unwrap_err().contains("whole number"));
         assert!(tokens(b"99999999999").unwrap_err().contains("more than"));
+    }
+
+    #[test]
+    fn csv_fields_split_by_words_as_byte_by_byte() {
+        // the plain byte-by-byte split, the reference of the word-at-a-time one
+        let reference = |line: &[u8]| -> Vec<(usize, usize)> {
+            let mut out = Vec::new();
+            if line.contains(&b'"') {
+                split_quoted(line, &mut out);
+                return out;
+            }
+            let mut start = 0;
+            for (k, &b) in line.iter().enumerate() {
+                if b == b',' {
+                    out.push((start, k));
+                    start = k + 1;
+                }
+            }
+            out.push((start, line.len()));
+            out
+        };
+        let mut g = crate::engine::rng::stream(11, 0, 0);
+        use rand::Rng as _;
+        let alphabet = b",,,\"0a \x00\x80\xff\x2b\x2d\xac";
+        let mut f = Vec::new();
+        for _ in 0..100_000 {
+            let n = g.gen_range(0..40);
+            let quotes = g.gen_range(0..4) == 0;
+            let line: Vec<u8> = (0..n)
+                .map(|_| alphabet[g.gen_range(0..alphabet.len())])
+                .filter(|&c| quotes || c != b'"')
+                .collect();
+            split(&line, &mut f);
+            assert_eq!(f, reference(&line), "{line:?}");
+        }
     }
 
     #[test]

@@ -240,6 +240,53 @@ fn unsorted_rows_are_sorted_within_the_window_and_refused_beyond() {
 }
 
 #[test]
+fn a_trace_scanned_in_order_replays_as_through_the_window() {
+    // the replay of a scanned file found in order reads without the
+    // reordering window: the same arrivals as an unscanned spec's replay
+    // (which keeps the window), with a window and loops
+    let mut text = String::from("t,i,o\n");
+    for k in 0..(read::REORDER_WINDOW as u64 + 500) {
+        text.push_str(&format!("{},{},{}\n", k / 3, k % 97 + 1, k % 13 + 1));
+    }
+    let (_d, p) = write("sorted.csv", &text);
+    for (from_s, to_s, loops) in [(None, None, 1), (Some(5.0), Some(20_000.0), 2)] {
+        let raw = RawTrace {
+            file: p.display().to_string(),
+            format: Some("csv".into()),
+            time_column: Some("t".into()),
+            input_column: Some("i".into()),
+            output_column: Some("o".into()),
+            from_s,
+            to_s,
+            loops: Some(loops),
+            ..Default::default()
+        };
+        let scanned = spec(&p, raw.clone()).unwrap();
+        assert_eq!(scanned.summary.as_ref().unwrap().reordered, 0);
+        let mut r = scanned.reader().unwrap();
+        assert_eq!(r.window_len(), 0);
+        assert!(r.next().unwrap().is_some());
+        let mut plain = scanned.clone();
+        plain.summary = None;
+        assert_eq!(plain.reader().unwrap().window_len(), read::REORDER_WINDOW);
+        let (a, b) = (all(&scanned), all(&plain));
+        assert!(a.len() > 10_000, "{}", a.len());
+        assert_eq!(a, b);
+    }
+    // out of order: the window stays
+    let (_d2, p2) = write("unsorted.csv", "t,i,o\n3,1,1\n1,2,2\n7,3,3\n");
+    let raw = RawTrace {
+        format: Some("csv".into()),
+        time_column: Some("t".into()),
+        input_column: Some("i".into()),
+        output_column: Some("o".into()),
+        ..Default::default()
+    };
+    let s = spec(&p2, raw).unwrap();
+    assert_eq!(s.reader().unwrap().window_len(), read::REORDER_WINDOW);
+}
+
+#[test]
 fn malformed_rows_name_the_file_line_and_column() {
     let cases = [
         ("", "empty: no header and no requests"),
