@@ -252,8 +252,8 @@ fn measured_profile(url: &str, dir: &std::path::Path, seed: u64) -> std::path::P
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let text = base.replacen("[iteration]", &table, 1);
-    assert_ne!(text, base);
+    let text = base.replacen("\n[iteration]\n", &format!("\n{table}\n"), 1);
+    assert!(text.contains("\n[iteration]\ndecode_step_ms = ["), "{text}");
     let path = dir.join("measured.toml");
     std::fs::write(&path, text).unwrap();
     path
