@@ -453,7 +453,8 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
 /// its rate: every request recorded at 0 predicts exactly what a burst
 /// (rate "inf") of the same requests predicts, and not what Poisson
 /// arrivals at its stated rate predict; the order of the array does not
-/// matter (the requests are sorted by their times).
+/// matter (the requests are sorted by their times). Opt-in
+/// (`--recorded-arrivals`).
 #[test]
 fn recorded_arrivals_are_replayed_as_sent() {
     let dir = tempfile::tempdir().unwrap();
@@ -473,6 +474,7 @@ fn recorded_arrivals_are_replayed_as_sent() {
                 "4",
                 "--format",
                 "json",
+                "--recorded-arrivals",
             ],
             Duration::from_secs(60),
         );

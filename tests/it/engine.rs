@@ -349,7 +349,13 @@ fn engine_calibrated_profile_predicts_held_out_rates() {
                 .args(["--fit", fit])
                 .args([&files[0], &files[1], &files[2]])
                 .args(["--holdout", &files[3], "--holdout", &files[4]])
-                .args(["--bootstrap", "0", "--format", "json"])
+                .args([
+                    "--bootstrap",
+                    "0",
+                    "--format",
+                    "json",
+                    "--recorded-arrivals",
+                ])
                 .output()
                 .unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
