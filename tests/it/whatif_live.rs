@@ -151,7 +151,18 @@ fn whatif_reproduces_and_predicts() {
     let r30 = heavy(&p30, &up, &log30);
     let (v, a) = whatif(&log30, &p30);
     assert_eq!(v["unmatched"], 0);
-    assert_eq!(a.len(), 4 * 3, "4 consumers × 3 minutes: {a:?}");
+    // 4 consumers × 3 minutes; a send scheduled just before the end of the
+    // third minute may leave the load generator after it (its sends lag by
+    // up to a second; 0.18 s in a run that failed the exact count of 12
+    // cells with 1 request in a fourth minute): such a spill must be small
+    // and, like every cell, reproduced
+    let cells = a.keys().filter(|k| k.1 < 3).count();
+    assert_eq!(cells, 4 * 3, "4 consumers × 3 minutes: {a:?}");
+    let spill: f64 = a.iter().filter(|(k, _)| k.1 >= 3).map(|(_, v)| v.0).sum();
+    assert!(
+        spill <= 10.0,
+        "{spill} requests after the third minute: {a:?}"
+    );
     let mut report = String::new();
     let mut bad = Vec::new();
     for ((c, m), (ob, wi)) in &a {
@@ -184,7 +195,7 @@ fn whatif_reproduces_and_predicts() {
     heavy(&p40, &up, &log40);
     let (_, live) = whatif(&log40, &p40);
     let mut per_consumer: BTreeMap<&str, (f64, f64, u32)> = BTreeMap::new();
-    for ((c, m), (_, wi)) in &predicted {
+    for ((c, m), (_, wi)) in predicted.iter().filter(|(k, _)| k.1 < 3) {
         let (ob, _) = live[&(c.clone(), *m)];
         report.push_str(&format!(
             "(b) {c:>4} minute {m}: what-if {wi} live {ob} ({:+})\n",
