@@ -203,21 +203,21 @@ impl IterationModel {
         (total.max(1), gpu)
     }
 
-    /// A step with a measured decode table: the larger of the table's step
-    /// for the `D` decoding sequences (beyond the table, its last entry
-    /// scaled by `D / len`) and the step's token compute, `cpu_base_ns +
-    /// comp_per_token_ns · (P + D)` — a batch with a prompt chunk in it is
-    /// one compute-bound matrix product over all its tokens, in which the
-    /// decoding sequences' weight reads and call overheads (what the table
-    /// measures) are hidden, as the roofline takes the larger of memory and
-    /// compute; a step with no decoding sequence is the compute term alone.
-    /// Then the attention pairs' compute and, per prefilling sequence,
-    /// `cpu_per_seq_ns` (sampling its first token) are added. Nothing
-    /// overlaps with the next step (a CPU engine computes its batch in one
-    /// call), so the busy part is the whole step. Attention over the
-    /// contexts of the table's own measurement is charged again by the
-    /// per-pair term (small for short contexts: stated where a table is
-    /// used).
+    /// A step with a measured decode table: the table's step for the `D`
+    /// decoding sequences (beyond the table, its last entry scaled by
+    /// `D / len`; with none decoding, `cpu_base_ns`, the fixed cost of a
+    /// step) plus the prompt tokens' compute, `comp_per_token_ns · P`, the
+    /// attention pairs' compute and, per prefilling sequence,
+    /// `cpu_per_seq_ns` (the output projection and the sampler for its
+    /// first token). A CPU engine computes a step's batch serially on its
+    /// cores, so the prompt tokens' work adds to the decoding sequences'
+    /// (llama.cpp with a unified KV buffer runs a step of up to n_ubatch
+    /// tokens as one graph: the weights' fixed cost, in the table, is paid
+    /// once and every prompt token adds its layers' compute). Nothing
+    /// overlaps with the next step, so the busy part is the whole step.
+    /// Attention over the contexts of the table's own measurement is
+    /// charged again by the per-pair term (small for short contexts: stated
+    /// where a table is used).
     fn measured_duration(
         &self,
         prefill: u64,
@@ -226,13 +226,13 @@ impl IterationModel {
         seqs: u64,
     ) -> (Nanos, Nanos) {
         let t = &self.decode_step_ns;
-        let dec = match decode as usize {
-            0 => 0.0,
+        let fixed = match decode as usize {
+            0 => self.cpu_base_ns,
             d if d <= t.len() => t[d - 1],
             d => t[t.len() - 1] * d as f64 / t.len() as f64,
         };
-        let comp = self.cpu_base_ns + self.comp_per_token_ns * (prefill + decode) as f64;
-        let total = dec.max(comp)
+        let total = fixed
+            + self.comp_per_token_ns * prefill as f64
             + self.comp_per_attn_pair_ns * pairs as f64
             + self.cpu_per_seq_ns * seqs.saturating_sub(decode) as f64;
         let total = round_ns(total).max(1);
@@ -726,14 +726,13 @@ mod tests {
             async_scheduling: false,
             decode_step_ns: vec![900.0, 1_000.0, 3_000.0, 2_000.0],
         };
-        // 3 decoding: the third entry (not monotone: as measured) over the
-        // compute 600 + 3 × 10
+        // 3 decoding: the third entry (not monotone: as measured), + 0.5 × 40
         assert_eq!(m.duration(0, 3, 300, 40, 3, false), (3_000 + 20, 3_020));
-        // 4 decoding + a 100-token prompt chunk: the table's 2000 over the
-        // compute 600 + 104 × 10 = 1640; + 0.5 × 60 + 30
-        assert_eq!(m.duration(100, 4, 500, 60, 5, true), (2_060, 2_060));
-        // 4 decoding + a 300-token chunk: compute 600 + 3040 = 3640 wins
-        assert_eq!(m.duration(300, 4, 700, 0, 5, false), (3_670, 3_670));
+        // 4 decoding + a 100-token prompt chunk: the table's 2000 + 100 × 10
+        // + 0.5 × 60 + 30 for the prefilling sequence
+        assert_eq!(m.duration(100, 4, 500, 60, 5, true), (3_060, 3_060));
+        // 4 decoding + a 300-token chunk: 2000 + 3000 + 30
+        assert_eq!(m.duration(300, 4, 700, 0, 5, false), (5_030, 5_030));
         // 8 decoding: the last entry × 8 / 4
         assert_eq!(m.duration(0, 8, 800, 0, 8, false), (4_000, 4_000));
         // a prompt alone: CPU base + 50 × 10 + 30
