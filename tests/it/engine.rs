@@ -507,6 +507,24 @@ fn fit_profile(url: &str, dir: &std::path::Path) -> (std::path::PathBuf, f64) {
         "engine: burst {sat:.2} req/s; fitted saturation {fitted_sat:.2} req/s; fit {}",
         fit["coefficients"]
     );
+    // the fit's own residuals (the plan's E2E rests on them)
+    for b in fit["fit"].as_array().unwrap() {
+        let e = |m: &str| f(b, &format!("/fitted/{m}")) / f(b, &format!("/observed/{m}")) - 1.0;
+        eprintln!(
+            "  fit {} at {}/s: TTFT {:+.1} %, ITL {:+.1} %, E2E {:+.1} % (E2E measured {:.0} ms)",
+            b["file"]
+                .as_str()
+                .unwrap_or("?")
+                .rsplit('/')
+                .next()
+                .unwrap_or("?"),
+            b["request_rate"],
+            e("ttft_ms") * 100.0,
+            e("itl_ms") * 100.0,
+            e("e2e_ms") * 100.0,
+            f(b, "/observed/e2e_ms")
+        );
+    }
     (profile, fitted_sat)
 }
 
