@@ -239,11 +239,58 @@ impl IterationModel {
         (total, total)
     }
 
+    /// The constant part of [`IterationModel::duration`] for a run of
+    /// decode steps of `n` sequences alone (P = 0, D = n = `seqs`, K = A =
+    /// the batch's context), each step following the previous one.
+    pub fn decode_cost(&self, n: u64) -> DecodeCost<'_> {
+        let cpu = round_ns(self.cpu_base_ns + self.cpu_per_seq_ns * n as f64);
+        DecodeCost {
+            m: self,
+            n,
+            cached: self.cached_prefix_tokens * n,
+            comp_tokens: self.comp_per_token_ns * n as f64,
+            cpu,
+        }
+    }
+
     /// Attention pairs of a chunk of `chunk` tokens after `computed` ones.
     #[inline]
     pub fn attn_pairs(computed: u32, chunk: u32) -> u64 {
         let (c, m) = (computed as u64, chunk as u64);
         m * c + m * (m + 1) / 2
+    }
+}
+
+/// [`IterationModel::decode_cost`]: the duration of a decode step of `n`
+/// sequences with the terms that do not depend on the context computed
+/// once; [`DecodeCost::duration`] is `duration(0, n, ctx, ctx, n, true)`,
+/// the same operations on the same values (`decode_cost_is_the_duration`).
+pub struct DecodeCost<'a> {
+    m: &'a IterationModel,
+    n: u64,
+    cached: u64,
+    comp_tokens: f64,
+    cpu: Nanos,
+}
+
+impl DecodeCost<'_> {
+    #[inline]
+    pub fn duration(&self, ctx: u64) -> (Nanos, Nanos) {
+        let m = self.m;
+        if !m.decode_step_ns.is_empty() {
+            return m.duration(0, self.n, ctx, ctx, self.n, true);
+        }
+        // K = A = ctx + cached·n; below 2^63, so i64 converts the same
+        let x = (ctx + self.cached) as i64 as f64;
+        let mem = m.mem_base_ns + m.mem_per_kv_token_ns * x;
+        let comp = self.comp_tokens + m.comp_per_attn_pair_ns * x;
+        let gpu = round_ns(m.gpu_fixed_ns + mem.max(comp));
+        let total = if m.async_scheduling {
+            gpu.max(self.cpu)
+        } else {
+            gpu + self.cpu
+        };
+        (total.max(1), gpu)
     }
 }
 
@@ -254,8 +301,9 @@ impl IterationModel {
 #[inline]
 fn round_ns(x: f64) -> Nanos {
     if (0.0..4_503_599_627_370_496.0).contains(&x) {
-        let r = x as u64;
-        r + (x - r as f64 >= 0.5) as u64
+        // through i64: the same values (x < 2^52), one instruction each way
+        let r = x as i64;
+        (r + (x - r as f64 >= 0.5) as i64) as Nanos
     } else {
         x.round() as Nanos
     }
@@ -584,6 +632,41 @@ mod tests {
 
     fn models() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models")
+    }
+
+    /// The decode run's precomputed step time is `duration`'s, bit for bit,
+    /// on every server profile (roofline, async or not, a measured table),
+    /// with and without cached prefix tokens.
+    #[test]
+    fn decode_cost_is_the_duration() {
+        let mut checked = 0;
+        for e in std::fs::read_dir(models()).unwrap() {
+            let Ok(p) = load_profile(&e.unwrap().path()) else {
+                continue; // an endpoint profile
+            };
+            for (cached, asynchronous, table) in [
+                (0, false, vec![]),
+                (0, true, vec![]),
+                (700, false, vec![]),
+                (700, true, vec![]),
+                (0, false, vec![3e6, 4.5e6, 4.2e6, 7e6]),
+                (700, true, vec![3e6, 4.5e6, 4.2e6, 7e6]),
+            ] {
+                let mut m = p.iteration.clone();
+                m.cached_prefix_tokens = cached;
+                m.async_scheduling = asynchronous;
+                m.decode_step_ns = table;
+                for n in [1u64, 2, 3, 7, 64, 255, 1000] {
+                    let c = m.decode_cost(n);
+                    for ctx in [n, n * 17 + 5, n * 1000 + 3, n * 100_000 + 11] {
+                        let want = m.duration(0, n, ctx, ctx, n, true);
+                        assert_eq!(c.duration(ctx), want, "{} n {n} ctx {ctx}", p.name);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert!(checked >= 5 * 6 * 7 * 4, "{checked}");
     }
 
     #[test]

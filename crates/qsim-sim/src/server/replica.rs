@@ -297,8 +297,7 @@ impl Replica {
             if end <= now && end <= ing {
                 if end < ing {
                     if let Some(need) = self.decode_only() {
-                        self.decode_step(end, need, m);
-                        last = end;
+                        last = self.decode_run(need, now, ing, m);
                         continue;
                     }
                 }
@@ -319,16 +318,42 @@ impl Replica {
         last
     }
 
+    /// KV blocks the lazy sequences take in iteration `j` (one token each):
+    /// those whose context then crosses a block boundary, (computed −
+    /// since) ≡ −j (mod block size).
+    #[inline]
+    fn lazy_need(&self, j: u64) -> u64 {
+        let bs = self.profile.block_size as u64;
+        // without a division for the usual power-of-two block
+        let r = if bs.is_power_of_two() {
+            (bs - (j & (bs - 1))) & (bs - 1)
+        } else {
+            (bs - j % bs) % bs
+        };
+        self.lazy_mod[r as usize]
+    }
+
     /// When the iteration in flight and the next are decode steps of the
     /// lazy batch alone (no eager sequence, none finishing in the one in
-    /// flight, nothing waiting, and room for every lazy sequence's token in
+    /// flight, nothing the next may admit, and room for every lazy sequence's token in
     /// the next: budget and KV blocks), the KV blocks the next one takes.
     /// Then `finish_iteration`, `drain_ingress` (nothing due: checked by the
     /// caller) and `start_iteration` do exactly what [`decode_step`] does.
     #[inline]
     fn decode_only(&self) -> Option<u32> {
-        if self.lazy_n == 0 || !self.eager.is_empty() || !self.waiting.is_empty() {
+        if self.lazy_n == 0 || !self.eager.is_empty() {
             return None;
+        }
+        if let Some(s) = self.waiting.front() {
+            // the next step admits nothing when the queue's head (FIFO)
+            // reached the engine after the step in flight started: with
+            // `async_scheduling` the next step was scheduled then
+            // (`start_iteration`'s cutoff); otherwise everything waiting
+            // may be admitted
+            let async_ = self.profile.iteration.async_scheduling;
+            if !async_ || s.arrival.saturating_add(self.profile.ingress) <= self.iter_start {
+                return None;
+            }
         }
         if self
             .done_at
@@ -337,51 +362,84 @@ impl Replica {
         {
             return None;
         }
-        let bs = self.profile.block_size as u64;
-        let j = self.next_iter;
-        // j mod bs without a division for the usual power-of-two block
-        let r = if bs.is_power_of_two() {
-            j & (bs - 1)
-        } else {
-            j % bs
-        };
-        let need = self.lazy_mod[((bs - r) % bs) as usize];
+        let need = self.lazy_need(self.next_iter);
         (self.lazy_n <= self.profile.max_batched_tokens as u64 && need <= self.free_blocks as u64)
             .then_some(need as u32)
     }
 
-    /// The end of a decode-only iteration at `t` and the start of the next
-    /// (see [`decode_only`]): the same updates, in the same arithmetic, as
+    /// Decode-only iterations (see [`decode_only`], which holds for the
+    /// first, taking `need` KV blocks), one after another while they end by
+    /// `now` and before `ing` (the next request past the API ingress) and
+    /// the next is still one: none finishing in the step in flight (the
+    /// completion heap's head is fixed here), the waiting queue's head not
+    /// yet admissible (fixed too), its KV blocks free (budget and batch do
+    /// not change). Each is the same updates, in the same arithmetic, as
     /// `finish_iteration(t)` then `start_iteration(t, m, true)` make for a
-    /// batch of lazy sequences alone, without their general cases.
+    /// batch of lazy sequences alone, without their general cases. Returns
+    /// the end of the last step finished.
     #[inline]
-    fn decode_step(&mut self, t: Nanos, need: u32, m: &mut ReplicaMetrics) {
-        // finish_iteration: every lazy sequence produced a token right after
-        // its previous one; none is done
-        let start = self.iter_start;
+    fn decode_run(
+        &mut self,
+        mut need: u32,
+        now: Nanos,
+        ing: Nanos,
+        m: &mut ReplicaMetrics,
+    ) -> Nanos {
         let n = self.lazy_n;
-        m.iterations += 1;
-        m.gpu_busy_ns += self.iter_gpu as u128;
-        m.engine_busy_ns += (t - start) as u128;
-        m.output_tokens += n;
-        m.itl.record_n(t - start, n);
-        self.last_end = t;
-        // start_iteration: one token for each lazy sequence after
-        // computed = base + j
-        let j = self.next_iter;
-        let ctx = (self.lazy_base + (n * (j + 1)) as i64) as u64;
-        self.free_blocks -= need;
+        let total_blocks = self.profile.total_blocks;
+        let cost = self.profile.iteration.decode_cost(n);
+        // the step in flight finishes a sequence once cur_iter reaches this
+        let first_done = self
+            .done_at
+            .peek()
+            .map_or(u64::MAX, |Reverse((last, _, _))| *last);
+        // the next step admits the waiting queue's head once it starts after
+        // a step that started at or after this (decode_only: async then)
+        let admit = self
+            .waiting
+            .front()
+            .map_or(NEVER, |s| s.arrival.saturating_add(self.profile.ingress));
+        let mut t = self.iter_end;
+        // the batch and the queues do not change in the run: these gauges
+        // change at its first step at most
         m.running.set(t, self.running.len() as u64);
-        m.waiting.set(t, self.ingress.len() as u64);
-        m.kv_blocks
-            .set(t, (self.profile.total_blocks - self.free_blocks) as u64);
-        self.cur_iter = j;
-        self.next_iter = j + 1;
-        let it = &self.profile.iteration;
-        let (dur, gpu) = it.duration(0, n, ctx, ctx, n, it.async_scheduling);
-        self.iter_start = t;
-        self.iter_end = t + dur;
-        self.iter_gpu = gpu;
+        m.waiting
+            .set(t, (self.ingress.len() + self.waiting.len()) as u64);
+        loop {
+            // finish_iteration: every lazy sequence produced a token right
+            // after its previous one; none is done
+            let start = self.iter_start;
+            m.iterations += 1;
+            m.gpu_busy_ns += self.iter_gpu as u128;
+            m.engine_busy_ns += (t - start) as u128;
+            m.output_tokens += n;
+            m.itl.record_n(t - start, n);
+            // start_iteration: one token for each lazy sequence after
+            // computed = base + j
+            let j = self.next_iter;
+            let ctx = (self.lazy_base + (n * (j + 1)) as i64) as u64;
+            self.free_blocks -= need;
+            m.kv_blocks.set(t, (total_blocks - self.free_blocks) as u64);
+            self.cur_iter = j;
+            self.next_iter = j + 1;
+            let (dur, gpu) = cost.duration(ctx);
+            self.iter_start = t;
+            self.iter_end = t + dur;
+            self.iter_gpu = gpu;
+            // is the next one a decode step too, here?
+            let next = self.iter_end;
+            if next > now || next >= ing || j >= first_done || admit <= t {
+                break;
+            }
+            let next_need = self.lazy_need(j + 1);
+            if next_need > self.free_blocks as u64 {
+                break;
+            }
+            need = next_need as u32;
+            t = next;
+        }
+        self.last_end = t;
+        t
     }
 
     fn drain_ingress(&mut self, t: Nanos) {
@@ -424,7 +482,7 @@ impl Replica {
         if self.lazy_n > 0 {
             // can every running sequence have its whole work? then the
             // batch's order does not matter and the lazy ones stay lazy
-            let lazy_need = self.lazy_mod[(bs as u64 - j % bs as u64) as usize % bs as usize];
+            let lazy_need = self.lazy_need(j);
             let (mut tokens, mut blocks) = (self.lazy_n, lazy_need);
             for &(_, slot) in &self.eager {
                 let s = self.running.get(slot);
@@ -812,7 +870,13 @@ mod tests {
         assert_eq!(r.free_blocks, prof.total_blocks, "every KV block back");
         assert_eq!((r.lazy_n, r.lazy_base, r.eager.len()), (0, 0, 0));
         assert!(r.lazy_mod.iter().all(|&c| c == 0) && r.done_at.is_empty());
-        (out.into_iter().collect(), format!("{m:?}"))
+        let mut key = format!("{m:?}");
+        // the histograms' contents (their Debug shows the count only)
+        for h in [&m.ttft, &m.itl, &m.tpot, &m.e2e, &m.queue_delay] {
+            let q: Vec<f64> = (0..=200).map(|i| h.quantile_s(i as f64 / 200.0)).collect();
+            key += &format!(" {q:?} {} {}", h.sum_s(), h.max_s());
+        }
+        (out.into_iter().collect(), key)
     }
 
     /// `progress` (what `qsim serve` streams) reads the lazy batch as the
@@ -910,12 +974,14 @@ mod tests {
             (100_000, 5, 256, true, 0),
             (100_000, 16, 8192, true, 8_500_000),
             (120, 16, 300, true, 0),
+            (100_000, 16, 8192, true, 2_000_000),
         ]
         .into_iter()
         .enumerate()
         {
             let mut p = base.clone();
-            // the last two: the same with asynchronous scheduling
+            // the last three: asynchronous scheduling (the last: a request
+            // reaching the engine mid-step waits while the lazy batch decodes)
             p.iteration.async_scheduling = k >= 6;
             p.total_blocks = blocks;
             p.block_size = bs;
@@ -925,7 +991,7 @@ mod tests {
             p.ingress = ingress;
             p.max_model_len = 1000; // within every KV cache above
             let p = Arc::new(p);
-            for gap in [2_000_000, 10_000_000] {
+            for gap in [2_000_000, 10_000_000, 40_000_000] {
                 let (c1, m1) = drive(&p, true, 3000, gap, k as u64);
                 let (c0, m0) = drive(&p, false, 3000, gap, k as u64);
                 assert_eq!(c1.len(), 3000);
