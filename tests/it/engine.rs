@@ -328,9 +328,10 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// roofline profile's fit on the same files is printed beside it.
 ///
 /// With `-kvu`, the three-round table and the additive table step it
-/// passed 3 of 4 runs (the fourth, on a quiet machine: ITL below +19.5 %,
-/// E2E below +17.7 %; issue 24's notes have the figures), with single
-/// repeats off by up to 36 %; until it has a record, `scripts/test.sh`
+/// passed 3 of 5 runs: the three beside a compiler; the two on a quiet
+/// machine over-predicted below saturation (ITL +19.5 %, E2E +17.7 %;
+/// TTFT +28.2 %; issue 24's notes have the figures), with single repeats
+/// off by up to 36 %; until it has a record, `scripts/test.sh`
 /// skips it and it is run by hand: `cargo test --release --workspace --
 /// --ignored engine_calibrated --test-threads=1` (~7 min).
 #[test]
