@@ -195,9 +195,20 @@ fn calibrate_bench_prompts_miss_the_prefix_cache_and_no_request_is_lost() {
 
 const PROFILE: &str = "models/llama-cpp-tiny-cpu.toml";
 
-/// `qsim calibrate bench` against `url`: `n` requests at `rate`/s, the
-/// tests' length mix, prompts as token ids, the result JSON into `out`.
-fn bench_cmd(url: &str, rate: f64, n: u32, seed: u64, out: &str) -> std::process::Command {
+/// The tests' length mix: (input, output) token ranges.
+const MIX: (&str, &str) = ("64..192", "16..48");
+
+/// `qsim calibrate bench` against `url`: `n` requests at `rate`/s with
+/// `lens` (input, output) token ranges, prompts as token ids, the result
+/// JSON into `out`.
+fn bench_cmd(
+    url: &str,
+    rate: f64,
+    n: u32,
+    seed: u64,
+    out: &str,
+    lens: (&str, &str),
+) -> std::process::Command {
     let mut c = qsim();
     c.args(["calibrate", "bench", "--target", url])
         .args([
@@ -206,7 +217,7 @@ fn bench_cmd(url: &str, rate: f64, n: u32, seed: u64, out: &str) -> std::process
             "--requests",
             &n.to_string(),
         ])
-        .args(["--input-len", "64..192", "--output-len", "16..48"])
+        .args(["--input-len", lens.0, "--output-len", lens.1])
         .args(["--token-ids", "300..31999", "--seed", &seed.to_string()])
         .args(["--out", out]);
     c
@@ -238,24 +249,15 @@ fn measured_profile(url: &str, dir: &std::path::Path, seed: u64) -> std::path::P
     for b in 1..=8u32 {
         let mut rounds = Vec::new();
         for r in 0..3u64 {
-            let file = dir.join(format!("decode{b}-{r}.json"));
-            let o = qsim()
-                .args(["calibrate", "bench", "--target", url, "--rate", "1000"])
-                .args(["--requests", &b.to_string()])
-                .args(["--input-len", "16..16", "--output-len", "64..64"])
-                .args([
-                    "--token-ids",
-                    "300..31999",
-                    "--seed",
-                    &(seed * 1000 + 10 * r + b as u64).to_string(),
-                ])
-                .arg("--out")
-                .arg(&file)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-            assert_eq!(v["completed"].as_u64(), Some(b as u64), "{v}");
+            let seed = seed * 1000 + 10 * r + b as u64;
+            let v = run_bench(
+                url,
+                dir,
+                &format!("decode{b}-{r}.json"),
+                (1000.0, b, seed),
+                ("16..16", "64..64"),
+            )
+            .1;
             rounds.push(f(&v, "/mean_itl_ms"));
         }
         eprintln!("decode step (ms) with {b} decoding, three rounds: {rounds:.2?}");
@@ -286,14 +288,29 @@ const MEASURED_FIT: &str = "iteration.compute_efficiency,iteration.cpu_overhead_
 /// `qsim calibrate server`'s default: the roofline's five.
 const DEFAULT_FIT: &str = "iteration.bandwidth_efficiency,iteration.compute_efficiency,iteration.cpu_overhead_ms,iteration.cpu_per_seq_us,iteration.ingress_ms";
 
-/// One `qsim calibrate bench` against the engine: the result JSON's path.
-fn bench(url: &str, dir: &std::path::Path, name: &str, rate: f64, n: u32, seed: u64) -> String {
+/// One `qsim calibrate bench` against the engine at (rate, requests,
+/// seed) with `lens`, every request completed: the result JSON's path, its
+/// contents and the command's summary line.
+fn run_bench(
+    url: &str,
+    dir: &std::path::Path,
+    name: &str,
+    (rate, n, seed): (f64, u32, u64),
+    lens: (&str, &str),
+) -> (String, Value, String) {
     let file = dir.join(name).to_str().unwrap().to_string();
-    let o = bench_cmd(url, rate, n, seed, &file).output().unwrap();
+    let o = bench_cmd(url, rate, n, seed, &file, lens).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    eprintln!("{}", String::from_utf8_lossy(&o.stdout).trim());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(v["completed"].as_u64(), Some(n as u64), "{v}");
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    (file, v, line)
+}
+
+/// [`run_bench`] with the tests' length mix, its summary line printed.
+fn bench(url: &str, dir: &std::path::Path, name: &str, rate: f64, n: u32, seed: u64) -> String {
+    let (file, _, line) = run_bench(url, dir, name, (rate, n, seed), MIX);
+    eprintln!("{line}");
     file
 }
 
@@ -814,7 +831,7 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
     let rate = 0.5 * fitted_sat;
     let n = (rate * 330.0).ceil() as u32;
     let out = dir.path().join("load.json");
-    let load = bench_cmd(&url, rate, n, 400, out.to_str().unwrap())
+    let load = bench_cmd(&url, rate, n, 400, out.to_str().unwrap(), MIX)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

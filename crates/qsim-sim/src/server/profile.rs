@@ -792,9 +792,9 @@ mod tests {
     }
 
     /// A measured decode table replaces the roofline's decode part: the
-    /// larger of the table's step for the decoding sequences (scaled beyond
-    /// it) and the batch's token compute, plus the attention pairs' compute
-    /// and the prefilling sequences' CPU.
+    /// table's step for the decoding sequences (scaled beyond it), plus the
+    /// prompt tokens' and the attention pairs' compute, plus the
+    /// prefilling sequences' CPU; a prefill-only step pays the CPU base.
     #[test]
     fn a_measured_decode_table_sets_the_decode_step() {
         let m = IterationModel {
