@@ -104,6 +104,31 @@ struct RawIteration {
     /// [`IterationModel::duration`]). Empty = the roofline.
     #[serde(default)]
     decode_step_ms: Vec<f64>,
+    /// The mean context (tokens) of each decoding sequence while
+    /// `decode_step_ms` was measured. Given with the next two fields only.
+    decode_step_context: Option<f64>,
+    /// The same batch sizes' step times at a longer context,
+    /// `decode_step_context_long`: a decode-only step's table entry is
+    /// interpolated linearly in its sequences' mean context (see
+    /// [`IterationModel::duration`]).
+    #[serde(default)]
+    decode_step_ms_long: Vec<f64>,
+    decode_step_context_long: Option<f64>,
+    /// What a query token attends over: `"sequence"` (its own context, the
+    /// default: paged attention) or `"cache"` (every used cell of one
+    /// shared KV buffer, other sequences' included, rounded up to
+    /// `attention_pad_tokens`: llama.cpp with a unified KV buffer).
+    #[serde(default)]
+    attention_span: AttentionSpan,
+    attention_pad_tokens: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum AttentionSpan {
+    #[default]
+    Sequence,
+    Cache,
 }
 
 fn one() -> f64 {
@@ -164,6 +189,17 @@ pub struct IterationModel {
     /// Measured whole-step ns with `b` decoding sequences at `b − 1`
     /// (`decode_step_ms`); empty: the roofline.
     pub decode_step_ns: Vec<f64>,
+    /// With a second table at a longer context: entry `b − 1`'s growth in
+    /// ns per context token of its sequences' mean context beyond
+    /// `decode_step_ctx` (`decode_step_ms_long`); empty: no context
+    /// dependence.
+    pub decode_step_slope_ns: Vec<f64>,
+    /// The mean context per sequence of `decode_step_ns`'s measurement.
+    pub decode_step_ctx: f64,
+    /// `attention_span = "cache"`: each of a step's tokens attends over
+    /// the scheduled sequences' whole context (K) rounded up to this many
+    /// tokens; 0 = over its own context (A pairs).
+    pub attention_pad: u64,
 }
 
 impl IterationModel {
@@ -184,8 +220,20 @@ impl IterationModel {
     ) -> (Nanos, Nanos) {
         let tokens = prefill_tokens + decode_seqs;
         let attn_pairs = attn_pairs + self.cached_prefix_tokens * tokens;
+        let attn_pairs = if self.attention_pad > 0 {
+            let used = kv_tokens + self.cached_prefix_tokens * seqs;
+            tokens * used.div_ceil(self.attention_pad) * self.attention_pad
+        } else {
+            attn_pairs
+        };
         if !self.decode_step_ns.is_empty() {
-            return self.measured_duration(prefill_tokens, decode_seqs, attn_pairs, seqs);
+            return self.measured_duration(
+                prefill_tokens,
+                decode_seqs,
+                kv_tokens,
+                attn_pairs,
+                seqs,
+            );
         }
         let kv_tokens = kv_tokens + self.cached_prefix_tokens * seqs;
         let mem = self.mem_base_ns + self.mem_per_kv_token_ns * kv_tokens as f64;
@@ -222,18 +270,35 @@ impl IterationModel {
         &self,
         prefill: u64,
         decode: u64,
+        kv_tokens: u64,
         pairs: u64,
         seqs: u64,
     ) -> (Nanos, Nanos) {
         let t = &self.decode_step_ns;
+        let slope = &self.decode_step_slope_ns;
+        // a decode-only step's entry at its sequences' mean context (K =
+        // their contexts' sum), never below the short table's
+        let longer = |k: usize| match slope.get(k) {
+            Some(s) if prefill == 0 => {
+                s * (kv_tokens as f64 / decode as f64 - self.decode_step_ctx).max(0.0)
+            }
+            _ => 0.0,
+        };
         let fixed = match decode as usize {
             0 => self.cpu_base_ns,
-            d if d <= t.len() => t[d - 1],
-            d => t[t.len() - 1] * d as f64 / t.len() as f64,
+            d if d <= t.len() => t[d - 1] + longer(d - 1),
+            d => (t[t.len() - 1] + longer(t.len() - 1)) * d as f64 / t.len() as f64,
+        };
+        // with a context-dependent table, a decode-only step's attention is
+        // in the table
+        let attn = if slope.is_empty() || prefill > 0 {
+            self.comp_per_attn_pair_ns * pairs as f64
+        } else {
+            0.0
         };
         let total = fixed
             + self.comp_per_token_ns * prefill as f64
-            + self.comp_per_attn_pair_ns * pairs as f64
+            + attn
             + self.cpu_per_seq_ns * seqs.saturating_sub(decode) as f64;
         let total = round_ns(total).max(1);
         (total, total)
@@ -277,7 +342,7 @@ impl DecodeCost<'_> {
     #[inline]
     pub fn duration(&self, ctx: u64) -> (Nanos, Nanos) {
         let m = self.m;
-        if !m.decode_step_ns.is_empty() {
+        if !m.decode_step_ns.is_empty() || m.attention_pad > 0 {
             return m.duration(0, self.n, ctx, ctx, self.n, true);
         }
         // K = A = ctx + cached·n; below 2^63, so i64 converts the same
@@ -545,8 +610,36 @@ impl ServerProfile {
             cpu_base_ns: cpu,
             cpu_per_seq_ns: cpu_seq,
             async_scheduling: it.async_scheduling,
-            decode_step_ns: decode_table(file, &it.decode_step_ms)?,
+            decode_step_ns: decode_table(file, "iteration.decode_step_ms", &it.decode_step_ms)?,
+            decode_step_slope_ns: Vec::new(),
+            decode_step_ctx: 0.0,
+            attention_pad: match (it.attention_span, it.attention_pad_tokens) {
+                (AttentionSpan::Sequence, None) => 0,
+                (AttentionSpan::Cache, pad) => {
+                    let pad = pad.unwrap_or(1);
+                    if !(1..=1 << 20).contains(&pad) {
+                        return Err(ConfigError::new(
+                            file,
+                            "iteration.attention_pad_tokens",
+                            format!("must be in 1..=1048576, got {pad}"),
+                        ));
+                    }
+                    pad as u64
+                }
+                (AttentionSpan::Sequence, Some(_)) => {
+                    return Err(ConfigError::new(
+                        file,
+                        "iteration.attention_pad_tokens",
+                        "applies only with attention_span = \"cache\"",
+                    ))
+                }
+            },
         };
+        let mut iteration = iteration;
+        if let Some((ctx, slope)) = decode_context(file, &it)? {
+            iteration.decode_step_ctx = ctx;
+            iteration.decode_step_slope_ns = slope;
+        }
         if iteration.duration(0, 1, 1, 1, 1, false).0 == 0 {
             return Err(ConfigError::new(
                 file,
@@ -591,13 +684,13 @@ impl ServerProfile {
     }
 }
 
-/// `iteration.decode_step_ms`: at most 1,024 steps of > 0 and at most a
+/// A decode table (`field`): at most 1,024 steps of > 0 and at most a
 /// minute each; ns.
-fn decode_table(file: &str, ms: &[f64]) -> Result<Vec<f64>, ConfigError> {
+fn decode_table(file: &str, field: &str, ms: &[f64]) -> Result<Vec<f64>, ConfigError> {
     if ms.len() > 1024 {
         return Err(ConfigError::new(
             file,
-            "iteration.decode_step_ms",
+            field,
             format!(
                 "at most 1024 entries (one per batch size), got {}",
                 ms.len()
@@ -612,12 +705,71 @@ fn decode_table(file: &str, ms: &[f64]) -> Result<Vec<f64>, ConfigError> {
             } else {
                 Err(ConfigError::new(
                     file,
-                    format!("iteration.decode_step_ms.{k}"),
+                    format!("{field}.{k}"),
                     format!("must be a step time in ms, > 0 and at most 60000, got {x}"),
                 ))
             }
         })
         .collect()
+}
+
+/// `iteration.decode_step_context`, `decode_step_ms_long` and
+/// `decode_step_context_long`, all three or none: (the short table's
+/// context, each entry's ns per context token).
+fn decode_context(file: &str, it: &RawIteration) -> Result<Option<(f64, Vec<f64>)>, ConfigError> {
+    let (c0, c1, long) = match (
+        it.decode_step_context,
+        it.decode_step_context_long,
+        it.decode_step_ms_long.is_empty(),
+    ) {
+        (None, None, true) => return Ok(None),
+        (Some(c0), Some(c1), false) => (c0, c1, &it.decode_step_ms_long),
+        _ => {
+            return Err(ConfigError::new(
+                file,
+                "iteration.decode_step_ms_long",
+                "decode_step_context, decode_step_ms_long and decode_step_context_long go \
+                 together (all three or none)",
+            ))
+        }
+    };
+    let c0 = num(file, "iteration.decode_step_context", c0, 0.0, 1e7, true)?;
+    let c1 = num(
+        file,
+        "iteration.decode_step_context_long",
+        c1,
+        0.0,
+        1e7,
+        true,
+    )?;
+    if c1 <= c0 {
+        return Err(ConfigError::new(
+            file,
+            "iteration.decode_step_context_long",
+            format!("must be above decode_step_context ({c0}), got {c1}"),
+        ));
+    }
+    let short = decode_table(file, "iteration.decode_step_ms", &it.decode_step_ms)?;
+    let long = decode_table(file, "iteration.decode_step_ms_long", long)?;
+    if long.len() != short.len() {
+        return Err(ConfigError::new(
+            file,
+            "iteration.decode_step_ms_long",
+            format!(
+                "needs one entry per decode_step_ms entry ({}), got {}",
+                short.len(),
+                long.len()
+            ),
+        ));
+    }
+    Ok(Some((
+        c0,
+        short
+            .iter()
+            .zip(&long)
+            .map(|(a, b)| (b - a) / (c1 - c0))
+            .collect(),
+    )))
 }
 
 /// Read and validate a server profile file.
@@ -644,18 +796,27 @@ mod tests {
             let Ok(p) = load_profile(&e.unwrap().path()) else {
                 continue; // an endpoint profile
             };
-            for (cached, asynchronous, table) in [
-                (0, false, vec![]),
-                (0, true, vec![]),
-                (700, false, vec![]),
-                (700, true, vec![]),
-                (0, false, vec![3e6, 4.5e6, 4.2e6, 7e6]),
-                (700, true, vec![3e6, 4.5e6, 4.2e6, 7e6]),
+            let t = || vec![3e6, 4.5e6, 4.2e6, 7e6];
+            let slope = || vec![1e3, 2e3, 3.5e3, 4e3];
+            for (cached, asynchronous, table, slope, pad) in [
+                (0, false, vec![], vec![], 0),
+                (0, true, vec![], vec![], 0),
+                (700, false, vec![], vec![], 0),
+                (700, true, vec![], vec![], 0),
+                (0, true, vec![], vec![], 256),
+                (700, false, vec![], vec![], 16),
+                (0, false, t(), vec![], 0),
+                (700, true, t(), vec![], 0),
+                (0, false, t(), slope(), 0),
+                (0, false, t(), slope(), 256),
             ] {
                 let mut m = p.iteration.clone();
                 m.cached_prefix_tokens = cached;
                 m.async_scheduling = asynchronous;
                 m.decode_step_ns = table;
+                m.decode_step_slope_ns = slope;
+                m.decode_step_ctx = 40.0;
+                m.attention_pad = pad;
                 for n in [1u64, 2, 3, 7, 64, 255, 1000] {
                     let c = m.decode_cost(n);
                     for ctx in [n, n * 17 + 5, n * 1000 + 3, n * 100_000 + 11] {
@@ -666,7 +827,7 @@ mod tests {
                 }
             }
         }
-        assert!(checked >= 5 * 6 * 7 * 4, "{checked}");
+        assert!(checked >= 5 * 10 * 7 * 4, "{checked}");
     }
 
     #[test]
@@ -711,6 +872,9 @@ mod tests {
             cpu_per_seq_ns: 3.0,
             async_scheduling: false,
             decode_step_ns: Vec::new(),
+            decode_step_slope_ns: Vec::new(),
+            decode_step_ctx: 0.0,
+            attention_pad: 0,
         };
         // memory-bound: mem 1000 + 200 = 1200 > comp 10 × 20 + 0.5 × 40 = 220
         assert_eq!(
@@ -745,6 +909,9 @@ mod tests {
             cpu_per_seq_ns: 0.0,
             async_scheduling: false,
             decode_step_ns: Vec::new(),
+            decode_step_slope_ns: Vec::new(),
+            decode_step_ctx: 0.0,
+            attention_pad: 0,
         };
         let m = IterationModel {
             cached_prefix_tokens: 96,
@@ -782,6 +949,9 @@ mod tests {
             cpu_per_seq_ns: 30.0,
             async_scheduling: true,
             decode_step_ns: Vec::new(),
+            decode_step_slope_ns: Vec::new(),
+            decode_step_ctx: 0.0,
+            attention_pad: 0,
         };
         // gpu 100 + 1000 + 200 = 1300 > cpu 600 + 30 × 20 = 1200: GPU-bound
         assert_eq!(m.duration(0, 20, 200, 40, 20, true), (1300, 1300));
@@ -808,6 +978,9 @@ mod tests {
             cpu_per_seq_ns: 30.0,
             async_scheduling: false,
             decode_step_ns: vec![900.0, 1_000.0, 3_000.0, 2_000.0],
+            decode_step_slope_ns: Vec::new(),
+            decode_step_ctx: 0.0,
+            attention_pad: 0,
         };
         // 3 decoding: the third entry (not monotone: as measured), + 0.5 × 40
         assert_eq!(m.duration(0, 3, 300, 40, 3, false), (3_000 + 20, 3_020));
@@ -820,6 +993,142 @@ mod tests {
         assert_eq!(m.duration(0, 8, 800, 0, 8, false), (4_000, 4_000));
         // a prompt alone: CPU base + 50 × 10 + 30
         assert_eq!(m.duration(50, 0, 50, 0, 1, false), (1_130, 1_130));
+    }
+
+    /// A second table at a longer context: a decode-only step's entry is
+    /// interpolated linearly in its sequences' mean context (pairs / D),
+    /// extrapolated beyond the long table, never below the short one, with
+    /// no attention term on top; a step that carries prompt tokens reads
+    /// the short table.
+    #[test]
+    fn a_long_context_table_scales_decode_only_steps() {
+        let m = IterationModel {
+            gpu_fixed_ns: 100.0,
+            mem_base_ns: 1_000.0,
+            mem_per_kv_token_ns: 1.0,
+            comp_per_token_ns: 10.0,
+            comp_per_attn_pair_ns: 0.5,
+            cached_prefix_tokens: 0,
+            cpu_base_ns: 600.0,
+            cpu_per_seq_ns: 30.0,
+            async_scheduling: false,
+            decode_step_ns: vec![900.0, 1_000.0],
+            // entries 900 → 1900 and 1000 → 5000 from context 50 to 450
+            decode_step_slope_ns: vec![2.5, 10.0],
+            decode_step_ctx: 50.0,
+            attention_pad: 0,
+        };
+        // 2 decoding at a mean context of 250: 1000 + 10 × 200, no attention
+        assert_eq!(m.duration(0, 2, 500, 500, 2, false), (3_000, 3_000));
+        // at 650 (beyond the long table): extrapolated, 1000 + 10 × 600
+        assert_eq!(m.duration(0, 2, 1300, 1300, 2, false), (7_000, 7_000));
+        // at 20 (below the short table): the short entry
+        assert_eq!(m.duration(0, 1, 20, 20, 1, false), (900, 900));
+        // 4 decoding (beyond the table) at 250: (1000 + 2000) × 4 / 2
+        assert_eq!(m.duration(0, 4, 1000, 1000, 4, false), (6_000, 6_000));
+        // a prompt chunk of 100 with 2 decoding: the short entry + 100 × 10
+        // + 0.5 × 600 pairs + 30
+        assert_eq!(m.duration(100, 2, 600, 600, 3, false), (2_330, 2_330));
+        let text = std::fs::read_to_string(models().join("llama-cpp-tiny-cpu.toml")).unwrap();
+        let with = |t: &str| {
+            let v: toml::Value =
+                toml::from_str(&text.replacen("[iteration]", &format!("[iteration]\n{t}"), 1))
+                    .unwrap();
+            ServerProfile::from_value("p.toml", v)
+        };
+        let ok = with("decode_step_ms = [9.0, 12.0]\ndecode_step_context = 48\ndecode_step_ms_long = [11.0, 20.0]\ndecode_step_context_long = 448").unwrap();
+        assert_eq!(ok.iteration.decode_step_slope_ns, vec![5_000.0, 20_000.0]);
+        assert_eq!(ok.iteration.decode_step_ctx, 48.0);
+        for (t, field, why) in [
+            (
+                "decode_step_ms = [9.0]\ndecode_step_ms_long = [11.0]\ndecode_step_context_long = 448",
+                "iteration.decode_step_ms_long",
+                "all three or none",
+            ),
+            (
+                "decode_step_ms = [9.0]\ndecode_step_context = 48",
+                "iteration.decode_step_ms_long",
+                "all three or none",
+            ),
+            (
+                "decode_step_ms = [9.0, 12.0]\ndecode_step_context = 48\ndecode_step_ms_long = [11.0]\ndecode_step_context_long = 448",
+                "iteration.decode_step_ms_long",
+                "one entry per decode_step_ms entry (2), got 1",
+            ),
+            (
+                "decode_step_ms = [9.0]\ndecode_step_context = 48\ndecode_step_ms_long = [11.0]\ndecode_step_context_long = 48",
+                "iteration.decode_step_context_long",
+                "must be above decode_step_context",
+            ),
+            (
+                "decode_step_ms = [9.0]\ndecode_step_context = 48\ndecode_step_ms_long = [-1.0]\ndecode_step_context_long = 448",
+                "iteration.decode_step_ms_long.0",
+                "step time in ms",
+            ),
+        ] {
+            let e = with(t).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(why), "{t}: {e}");
+        }
+    }
+
+    /// `attention_span = "cache"`: every token of a step attends over the
+    /// scheduled sequences' whole context (K) rounded up to the pad, not
+    /// over its own (A); in the roofline and on top of a one-context table.
+    #[test]
+    fn attention_over_the_cache_counts_every_token_against_every_used_cell() {
+        let mut m = IterationModel {
+            gpu_fixed_ns: 0.0,
+            mem_base_ns: 0.0,
+            mem_per_kv_token_ns: 0.0,
+            comp_per_token_ns: 10.0,
+            comp_per_attn_pair_ns: 0.5,
+            cached_prefix_tokens: 0,
+            cpu_base_ns: 600.0,
+            cpu_per_seq_ns: 30.0,
+            async_scheduling: false,
+            decode_step_ns: Vec::new(),
+            decode_step_slope_ns: Vec::new(),
+            decode_step_ctx: 0.0,
+            attention_pad: 256,
+        };
+        // 100 prompt tokens + 2 decodes over 600 used cells (→ 768): 102 ×
+        // 768 pairs × 0.5 + 102 × 10 + CPU 600 + 3 × 30, whatever A is
+        let want = 102 * 768 / 2 + 1_020 + 690;
+        assert_eq!(m.duration(100, 2, 600, 5_150, 3, false).0, want);
+        assert_eq!(m.duration(100, 2, 600, 1, 3, false).0, want);
+        // 768 used cells exactly: no rounding up
+        assert_eq!(m.duration(0, 1, 768, 1, 1, false).0, 384 + 10 + 630);
+        // on a one-context table: the table's entry + 4 × 512 × 0.5
+        m.decode_step_ns = vec![900.0, 1_000.0, 1_100.0, 1_200.0];
+        assert_eq!(m.duration(0, 4, 300, 300, 4, false).0, 1_200 + 1_024);
+        // without: the sequences' own pairs
+        m.attention_pad = 0;
+        assert_eq!(m.duration(0, 4, 300, 300, 4, false).0, 1_200 + 150);
+        let text = std::fs::read_to_string(models().join("llama-cpp-tiny-cpu.toml")).unwrap();
+        let without = text
+            .replace("attention_span = \"cache\"\n", "")
+            .replace("attention_pad_tokens = 256\n", "");
+        assert_ne!(without, text);
+        let load = |t: &str| ServerProfile::from_value("p.toml", toml::from_str(t).unwrap());
+        assert_eq!(load(&text).unwrap().iteration.attention_pad, 256);
+        assert_eq!(load(&without).unwrap().iteration.attention_pad, 0);
+        for (t, want) in [
+            (
+                without.replacen("[iteration]", "[iteration]\nattention_pad_tokens = 16", 1),
+                "iteration.attention_pad_tokens: applies only with attention_span = \"cache\"",
+            ),
+            (
+                text.replace("attention_pad_tokens = 256", "attention_pad_tokens = 0"),
+                "iteration.attention_pad_tokens: must be in 1..=1048576, got 0",
+            ),
+            (
+                text.replace("attention_span = \"cache\"", "attention_span = \"paged\""),
+                "attention_span",
+            ),
+        ] {
+            let e = load(&t).unwrap_err().to_string();
+            assert!(e.contains(want), "{e}");
+        }
     }
 
     #[test]

@@ -1032,6 +1032,9 @@ mod tests {
                 cpu_per_seq_ns: 0.0,
                 async_scheduling: asynchronous,
                 decode_step_ns: Vec::new(),
+                decode_step_slope_ns: Vec::new(),
+                decode_step_ctx: 0.0,
+                attention_pad: 0,
             };
             let mut r = Replica::new(0, Arc::new(p));
             let mut m = ReplicaMetrics::new(r.profile.total_blocks);
