@@ -762,7 +762,7 @@ fn engine_plan_then_enforce() {
     // E2E p50 within 20 % of the plan is issue 24's acceptance, not met
     // reliably yet (roofline fit: +19.6, -16.6 and +45.5 %; one table:
     // -2.7 to -5.6 % quiet, -38 to +36 % under load; two tables and
-    // attention over the buffer: +47.8 %, quiet): it rests on the fitted
+    // attention over the buffer: +47.8 and +19.5 %, quiet): it rests on the fitted
     // profile's accuracy, the held-out item of
     // `engine_calibrated_profile_predicts_held_out_rates`. Reported here,
     // checked only to be measured on both sides.
