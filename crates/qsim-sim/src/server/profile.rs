@@ -600,7 +600,7 @@ impl ServerProfile {
         };
         let eff_bw = bw * be;
         let eff_flops = peak * ce;
-        let iteration = IterationModel {
+        let mut iteration = IterationModel {
             gpu_fixed_ns: gpu_fixed,
             mem_base_ns: wread / eff_bw * 1e9,
             mem_per_kv_token_ns: kv_bytes / eff_bw * 1e9,
@@ -635,8 +635,7 @@ impl ServerProfile {
                 }
             },
         };
-        let mut iteration = iteration;
-        if let Some((ctx, slope)) = decode_context(file, &it)? {
+        if let Some((ctx, slope)) = decode_context(file, it)? {
             iteration.decode_step_ctx = ctx;
             iteration.decode_step_slope_ns = slope;
         }
@@ -961,13 +960,10 @@ mod tests {
         assert_eq!(m.duration(0, 40, 400, 80, 40, false), (1800 + 1500, 1500));
     }
 
-    /// A measured decode table replaces the roofline's decode part: the
-    /// table's step for the decoding sequences (scaled beyond it), plus the
-    /// prompt tokens' and the attention pairs' compute, plus the
-    /// prefilling sequences' CPU; a prefill-only step pays the CPU base.
-    #[test]
-    fn a_measured_decode_table_sets_the_decode_step() {
-        let m = IterationModel {
+    /// The small step-time model of the decode-table and attention tests
+    /// (no table yet).
+    fn table_model() -> IterationModel {
+        IterationModel {
             gpu_fixed_ns: 100.0,
             mem_base_ns: 1_000.0,
             mem_per_kv_token_ns: 1.0,
@@ -977,10 +973,22 @@ mod tests {
             cpu_base_ns: 600.0,
             cpu_per_seq_ns: 30.0,
             async_scheduling: false,
-            decode_step_ns: vec![900.0, 1_000.0, 3_000.0, 2_000.0],
+            decode_step_ns: Vec::new(),
             decode_step_slope_ns: Vec::new(),
             decode_step_ctx: 0.0,
             attention_pad: 0,
+        }
+    }
+
+    /// A measured decode table replaces the roofline's decode part: the
+    /// table's step for the decoding sequences (scaled beyond it), plus the
+    /// prompt tokens' and the attention pairs' compute, plus the
+    /// prefilling sequences' CPU; a prefill-only step pays the CPU base.
+    #[test]
+    fn a_measured_decode_table_sets_the_decode_step() {
+        let m = IterationModel {
+            decode_step_ns: vec![900.0, 1_000.0, 3_000.0, 2_000.0],
+            ..table_model()
         };
         // 3 decoding: the third entry (not monotone: as measured), + 0.5 × 40
         assert_eq!(m.duration(0, 3, 300, 40, 3, false), (3_000 + 20, 3_020));
@@ -1003,20 +1011,11 @@ mod tests {
     #[test]
     fn a_long_context_table_scales_decode_only_steps() {
         let m = IterationModel {
-            gpu_fixed_ns: 100.0,
-            mem_base_ns: 1_000.0,
-            mem_per_kv_token_ns: 1.0,
-            comp_per_token_ns: 10.0,
-            comp_per_attn_pair_ns: 0.5,
-            cached_prefix_tokens: 0,
-            cpu_base_ns: 600.0,
-            cpu_per_seq_ns: 30.0,
-            async_scheduling: false,
             decode_step_ns: vec![900.0, 1_000.0],
             // entries 900 → 1900 and 1000 → 5000 from context 50 to 450
             decode_step_slope_ns: vec![2.5, 10.0],
             decode_step_ctx: 50.0,
-            attention_pad: 0,
+            ..table_model()
         };
         // 2 decoding at a mean context of 250: 1000 + 10 × 200, no attention
         assert_eq!(m.duration(0, 2, 500, 500, 2, false), (3_000, 3_000));
@@ -1080,16 +1079,8 @@ mod tests {
             gpu_fixed_ns: 0.0,
             mem_base_ns: 0.0,
             mem_per_kv_token_ns: 0.0,
-            comp_per_token_ns: 10.0,
-            comp_per_attn_pair_ns: 0.5,
-            cached_prefix_tokens: 0,
-            cpu_base_ns: 600.0,
-            cpu_per_seq_ns: 30.0,
-            async_scheduling: false,
-            decode_step_ns: Vec::new(),
-            decode_step_slope_ns: Vec::new(),
-            decode_step_ctx: 0.0,
             attention_pad: 256,
+            ..table_model()
         };
         // 100 prompt tokens + 2 decodes over 600 used cells (→ 768): 102 ×
         // 768 pairs × 0.5 + 102 × 10 + CPU 600 + 3 × 30, whatever A is
