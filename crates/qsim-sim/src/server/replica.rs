@@ -108,7 +108,7 @@ pub(crate) fn min_step(m: &IterationModel) -> Nanos {
     .iter()
     .all(|&x| x >= 0.0);
     let x = m.gpu_fixed_ns + m.mem_base_ns;
-    if !m.decode_step_ns.is_empty() || !non_negative || !(x < 1e18) {
+    if !m.decode_step_ns.is_empty() || !non_negative || !x.is_finite() || x >= 1e18 {
         return 1;
     }
     // floor ≤ round: a bound of the rounded GPU part too

@@ -232,7 +232,7 @@ impl CacheReader {
     /// The next row (`line` is 0: a copied row's line is not kept), None
     /// after the last.
     #[inline]
-    pub fn next(&mut self) -> std::io::Result<Option<Row>> {
+    pub fn read_row(&mut self) -> std::io::Result<Option<Row>> {
         if self.left == 0 {
             return Ok(None);
         }
@@ -315,10 +315,10 @@ mod tests {
         // two readers at once, each from the start
         let (mut a, mut b) = (CacheReader::new(c.clone()), CacheReader::new(c));
         for r in &rows {
-            assert_eq!(a.next().unwrap().as_ref(), Some(r));
-            assert_eq!(b.next().unwrap().as_ref(), Some(r));
+            assert_eq!(a.read_row().unwrap().as_ref(), Some(r));
+            assert_eq!(b.read_row().unwrap().as_ref(), Some(r));
         }
-        assert_eq!(a.next().unwrap(), None);
-        assert_eq!(b.next().unwrap(), None);
+        assert_eq!(a.read_row().unwrap(), None);
+        assert_eq!(b.read_row().unwrap(), None);
     }
 }

@@ -357,7 +357,7 @@ impl TraceSpec {
     fn rows(&self) -> Result<Rows, ConfigError> {
         match (&self.copy.0, &self.summary) {
             (Some(c), Some(_)) => Ok(Rows::Copy(CacheReader::new(c.clone()))),
-            _ => Ok(Rows::Text(self.reader()?)),
+            _ => Ok(Rows::Text(Box::new(self.reader()?))),
         }
     }
 
@@ -436,7 +436,7 @@ pub struct Arrival {
 
 /// Where a replay's rows come from.
 enum Rows {
-    Text(Reader),
+    Text(Box<Reader>),
     Copy(CacheReader),
 }
 
@@ -541,7 +541,7 @@ impl TraceSource {
                 }
                 Ok(row)
             }
-            Rows::Copy(c) => c.next().map_err(|e| {
+            Rows::Copy(c) => c.read_row().map_err(|e| {
                 ConfigError::new(
                     self.spec.path.display().to_string(),
                     "",

@@ -1381,8 +1381,8 @@ mod tests {
                     0 => String::new(),
                     n => format!(".{}", &"1234567890"[..n - 1]),
                 },
-                "123456789012"[..g.gen_range(0..12)].to_string(),
-                "987654321098"[..g.gen_range(0..12)].to_string(),
+                &"123456789012"[..g.gen_range(0..12)],
+                &"987654321098"[..g.gen_range(0..12)],
             )
             .into_bytes();
             for _ in 0..g.gen_range(0..3) {
