@@ -572,6 +572,21 @@ pub fn run_scenario_observed(
     every: Option<Nanos>,
     observe: &mut dyn FnMut(&crate::server::Completion),
 ) -> (ServerResult, Option<Series>) {
+    run_observed(profile, s, seed, scope, every, observe, true)
+}
+
+/// [`run_scenario_observed`]; `lazy`: an open loop's cluster advances its
+/// replicas only as routing needs ([`Cluster::advance_lazily`]; off only
+/// in tests, as the reference it is compared with).
+pub(crate) fn run_observed(
+    profile: Arc<ServerProfile>,
+    s: &Scenario,
+    seed: u64,
+    scope: u64,
+    every: Option<Nanos>,
+    observe: &mut dyn FnMut(&crate::server::Completion),
+    lazy: bool,
+) -> (ServerResult, Option<Series>) {
     let mut q: EventQueue<Ev> = EventQueue::new();
     let mut cluster = Cluster::new(
         profile,
@@ -664,6 +679,11 @@ pub fn run_scenario_observed(
     // the cluster's deadlines between two events run in one step (the same
     // run; fewer, larger steps)
     let fuse = closed.is_none();
+    if fuse && lazy {
+        // nothing but submissions between two of this driver's steps: the
+        // replicas need advancing only for the router (or when read, below)
+        cluster.advance_lazily();
+    }
     let mut tally = Tally::new();
     let scan = step_units(cluster.replica_count());
     let mut steps = 0u64;
@@ -739,6 +759,7 @@ pub fn run_scenario_observed(
                     next_id += 1;
                 }
                 Ev::Snapshot => {
+                    cluster.settle(now);
                     // the cluster went first at equal times: it is at `now`
                     // and its completions are drained
                     let m = cluster.metrics();
@@ -764,6 +785,7 @@ pub fn run_scenario_observed(
                     prev_busy = busy;
                 }
                 Ev::Minute => {
+                    cluster.settle(now);
                     let (g, r) = (
                         cluster.gpu_replicas().area(now),
                         cluster.ready_replicas().area(now),
@@ -789,6 +811,7 @@ pub fn run_scenario_observed(
                     min_e2e = DurationHist::new();
                 }
                 Ev::Sample => {
+                    cluster.settle(now);
                     if let Some(se) = series.as_mut() {
                         se.t.push(now);
                         se.waiting.push(cluster.waiting() as u64);
@@ -831,6 +854,7 @@ pub fn run_scenario_observed(
     }
     tally.finish(work(&cluster, next_id, steps));
     let until = if s.drain { last.max(end) } else { end };
+    cluster.settle(until);
     let result = ServerResult {
         name: s.name.clone(),
         until,
@@ -846,6 +870,10 @@ pub fn run_scenario_observed(
     };
     (result, series)
 }
+
+#[cfg(test)]
+#[path = "server_lazy_tests.rs"]
+mod lazy_tests;
 
 #[cfg(test)]
 mod tests {

@@ -114,6 +114,10 @@ pub struct Cluster {
     /// they change (read only without autoscaling, whose replicas come and go).
     next_deadline: Nanos,
     deadlines: Vec<Nanos>,
+    /// Replicas advanced only as far as routing needs (see
+    /// [`advance_lazily`](Self::advance_lazily)): `deadlines` then holds
+    /// each replica's [`Replica::leave_bound`].
+    lazy: bool,
 }
 
 impl Cluster {
@@ -149,6 +153,7 @@ impl Cluster {
             scaling: None,
             next_deadline: NEVER,
             deadlines: vec![NEVER; n as usize],
+            lazy: false,
             profile,
         }
     }
@@ -175,6 +180,72 @@ impl Cluster {
             log: Vec::new(),
         });
         self
+    }
+
+    /// Advance a replica only when a request may leave it by the time
+    /// asked (its [`Replica::leave_bound`]), or when one is submitted to it,
+    /// instead of at every deadline: the router (least outstanding, round
+    /// robin) sees the same counts, because a replica's outstanding count
+    /// changes only when a request leaves it or is submitted. Replicas do
+    /// not interact between submissions, so each runs the same iterations,
+    /// later and in longer runs; the completions of a
+    /// [`handle_through`](Self::handle_through) up to `limit` are the same
+    /// (none is due before its replica's bound) in the same order. For an
+    /// open-loop driver only (nothing but submissions in between), and
+    /// only without autoscaling and with a router that reads outstanding
+    /// counts alone (not `least_kv`: KV blocks change every step); else
+    /// nothing changes. A replica's other state (metrics, queues, KV) may
+    /// then lag behind: [`settle`](Self::settle) brings every replica to a
+    /// time before it is read.
+    pub fn advance_lazily(&mut self) {
+        if self.scaling.is_some() || self.router == RouterKind::LeastKv || self.lazy {
+            return;
+        }
+        self.lazy = true;
+        self.refresh_deadlines();
+    }
+
+    /// Every replica's entry in `deadlines` and their minimum, afresh.
+    fn refresh_deadlines(&mut self) {
+        self.deadlines.resize(self.replicas.len(), NEVER);
+        let mut next = NEVER;
+        for (r, d) in self.replicas.iter().zip(self.deadlines.iter_mut()) {
+            *d = if self.lazy {
+                r.leave_bound()
+            } else {
+                r.deadline()
+            };
+            next = next.min(*d);
+        }
+        self.next_deadline = next;
+    }
+
+    /// Advance every replica to `now` (everything due by then run), as the
+    /// step-by-step run has it at `now`; nothing to do unless
+    /// [`advance_lazily`](Self::advance_lazily). Call it before reading the
+    /// replicas' state after `handle_through` (nothing leaves a replica
+    /// here: its bound is after `now`).
+    pub fn settle(&mut self, now: Nanos) {
+        if !self.lazy {
+            return;
+        }
+        let now = now.min(NEVER - 1);
+        let done = self.done.len();
+        for (r, m) in self
+            .replicas
+            .iter_mut()
+            .zip(self.metrics.replicas.iter_mut())
+        {
+            if r.deadline() <= now {
+                let (before, out) = (m.iterations, r.outstanding());
+                r.advance(now, &mut self.done, m);
+                self.iterations += m.iterations - before;
+                debug_assert_eq!(r.outstanding(), out);
+            }
+        }
+        debug_assert_eq!(self.done.len(), done, "nothing leaves before its bound");
+        self.now = self.now.max(now);
+        self.refresh_deadlines();
     }
 
     /// The replicas' lives so far (empty without autoscaling).
@@ -460,11 +531,29 @@ impl Cluster {
         self.arrivals += 1;
         let i = self.pick();
         let r = &mut self.replicas[i];
+        let m = &mut self.metrics.replicas[i];
+        if self.lazy && r.deadline() <= now {
+            // as far as the step-by-step run has it (nothing leaves: its
+            // bound is after `now`, or handle_timeout had advanced it)
+            let (before, done) = (m.iterations, self.done.len());
+            r.advance(now, &mut self.done, m);
+            self.iterations += m.iterations - before;
+            debug_assert_eq!(self.done.len(), done);
+        }
         let before = r.outstanding();
-        r.submit(now, req, &mut self.done, &mut self.metrics.replicas[i]);
+        r.submit(now, req, &mut self.done, m);
         self.outstanding = self.outstanding + r.outstanding() - before;
-        // a submission only brings a replica's deadline forward
-        if self.scaling.is_none() {
+        if self.lazy {
+            // the bound may move either way (the replica was advanced)
+            let (old, new) = (self.deadlines[i], r.leave_bound());
+            self.deadlines[i] = new;
+            if new <= self.next_deadline {
+                self.next_deadline = new;
+            } else if old == self.next_deadline {
+                self.next_deadline = self.deadlines.iter().copied().min().unwrap_or(NEVER);
+            }
+        } else if self.scaling.is_none() {
+            // a submission only brings a replica's deadline forward
             self.deadlines[i] = r.deadline();
             self.next_deadline = self.next_deadline.min(self.deadlines[i]);
         }
@@ -488,7 +577,11 @@ impl Cluster {
                 || t == self
                     .replicas
                     .iter()
-                    .map(Replica::deadline)
+                    .map(|r| if self.lazy {
+                        r.leave_bound()
+                    } else {
+                        r.deadline()
+                    })
                     .min()
                     .unwrap_or(NEVER)
         );
@@ -500,6 +593,11 @@ impl Cluster {
         self.now = self.now.max(now);
         if self.scaling.is_none() && now < self.next_deadline {
             // nothing due (and no autoscaler to run)
+            return;
+        }
+        if self.lazy {
+            // the replicas a request may leave by `now`
+            self.handle_through(self.next_deadline, now);
             return;
         }
         let mut next = NEVER;
@@ -544,13 +642,14 @@ impl Cluster {
         let mut from = u32::MAX;
         let mut mixed = false;
         let mut earliest = NEVER;
+        let lazy = self.lazy;
         for ((r, m), d) in self
             .replicas
             .iter_mut()
             .zip(self.metrics.replicas.iter_mut())
             .zip(self.deadlines.iter_mut())
         {
-            debug_assert_eq!(*d, r.deadline());
+            debug_assert_eq!(*d, if lazy { r.leave_bound() } else { r.deadline() });
             if *d > limit {
                 earliest = earliest.min(*d);
             } else {
@@ -562,7 +661,7 @@ impl Cluster {
                     mixed |= from != u32::MAX;
                     from = r.idx;
                 }
-                *d = r.deadline();
+                *d = if lazy { r.leave_bound() } else { r.deadline() };
                 earliest = earliest.min(*d);
             }
         }

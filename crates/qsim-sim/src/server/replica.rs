@@ -86,6 +86,33 @@ pub(crate) struct Replica {
     /// Off only in tests: every sequence scheduled one at a time, every
     /// iteration (the reference the lazy batch is compared with).
     lazy_batch: bool,
+    /// A lower bound of any iteration's duration ([`min_step`]).
+    min_step: Nanos,
+}
+
+/// A lower bound of any iteration's duration under `m`, in ns (≥ 1): the
+/// GPU part of a roofline step is at least `gpu_fixed + mem_base` (every
+/// other term is ≥ 0, f64 addition and rounding are monotone, and a step
+/// takes at least its GPU part, synchronous or not); a measured decode
+/// table (any order of step times) or a negative coefficient gives 1 ns.
+pub(crate) fn min_step(m: &IterationModel) -> Nanos {
+    let non_negative = [
+        m.gpu_fixed_ns,
+        m.mem_base_ns,
+        m.mem_per_kv_token_ns,
+        m.comp_per_token_ns,
+        m.comp_per_attn_pair_ns,
+        m.cpu_base_ns,
+        m.cpu_per_seq_ns,
+    ]
+    .iter()
+    .all(|&x| x >= 0.0);
+    let x = m.gpu_fixed_ns + m.mem_base_ns;
+    if !m.decode_step_ns.is_empty() || !non_negative || !x.is_finite() || x >= 1e18 {
+        return 1;
+    }
+    // floor ≤ round: a bound of the rounded GPU part too
+    (x.floor() as Nanos).max(1)
 }
 
 impl Replica {
@@ -95,7 +122,6 @@ impl Replica {
         Replica {
             idx,
             running: Slots::default(),
-            profile,
             ingress: VecDeque::new(),
             waiting: VecDeque::new(),
             free_blocks: total,
@@ -113,6 +139,8 @@ impl Replica {
             done_at: BinaryHeap::new(),
             done: Vec::new(),
             lazy_batch: true,
+            min_step: min_step(&profile.iteration),
+            profile,
         }
     }
 
@@ -192,6 +220,38 @@ impl Replica {
     pub fn deadline(&self) -> Nanos {
         let ing = self.ingress.front().map_or(NEVER, |x| x.0);
         ing.min(self.iter_end)
+    }
+
+    /// A time before which no request leaves the replica (so its
+    /// [`outstanding`](Self::outstanding) count cannot change before it
+    /// unless a request is submitted), ≤ any completion [`advance`] would
+    /// give; NEVER when empty. A request finishes at the end of an
+    /// iteration: the one in flight (`iter_end`) if an eager sequence is in
+    /// it; for the lazy batch alone, the iteration of its first last token
+    /// (the completion heap's head), each iteration after the one in flight
+    /// taking at least `min_step`; a request waiting or in the API ingress
+    /// runs in a later iteration at the earliest.
+    pub fn leave_bound(&self) -> Nanos {
+        let queued = !self.ingress.is_empty() || !self.waiting.is_empty();
+        if self.iter_end == NEVER {
+            // idle: a request past the ingress starts a step then
+            return self
+                .ingress
+                .front()
+                .map_or(NEVER, |x| x.0.saturating_add(self.min_step));
+        }
+        if !self.eager.is_empty() {
+            return self.iter_end;
+        }
+        let mut steps = self
+            .done_at
+            .peek()
+            .map_or(0, |Reverse((last, _, _))| last - self.cur_iter);
+        if queued {
+            steps = steps.min(1);
+        }
+        self.iter_end
+            .saturating_add(steps.saturating_mul(self.min_step))
     }
 
     /// Output tokens each running sequence has produced by the end of the

@@ -22,13 +22,15 @@
 //! period`: `period` is `(to − from) / compress` when `to` is given, else the
 //! replayed span plus one mean gap (so a looped trace keeps its mean rate).
 
+pub mod cache;
 pub mod read;
 pub mod stats;
 
 use crate::config::{resolve_relative, ConfigError};
 use crate::engine::rng::{component, stream, unit, Rng};
 use crate::time::{Nanos, MAX_SECS};
-use read::{Columns, Format, Reader, TimeUnit};
+use cache::{CacheReader, Copied};
+use read::{Columns, Format, Reader, Row, TimeUnit};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -109,6 +111,8 @@ pub struct TraceSpec {
     pub period: Nanos,
     /// The scan's findings (None if not scanned).
     pub summary: Option<Summary>,
+    /// The rows the scan read, copied for the replays (see [`cache`]).
+    pub copy: Copied,
 }
 
 /// The most a trace's rows may be multiplied by.
@@ -288,9 +292,10 @@ impl TraceSpec {
             loops,
             period: 0,
             summary: None,
+            copy: Copied::default(),
         };
         if scan || loops > 1 {
-            let s = spec.scan()?;
+            let (s, copy) = spec.scan_copy()?;
             if s.rows == 0 {
                 return Err(ConfigError::new(
                     spec.path.display().to_string(),
@@ -329,6 +334,7 @@ impl TraceSpec {
                 }
             }
             spec.summary = Some(s);
+            spec.copy = copy;
         }
         Ok(spec)
     }
@@ -347,6 +353,14 @@ impl TraceSpec {
         Ok(r)
     }
 
+    /// The rows of a replay: the scan's copy when there is one, else the file.
+    fn rows(&self) -> Result<Rows, ConfigError> {
+        match (&self.copy.0, &self.summary) {
+            (Some(c), Some(_)) => Ok(Rows::Copy(CacheReader::new(c.clone()))),
+            _ => Ok(Rows::Text(Box::new(self.reader()?))),
+        }
+    }
+
     /// Replay time of the window's first row (one loop, before scale).
     fn first_replay_time(&self) -> Result<Nanos, ConfigError> {
         let mut one = self.clone();
@@ -358,10 +372,17 @@ impl TraceSpec {
 
     /// Read the whole trace once (one loop, scale 1): every row checked.
     pub fn scan(&self) -> Result<Summary, ConfigError> {
+        Ok(self.scan_copy()?.0)
+    }
+
+    /// [`scan`](Self::scan), also copying the rows read for the replays
+    /// (none if the copy could not be written).
+    fn scan_copy(&self) -> Result<(Summary, Copied), ConfigError> {
         let mut one = self.clone();
         one.loops = 1;
         one.scale = 1.0;
-        let mut src = TraceSource::open(&one, 0, 0)?;
+        one.copy = Copied::default();
+        let mut src = TraceSource::open_with(&one, 0, 0, cache::Writer::create())?;
         let (mut rows, mut last, mut input_total, mut output_total) = (0u64, 0, 0u64, 0u64);
         while let Some(a) = src.next()? {
             rows += 1;
@@ -369,15 +390,19 @@ impl TraceSpec {
             input_total += a.input as u64;
             output_total += a.output as u64;
         }
-        Ok(Summary {
-            rows,
-            last,
-            consumers: src.consumer_names(),
-            reordered: src.reader.reordered,
-            skipped: src.reader.skipped,
-            input_total,
-            output_total,
-        })
+        let copy = Copied(src.record.take().and_then(cache::Writer::finish));
+        Ok((
+            Summary {
+                rows,
+                last,
+                consumers: src.consumer_names(),
+                reordered: src.reordered(),
+                skipped: src.skipped(),
+                input_total,
+                output_total,
+            },
+            copy,
+        ))
     }
 
     /// Requests replayed over all loops (the scale's expected count), and
@@ -409,10 +434,18 @@ pub struct Arrival {
     pub consumer: u32,
 }
 
+/// Where a replay's rows come from.
+enum Rows {
+    Text(Box<Reader>),
+    Copy(CacheReader),
+}
+
 /// A trace replayed as an open-loop source: one row read ahead.
 pub struct TraceSource {
     spec: TraceSpec,
-    reader: Reader,
+    reader: Rows,
+    /// The scan's copy being written (see [`TraceSpec::scan`]).
+    record: Option<cache::Writer>,
     rng: Rng,
     origin: Option<i64>,
     /// The current row's arrival and the copies of it still to send.
@@ -431,8 +464,19 @@ impl TraceSource {
     /// Open the trace for a run; `seed` and `scope` choose the stream of
     /// the scale's and the shares' draws (ARRIVALS, as an open loop's).
     pub fn open(spec: &TraceSpec, seed: u64, scope: u64) -> Result<TraceSource, ConfigError> {
+        Self::open_with(spec, seed, scope, None)
+    }
+
+    /// [`open`](Self::open), copying every row read to `record`.
+    fn open_with(
+        spec: &TraceSpec,
+        seed: u64,
+        scope: u64,
+        record: Option<cache::Writer>,
+    ) -> Result<TraceSource, ConfigError> {
         let mut s = TraceSource {
-            reader: spec.reader()?,
+            reader: spec.rows()?,
+            record,
             spec: spec.clone(),
             rng: stream(seed, scope, component::ARRIVALS),
             origin: None,
@@ -454,19 +498,57 @@ impl TraceSource {
     pub fn consumer_names(&self) -> Vec<String> {
         match &self.spec.consumers {
             Consumers::One => vec![String::new()],
-            Consumers::Column => self.reader.consumers.clone(),
+            Consumers::Column => match &self.reader {
+                Rows::Text(r) => r.consumers.clone(),
+                Rows::Copy(_) => self.scanned().consumers.clone(),
+            },
             Consumers::Shares(v) => v.iter().map(|(n, _)| n.clone()).collect(),
         }
     }
 
-    /// Rows put in time order so far.
-    pub fn reordered(&self) -> u64 {
-        self.reader.reordered
+    /// The scan's findings (a replay from the scan's copy has them).
+    fn scanned(&self) -> &Summary {
+        self.spec
+            .summary
+            .as_ref()
+            .expect("a copy comes with its scan")
     }
 
-    /// Proxy-log records skipped so far.
+    /// Rows put in time order so far (from the copy: the scan's count).
+    pub fn reordered(&self) -> u64 {
+        match &self.reader {
+            Rows::Text(r) => r.reordered,
+            Rows::Copy(_) => self.scanned().reordered,
+        }
+    }
+
+    /// Proxy-log records skipped so far (from the copy: the scan's count).
     pub fn skipped(&self) -> u64 {
-        self.reader.skipped
+        match &self.reader {
+            Rows::Text(r) => r.skipped,
+            Rows::Copy(_) => self.scanned().skipped,
+        }
+    }
+
+    /// The next row of the file (or of the scan's copy), copied when scanning.
+    #[inline]
+    fn next_row(&mut self) -> Result<Option<Row>, ConfigError> {
+        match &mut self.reader {
+            Rows::Text(r) => {
+                let row = r.next()?;
+                if let (Some(w), Some(row)) = (self.record.as_mut(), row.as_ref()) {
+                    w.push(row);
+                }
+                Ok(row)
+            }
+            Rows::Copy(c) => c.read_row().map_err(|e| {
+                ConfigError::new(
+                    self.spec.path.display().to_string(),
+                    "",
+                    format!("cannot read the copy of its rows made when it was checked: {e}"),
+                )
+            }),
+        }
     }
 
     fn consumer(&mut self, row: u32) -> u32 {
@@ -491,7 +573,7 @@ impl TraceSource {
                 a.consumer = self.consumer(a.consumer);
                 return Ok(Some(a));
             }
-            let row = match self.reader.next()? {
+            let row = match self.next_row()? {
                 Some(r) => {
                     let origin = *self.origin.get_or_insert(r.t);
                     let rel = r.t.saturating_sub(origin) as u64;
@@ -513,7 +595,7 @@ impl TraceSource {
                     self.done = true;
                     return Ok(None);
                 }
-                self.reader = self.spec.reader()?;
+                self.reader = self.spec.rows()?;
                 continue;
             };
             let t = if self.spec.compress == 1.0 {

@@ -425,3 +425,106 @@ fn stats_measure_a_small_trace() {
         "{fitted}"
     );
 }
+
+/// Everything a replay gives: its arrivals (draws from seed 3), then the
+/// consumer names, rows reordered and records skipped.
+fn replay(s: &TraceSpec) -> (Vec<Arrival>, Vec<String>, u64, u64) {
+    let mut src = TraceSource::open(s, 3, 0).unwrap();
+    let v: Vec<Arrival> = std::iter::from_fn(|| src.next().unwrap()).collect();
+    (v, src.consumer_names(), src.reordered(), src.skipped())
+}
+
+/// A replay from the scan's copy of the rows (`cache`) gives exactly what
+/// a replay parsing the file gives: rows put in order, consumers by column
+/// and by share, windows, fractional scale, compression, loops, a proxy
+/// log's skipped records.
+#[test]
+fn a_replay_from_the_scans_copy_equals_one_from_the_file() {
+    // 3,000 rows: consumers by column, some rows out of order, equal times,
+    // times from a negative start
+    let mut text = String::from("t,i,o,who\n");
+    for k in 0..3000i64 {
+        let t = -50_000 + k * 997 + if k % 17 == 5 { -2_500 } else { 0 } - (k % 3 == 0) as i64;
+        let who = ["a", "b", "c"][(k * k % 7 % 3) as usize];
+        let sign = if t < 0 { "-" } else { "" };
+        let (i, o) = (1 + k * 37 % 4000, 1 + k % 90);
+        text += &format!(
+            "{sign}{}.{:03},{i},{o}, {who}\n",
+            t.abs() / 1000,
+            t.abs() % 1000
+        );
+    }
+    let (_d, p) = write("rows.csv", &text);
+    let csv = |f: &dyn Fn(&mut RawTrace)| {
+        let mut r = RawTrace {
+            format: Some("csv".into()),
+            time_column: Some("t".into()),
+            input_column: Some("i".into()),
+            output_column: Some("o".into()),
+            ..Default::default()
+        };
+        f(&mut r);
+        r
+    };
+    let mut shares = BTreeMap::new();
+    shares.insert("x".to_string(), 1.0);
+    shares.insert("y".to_string(), 2.5);
+    let raws = vec![
+        csv(&|_| {}),
+        csv(&|r| r.consumer_column = Some("who".into())),
+        csv(&|r| {
+            r.shares = Some(shares.clone());
+            r.scale = Some(2.4);
+        }),
+        csv(&|r| {
+            r.from_s = Some(400.0);
+            r.to_s = Some(1900.0);
+            r.loops = Some(3);
+            r.compress = Some(1.7);
+        }),
+        csv(&|r| {
+            r.loops = Some(2);
+            r.scale = Some(0.6);
+            r.consumer_column = Some("who".into());
+        }),
+    ];
+    let mut reordered = false;
+    for raw in raws {
+        let s = spec(&p, raw.clone()).unwrap();
+        assert!(s.copy.0.is_some(), "{raw:?}: copied");
+        let mut plain = s.clone();
+        plain.copy = Copied::default();
+        let (a, b) = (replay(&s), replay(&plain));
+        assert!(a.0.len() > 1000, "{raw:?}: {}", a.0.len());
+        assert!(a == b, "{raw:?}: the copy's replay differs");
+        reordered |= a.2 > 0;
+    }
+    assert!(reordered, "rows were put in order");
+    // a proxy log: consumers by name, records skipped, rows reordered
+    let mut text = String::new();
+    for k in 0..500u64 {
+        let extra = if k % 7 == 3 {
+            ",\"retry_count\":1"
+        } else {
+            ",\"usage_input\":40,\"usage_output\":30"
+        };
+        text += &proxy_line(
+            ["p", "q"][k as usize % 2],
+            1000 + k,
+            (k % 5) * 1_000_000,
+            extra,
+        );
+    }
+    let (_d2, p2) = write("log.jsonl", &text);
+    let s = spec(&p2, RawTrace::default()).unwrap();
+    let mut plain = s.clone();
+    plain.copy = Copied::default();
+    let (a, b) = (replay(&s), replay(&plain));
+    assert!(
+        a.0.len() > 400 && a.3 > 50,
+        "{} rows, {} skipped",
+        a.0.len(),
+        a.3
+    );
+    assert!(a == b, "the proxy log's copy differs");
+}
