@@ -365,11 +365,13 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// roofline profile's fit on the same files is printed beside it.
 ///
 /// Record with the two-context tables and attention over the whole
-/// buffer (`models/llama-cpp-tiny-cpu.toml`): 2 of 2 runs passed on a quiet
+/// buffer (`models/llama-cpp-tiny-cpu.toml`): 3 of 3 runs passed on a quiet
 /// machine (the helper's compiler stopped), TTFT / ITL / E2E below, ITL
-/// past, saturation: +4.6 / +0.8 / +1.2 / +6.4 / −2.1 % and +4.4 / +14.6 /
-/// +13.1 / −0.1 / +0.1 % (one repeat of the second, whose short table was
-/// measured slow, +53 % on ITL below: the median is what holds). Before
+/// past, saturation: +4.6 / +0.8 / +1.2 / +6.4 / −2.1 %, +4.4 / +14.6 /
+/// +13.1 / −0.1 / +0.1 % and −7.9 / +5.4 / +6.0 / +9.0 / −10.9 % (one
+/// repeat of the second, whose short table was measured slow, +53 % on ITL
+/// below; single repeats of the third −16 to +17 %: the median is what
+/// holds). Before
 /// (one short table, attention over each sequence's own context) 3 of 5.
 /// Until it has a longer record, `scripts/test.sh` skips it and it is run
 /// by hand: `cargo test --release --workspace -- --ignored
