@@ -635,7 +635,7 @@ impl ServerProfile {
                 }
             },
         };
-        if let Some((ctx, slope)) = decode_context(file, it)? {
+        if let Some((ctx, slope)) = decode_context(file, it, &iteration.decode_step_ns)? {
             iteration.decode_step_ctx = ctx;
             iteration.decode_step_slope_ns = slope;
         }
@@ -714,8 +714,13 @@ fn decode_table(file: &str, field: &str, ms: &[f64]) -> Result<Vec<f64>, ConfigE
 
 /// `iteration.decode_step_context`, `decode_step_ms_long` and
 /// `decode_step_context_long`, all three or none: (the short table's
-/// context, each entry's ns per context token).
-fn decode_context(file: &str, it: &RawIteration) -> Result<Option<(f64, Vec<f64>)>, ConfigError> {
+/// context, each entry's ns per context token) against `short`, the
+/// parsed `decode_step_ms`.
+fn decode_context(
+    file: &str,
+    it: &RawIteration,
+    short: &[f64],
+) -> Result<Option<(f64, Vec<f64>)>, ConfigError> {
     let (c0, c1, long) = match (
         it.decode_step_context,
         it.decode_step_context_long,
@@ -748,7 +753,6 @@ fn decode_context(file: &str, it: &RawIteration) -> Result<Option<(f64, Vec<f64>
             format!("must be above decode_step_context ({c0}), got {c1}"),
         ));
     }
-    let short = decode_table(file, "iteration.decode_step_ms", &it.decode_step_ms)?;
     let long = decode_table(file, "iteration.decode_step_ms_long", long)?;
     if long.len() != short.len() {
         return Err(ConfigError::new(
