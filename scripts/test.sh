@@ -21,8 +21,8 @@ export QSIM_REQUIRE_LIVE=1
 cargo test --release --locked --workspace
 # the real-engine tests (ignored in a plain `cargo test`: their timings are
 # real time on shared cores) run alone, one at a time, with the cores free
-# (engine_calibrated: issue 24's held-out check, 9 min, run by hand until it has a record)
-cargo test --release --locked --workspace -- --ignored engine:: --skip engine_calibrated --test-threads=1
+# (engine_calibrate_predict_plan_enforce, issue 24's held-out and plan checks: ~20 min)
+cargo test --release --locked --workspace -- --ignored engine:: --test-threads=1
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run
 # the notebooks run on qsim's --out DIR Parquet (venv ~/.cache/qsim-venv: polars, matplotlib, nbclient); a broken one fails the build

@@ -350,143 +350,129 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
-/// Measure → calibrate → predict on the real engine (issue 24, item 3).
-/// Each repeat: the decode step at batch 1–8 measured into the profile's
-/// `decode_step_ms` ([`measured_profile`]); the engine's saturation
-/// measured with a burst (every request at once; completions per second
-/// with a standing backlog, [`backlog_rate`]); benchmarks at 30, 60 and
-/// 85 % of the burst's rate for the fit, and at 45 % (below saturation) and
-/// 130 % (past it) held out, measured interleaved (30, 45, 60, 130, 85 %). `qsim calibrate server` fits four coefficients
-/// on the measured table ([`MEASURED_FIT`]) on the three fit files alone and
-/// predicts the held-out ones (each replayed at its recorded send times)
-/// and the saturation. Verdicts: medians over three repeats (a repeat the
-/// machine slowed is one of three), mean ITL and E2E within 15 %, mean TTFT
-/// within 25 % below saturation, saturation throughput within 15 %. The
-/// roofline profile's fit on the same files is printed beside it.
-///
-/// Record with the two-context tables and attention over the whole
-/// buffer (`models/llama-cpp-tiny-cpu.toml`): 3 of 3 runs passed on a quiet
-/// machine (the helper's compiler stopped), TTFT / ITL / E2E below, ITL
-/// past, saturation: +4.6 / +0.8 / +1.2 / +6.4 / −2.1 %, +4.4 / +14.6 /
-/// +13.1 / −0.1 / +0.1 % and −7.9 / +5.4 / +6.0 / +9.0 / −10.9 % (one
-/// repeat of the second, whose short table was measured slow, +53 % on ITL
-/// below; single repeats of the third −16 to +17 %: the median is what
-/// holds). Before
-/// (one short table, attention over each sequence's own context) 3 of 5.
-/// Until it has a longer record, `scripts/test.sh` skips it and it is run
-/// by hand: `cargo test --release --workspace -- --ignored
-/// engine_calibrated --test-threads=1` (~9 min).
-#[test]
-#[ignore = "issue 24's held-out check, 9 min of real engine time: run by hand (-- --ignored engine_calibrated)"]
-fn engine_calibrated_profile_predicts_held_out_rates() {
-    crate::live!(Engine);
-    let e = start(1, 8, 8192);
-    let mut errs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    for rep in 0..3u64 {
-        let dir = tempfile::tempdir().unwrap();
-        let measured = measured_profile(&e.url, dir.path(), 200 + 10 * rep);
-        let burst = bench(&e.url, dir.path(), "burst.json", 1000.0, 48, 100 + rep);
-        let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
-        let sat = f(&b, "/request_throughput");
-        let sat_backlog = backlog_rate(&b);
-        // fit files 0-2 (30, 60, 85 %), held out 3-4 (45, 130 %), measured
-        // interleaved so that a stretch of the machine's slowness falls on
-        // both kinds
-        let fracs = [0.3, 0.6, 0.85, 0.45, 1.3];
-        let mut files = vec![String::new(); fracs.len()];
-        for k in [0, 3, 1, 4, 2] {
-            let frac = fracs[k];
-            let n = if frac > 1.0 { 60 } else { 40 };
-            let seed = 10 * rep + k as u64 + 1;
-            files[k] = bench(
-                &e.url,
-                dir.path(),
-                &format!("b{k}.json"),
-                frac * sat,
-                n,
-                seed,
-            );
-        }
-        // the measured decode table with four coefficients fitted on it (the
-        // verdict), and the roofline profile's five (reported beside it)
-        for (label, base, fit) in [
-            ("measured", measured.as_os_str(), MEASURED_FIT),
-            ("roofline", std::ffi::OsStr::new(PROFILE), DEFAULT_FIT),
-        ] {
-            let o = qsim()
-                .args(["calibrate", "server", "--profile"])
-                .arg(base)
-                .args(["--fit", fit])
-                .args([&files[0], &files[1], &files[2]])
-                .args(["--holdout", &files[3], "--holdout", &files[4]])
-                .args([
-                    "--bootstrap",
-                    "0",
-                    "--format",
-                    "json",
-                    "--recorded-arrivals",
-                ])
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            let fit: Value = serde_json::from_slice(&o.stdout).unwrap();
-            eprintln!(
-                "repeat {rep} {label}: saturation measured {sat:.3}/s; fit {}",
-                fit["coefficients"]
-            );
-            for (h, name) in [(0, "below"), (1, "past")] {
-                let ho = &fit["holdout"][h];
-                for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
-                    let (obs, pred) = (
-                        f(ho, &format!("/observed/{m}")),
-                        f(ho, &format!("/fitted/{m}")),
-                    );
-                    eprintln!(
-                        "  held out {name} {m}: measured {obs:.2}, predicted {pred:.2} ({:+.1} %)",
-                        (pred / obs - 1.0) * 100.0
-                    );
-                    errs.entry(format!("{label} {name} {m}"))
-                        .or_default()
-                        .push(pred / obs - 1.0);
-                }
-            }
-            let pred_sat = f(&fit, "/saturation_rps/fitted");
-            eprintln!(
-                "  saturation (completions/s between the 10th and 90th percentile of completions \
-                 with a standing backlog): measured {sat_backlog:.3} (burst's whole run {sat:.3}), \
-                 predicted {pred_sat:.3} ({:+.1} %)",
-                (pred_sat / sat_backlog - 1.0) * 100.0
-            );
-            errs.entry(format!("{label} saturation"))
-                .or_default()
-                .push(pred_sat / sat_backlog - 1.0);
-        }
+/// One calibration of the real engine (issue 24, item 3), as the user
+/// runs it: the decode step at batch 1–8 measured into the profile's two
+/// tables ([`measured_profile`]); the engine's saturation measured with a
+/// burst (every request at once; completions per second with a standing
+/// backlog, [`backlog_rate`]); benchmarks at 30, 60 and 85 % of the
+/// burst's rate for the fit, and at 45 % (below saturation) and 130 % (past
+/// it) held out, measured interleaved (30, 45, 60, 130, 85 %) so that a
+/// stretch of the machine's slowness falls on both kinds. `qsim calibrate
+/// server` fits four coefficients on the measured tables
+/// ([`MEASURED_FIT`]) on the three fit files alone, each replayed at its
+/// recorded send times, writes the fitted profile (`DIR/fitted.toml`) and
+/// predicts the held-out files and the saturation; each error (predicted /
+/// measured − 1) goes into `errs` under "measured …". Reported beside
+/// it: the same tables with a finished request's cells freed at once
+/// ("freed …", the profile's `finished_cells_held` off) and the roofline
+/// profile's fit ("roofline …"), on the same files.
+/// Returns the fitted profile's path and its saturation (requests/s).
+fn calibrate_and_predict(
+    url: &str,
+    dir: &std::path::Path,
+    rep: u64,
+    errs: &mut std::collections::BTreeMap<String, Vec<f64>>,
+) -> (std::path::PathBuf, f64) {
+    let measured = measured_profile(url, dir, 200 + 10 * rep);
+    let burst = bench(url, dir, "burst.json", 1000.0, 48, 100 + rep);
+    let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
+    let sat = f(&b, "/request_throughput");
+    let sat_backlog = backlog_rate(&b);
+    // fit files 0-2 (30, 60, 85 %), held out 3-4 (45, 130 %)
+    let fracs = [0.3, 0.6, 0.85, 0.45, 1.3];
+    let mut files = vec![String::new(); fracs.len()];
+    for k in [0, 3, 1, 4, 2] {
+        let frac = fracs[k];
+        let n = if frac > 1.0 { 60 } else { 40 };
+        let seed = 10 * rep + k as u64 + 1;
+        files[k] = bench(url, dir, &format!("b{k}.json"), frac * sat, n, seed);
     }
-    for (k, xs) in &errs {
-        if k.starts_with("roofline") {
-            eprintln!(
-                "{k}: median error {:+.1} % over {xs:.3?}",
-                median(xs.clone()) * 100.0
-            );
-        }
-    }
-    let mut off = Vec::new();
-    for (k, bound) in [
-        ("below ttft_ms", 0.25),
-        ("below itl_ms", 0.15),
-        ("below e2e_ms", 0.15),
-        ("past itl_ms", 0.15),
-        ("saturation", 0.15),
+    let profile = dir.join("fitted.toml");
+    // the same tables with a finished request's cells freed at once (the
+    // profile holds them until the next request starts): reported beside
+    let text = std::fs::read_to_string(&measured).unwrap();
+    assert!(text.contains("\nfinished_cells_held = true\n"));
+    let freed = dir.join("measured-freed.toml");
+    std::fs::write(&freed, text.replace("\nfinished_cells_held = true\n", "\n")).unwrap();
+    let mut fitted_sat = 0.0;
+    for (label, base, fit) in [
+        ("measured", measured.as_os_str(), MEASURED_FIT),
+        ("freed", freed.as_os_str(), MEASURED_FIT),
+        ("roofline", std::ffi::OsStr::new(PROFILE), DEFAULT_FIT),
     ] {
-        let k = &format!("measured {k}");
-        let xs = &errs[k];
-        let m = median(xs.clone());
-        eprintln!("{k}: median error {:+.1} % over {:?}", m * 100.0, xs);
-        if m.abs() > bound {
-            off.push(format!("{k}: median error {:+.1} %", m * 100.0));
+        let mut c = qsim();
+        c.args(["calibrate", "server", "--profile"])
+            .arg(base)
+            .args(["--fit", fit])
+            .args([&files[0], &files[1], &files[2]])
+            .args(["--holdout", &files[3], "--holdout", &files[4]])
+            .args([
+                "--bootstrap",
+                "0",
+                "--format",
+                "json",
+                "--recorded-arrivals",
+            ]);
+        if label == "measured" {
+            c.arg("--out").arg(&profile);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let fit: Value = serde_json::from_slice(&o.stdout).unwrap();
+        eprintln!(
+            "repeat {rep} {label}: saturation measured {sat:.3}/s; fit {}",
+            fit["coefficients"]
+        );
+        for (h, name) in [(0, "below"), (1, "past")] {
+            let ho = &fit["holdout"][h];
+            for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
+                let (obs, pred) = (
+                    f(ho, &format!("/observed/{m}")),
+                    f(ho, &format!("/fitted/{m}")),
+                );
+                eprintln!(
+                    "  held out {name} {m}: measured {obs:.2}, predicted {pred:.2} ({:+.1} %)",
+                    (pred / obs - 1.0) * 100.0
+                );
+                errs.entry(format!("{label} {name} {m}"))
+                    .or_default()
+                    .push(pred / obs - 1.0);
+            }
+        }
+        let pred_sat = f(&fit, "/saturation_rps/fitted");
+        eprintln!(
+            "  saturation (completions/s between the 10th and 90th percentile of completions \
+             with a standing backlog): measured {sat_backlog:.3} (burst's whole run {sat:.3}), \
+             predicted {pred_sat:.3} ({:+.1} %)",
+            (pred_sat / sat_backlog - 1.0) * 100.0
+        );
+        errs.entry(format!("{label} saturation"))
+            .or_default()
+            .push(pred_sat / sat_backlog - 1.0);
+        if label == "measured" {
+            fitted_sat = pred_sat;
+            // the fit's own residuals (the plan's E2E rests on them)
+            for b in fit["fit"].as_array().unwrap() {
+                let e =
+                    |m: &str| f(b, &format!("/fitted/{m}")) / f(b, &format!("/observed/{m}")) - 1.0;
+                eprintln!(
+                    "  fit {} at {}/s: TTFT {:+.1} %, ITL {:+.1} %, E2E {:+.1} % (E2E measured {:.0} ms)",
+                    b["file"]
+                        .as_str()
+                        .unwrap_or("?")
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or("?"),
+                    b["request_rate"],
+                    e("ttft_ms") * 100.0,
+                    e("itl_ms") * 100.0,
+                    e("e2e_ms") * 100.0,
+                    f(b, "/observed/e2e_ms")
+                );
+            }
         }
     }
-    assert!(off.is_empty(), "{}", off.join("; "));
+    (profile, fitted_sat)
 }
 
 /// The completion rate of a benchmark result with a standing backlog, as
@@ -517,66 +503,7 @@ fn backlog_rate(b: &Value) -> f64 {
     (hi - lo) as f64 / (ends[hi] - ends[lo])
 }
 
-/// Measure the engine at `url` and fit its profile, as the held-out test
-/// does: the decode tables ([`measured_profile`]), a 48-request burst, then
-/// 60 requests at 30, 60 and 85 % of the burst's throughput; the three
-/// rate benchmarks fit [`MEASURED_FIT`] on the tables, each replayed at its
-/// recorded send times (`qsim calibrate server --recorded-arrivals --out
-/// DIR/fitted.toml`). The burst only sets the rates: all its requests
-/// arrive at once in every replay, so the fit's weights (the variance of
-/// each mean over arrival streams, floored at 2 %) made it outweigh the
-/// others, and the fit then missed its own 60 and 85 % benchmarks' ITL by
-/// up to 36 % (the held-out test fits without it too). Returns the
-/// profile's path and its fitted saturation (requests/s).
-fn fit_profile(url: &str, dir: &std::path::Path) -> (std::path::PathBuf, f64) {
-    let measured = measured_profile(url, dir, 500);
-    let burst = bench(url, dir, "burst.json", 1000.0, 48, 300);
-    let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
-    let sat = f(&b, "/request_throughput");
-    let mut files = Vec::new();
-    for (k, frac) in [0.3, 0.6, 0.85].into_iter().enumerate() {
-        let name = format!("b{k}.json");
-        files.push(bench(url, dir, &name, frac * sat, 60, 301 + k as u64));
-    }
-    let profile = dir.join("fitted.toml");
-    let o = qsim()
-        .args(["calibrate", "server", "--profile"])
-        .arg(&measured)
-        .args(["--fit", MEASURED_FIT, "--recorded-arrivals"])
-        .args(&files)
-        .args(["--bootstrap", "0", "--format", "json", "--out"])
-        .arg(&profile)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let fit: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let fitted_sat = f(&fit, "/saturation_rps/fitted");
-    eprintln!(
-        "engine: burst {sat:.2} req/s; fitted saturation {fitted_sat:.2} req/s; fit {}",
-        fit["coefficients"]
-    );
-    // the fit's own residuals (the plan's E2E rests on them)
-    for b in fit["fit"].as_array().unwrap() {
-        let e = |m: &str| f(b, &format!("/fitted/{m}")) / f(b, &format!("/observed/{m}")) - 1.0;
-        eprintln!(
-            "  fit {} at {}/s: TTFT {:+.1} %, ITL {:+.1} %, E2E {:+.1} % (E2E measured {:.0} ms)",
-            b["file"]
-                .as_str()
-                .unwrap_or("?")
-                .rsplit('/')
-                .next()
-                .unwrap_or("?"),
-            b["request_rate"],
-            e("ttft_ms") * 100.0,
-            e("itl_ms") * 100.0,
-            e("e2e_ms") * 100.0,
-            f(b, "/observed/e2e_ms")
-        );
-    }
-    (profile, fitted_sat)
-}
-
-/// The plan file of [`engine_plan_then_enforce`]: the fitted profile
+/// The plan file of [`plan_and_enforce`]: the fitted profile
 /// (`model`), `capacity` RPM shared by A (40 % reserved), B (30 %) and dev
 /// (the unreserved pool), each offering twice the capacity for four
 /// minutes; inputs as the benches draw them, every answer exactly
@@ -623,32 +550,36 @@ load = [{{ who = "all", rpm = {rpm} }}]
     )
 }
 
-/// Plan → enforce → compare on the real engine (issue 24, item 4):
-/// measure the engine (a burst and three rates), fit its profile (`qsim
-/// calibrate server --out`), size a shared deployment at 60 % of the
-/// fitted saturation, `qsim plan --emit-proxy-config`, `qsim proxy` with
-/// that config in front of `llama-server`, and `qsim load` of the plan's
-/// heavy scenario through it in real time with prompts as token ids
-/// (`--token-ids`: every prompt its own, so no prefix cache hides a
-/// prefill) beside the plan (`--compare-with-sim`).
+/// Plan → enforce → compare on the real engine (issue 24, item 4), on
+/// the profile `fitted.toml` in `dir` with saturation `fitted_sat`: a
+/// shared deployment sized at 60 % of that saturation ([`engine_plan_file`]),
+/// `qsim plan --emit-proxy-config`, `qsim proxy` with that config in front
+/// of `llama-server`, and `qsim load` of the plan's heavy scenario through
+/// it in real time with prompts as token ids (`--token-ids`: every prompt
+/// its own, so no prefix cache hides a prefill) beside the plan
+/// (`--compare-with-sim`), with the load's `seed`.
+///
+/// The seed differs per repeat and from every benchmark's: a row's token
+/// ids are drawn from (seed, row), and llama-server keeps finished prompts
+/// in its RAM prompt cache (8 GiB by default), so a second load with the
+/// same seed on the same engine found 2,280 of its prompts already cached
+/// (prompt work of one token instead of ~130) and ran 18 % faster than
+/// the plan; with seed 1, as bench `b0`'s, the first 25 rows were cached.
 ///
 /// The load replays the plan's own arrivals (same seed), so each consumer's
 /// admitted requests per saturated minute are compared with the plan's for
 /// that seed: within 5 % (counted outcomes; which consumer wins a unit of
 /// the unreserved pool is decided within milliseconds, so a request either
-/// way is allowed for). The total admitted per saturated minute is the
-/// capacity. E2E p50 of the admitted requests beside the plan's (its
-/// median over seeds) is printed, not judged: the issue's 20 % rests on
-/// the fitted profile's accuracy, which is not there yet (runs: +19.6,
-/// -16.6 and +45.5 %).
-#[test]
-#[ignore = "real engine timing: scripts/test.sh runs it alone (-- --ignored engine::)"]
-fn engine_plan_then_enforce() {
-    crate::live!(Engine);
-    let e = start(1, 8, 8192);
-    let dir = tempfile::tempdir().unwrap();
-    // 1. measure and fit
-    let (_, fitted_sat) = fit_profile(&e.url, dir.path());
+/// way is allowed for); their total is the capacity. Every attempt must be
+/// answered 2xx or 429. Returns the plan's E2E p50 of admitted requests
+/// (its median over seeds) and the observed one, in seconds, and the
+/// count checks that failed.
+fn plan_and_enforce(
+    url: &str,
+    dir: &std::path::Path,
+    fitted_sat: f64,
+    seed: u64,
+) -> (f64, f64, Vec<String>) {
     let capacity = (0.6 * fitted_sat * 60.0).floor() as u32;
     eprintln!("engine: capacity {capacity} RPM");
     assert!(
@@ -656,10 +587,10 @@ fn engine_plan_then_enforce() {
         "{capacity} RPM: the engine is too slow to plan for"
     );
 
-    // 2. plan, and its proxy config
-    let plan = dir.path().join("plan.toml");
+    // plan, and its proxy config
+    let plan = dir.join("plan.toml");
     std::fs::write(&plan, engine_plan_file("fitted.toml", capacity)).unwrap();
-    let cfg = dir.path().join("proxy.toml");
+    let cfg = dir.join("proxy.toml");
     let o = qsim()
         .args(["plan", "--scenarios"])
         .arg(&plan)
@@ -669,11 +600,11 @@ fn engine_plan_then_enforce() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
-    // 3. enforce: the proxy in front of the engine; the heavy scenario through it
+    // enforce: the proxy in front of the engine; the heavy scenario through it
     let child = qsim()
         .args(["proxy", "--allow-placeholder-keys", "--config"])
         .arg(&cfg)
-        .args(["--listen", "127.0.0.1:0", "--upstream", &e.url])
+        .args(["--listen", "127.0.0.1:0", "--upstream", url])
         .args(["--threads", "1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -686,7 +617,14 @@ fn engine_plan_then_enforce() {
         .arg(&plan)
         .args(["--target", &proxy_url, "--scenario", "heavy"])
         .args(["--path", "/v1/completions", "--token-ids", "300..31999"])
-        .args(["--threads", "1", "--timeout", "60s"])
+        .args([
+            "--threads",
+            "1",
+            "--timeout",
+            "60s",
+            "--seed",
+            &seed.to_string(),
+        ])
         .args(["--compare-with-sim", "--sim-seeds", "5", "--format", "json"])
         .output()
         .unwrap();
@@ -761,17 +699,73 @@ fn engine_plan_then_enforce() {
         (oe2e / pe2e - 1.0) * 100.0,
         r["e2e_ok"]["count"]
     );
-    // E2E p50 within 20 % of the plan is issue 24's acceptance, not met
-    // reliably yet (roofline fit: +19.6, -16.6 and +45.5 %; one table:
-    // -2.7 to -5.6 % quiet, -38 to +36 % under load; two tables and
-    // attention over the buffer: +47.8 and +19.5 %, quiet): it rests on the fitted
-    // profile's accuracy, the held-out item of
-    // `engine_calibrated_profile_predicts_held_out_rates`. Reported here,
-    // checked only to be measured on both sides.
     assert!(
         pe2e > 0.0 && oe2e > 0.0 && r["e2e_ok"]["count"].as_u64() > Some(100),
         "E2E measured on both sides: {r}"
     );
+    (pe2e, oe2e, bad)
+}
+
+/// Measure → calibrate → predict → plan → enforce → compare on the real
+/// engine (issue 24, items 3 and 4), three repeats on one engine, each
+/// from a fresh measurement: [`calibrate_and_predict`] (the held-out
+/// errors and the fitted profile), then [`plan_and_enforce`] on that
+/// profile. Verdicts rest on medians over the repeats, so a repeat the
+/// machine slowed is one of three (single repeats were off by up to ±36 %
+/// on a held-out mean, and the engine's own E2E at 60 % of its burst rate
+/// was 694 and 1,209 ms in two runs an hour apart): mean ITL and E2E
+/// within 15 %, mean TTFT within 25 % below saturation, saturation
+/// throughput within 15 %, and the plan's E2E p50 of admitted requests
+/// within 20 % of the observed one. The admitted counts are checked in
+/// every repeat (counted outcomes, not timings).
+///
+/// Record: see `docs/guide/proxy.md` ("Calibrate, predict, plan").
+#[test]
+#[ignore = "real engine timing: scripts/test.sh runs it alone (-- --ignored engine::)"]
+fn engine_calibrate_predict_plan_enforce() {
+    crate::live!(Engine);
+    let e = start(1, 8, 8192);
+    let mut errs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut bad = Vec::new();
+    let mut e2e = Vec::new();
+    for rep in 0..3u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, fitted_sat) = calibrate_and_predict(&e.url, dir.path(), rep, &mut errs);
+        let (pe2e, oe2e, b) = plan_and_enforce(&e.url, dir.path(), fitted_sat, 1000 + rep);
+        eprintln!(
+            "repeat {rep}: E2E p50 of admitted requests: plan {pe2e:.3} s, observed {oe2e:.3} s \
+             (observed {:+.1} % from the plan)",
+            (oe2e / pe2e - 1.0) * 100.0
+        );
+        e2e.push(oe2e / pe2e - 1.0);
+        bad.extend(b.into_iter().map(|x| format!("repeat {rep}: {x}")));
+    }
+    for (k, xs) in &errs {
+        if !k.starts_with("measured ") {
+            eprintln!(
+                "{k}: median error {:+.1} % over {xs:.3?}",
+                median(xs.clone()) * 100.0
+            );
+        }
+    }
+    // the plan's E2E p50: the observed one's error from it (observed / plan - 1)
+    errs.insert("measured plan e2e_p50".into(), e2e);
+    for (k, bound) in [
+        ("below ttft_ms", 0.25),
+        ("below itl_ms", 0.15),
+        ("below e2e_ms", 0.15),
+        ("past itl_ms", 0.15),
+        ("saturation", 0.15),
+        ("plan e2e_p50", 0.20),
+    ] {
+        let k = &format!("measured {k}");
+        let xs = &errs[k];
+        let m = median(xs.clone());
+        eprintln!("{k}: median error {:+.1} % over {:.3?}", m * 100.0, xs);
+        if m.abs() > bound {
+            bad.push(format!("{k}: median error {:+.1} %", m * 100.0));
+        }
+    }
     assert!(bad.is_empty(), "{}", bad.join("; "));
 }
 
@@ -789,7 +783,7 @@ fn drift_alerts(url: &str) -> Vec<(&'static str, f64)> {
 
 /// Drift on the real engine (issue 24, item 4's last part): `qsim proxy
 /// --profile` with the engine's profile fitted minutes before (as in
-/// [`engine_plan_then_enforce`]) in front of `llama-server`, a streamed
+/// [`engine_calibrate_predict_plan_enforce`], by [`calibrate_and_predict`]) in front of `llama-server`, a streamed
 /// open-loop load through it (`qsim calibrate bench` at half the fitted
 /// saturation, prompts as token ids).
 /// - 150 s on the unchanged engine: no alert at any poll;
@@ -832,7 +826,8 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
     let port = free_port();
     let e = start_at(&model, port, 1, 8, 8192);
     let dir = tempfile::tempdir().unwrap();
-    let (profile, fitted_sat) = fit_profile(&e.url, dir.path());
+    let (profile, fitted_sat) =
+        calibrate_and_predict(&e.url, dir.path(), 9, &mut Default::default());
     let cfg = dir.path().join("proxy.toml");
     std::fs::write(
         &cfg,

@@ -121,6 +121,13 @@ struct RawIteration {
     #[serde(default)]
     attention_span: AttentionSpan,
     attention_pad_tokens: Option<i64>,
+    /// With `attention_span = "cache"`: a finished request's cells stay in
+    /// the buffer, and in every step's attention, until the engine starts
+    /// its next request (llama-server keeps an idle slot's KV and clears
+    /// the idle slots when it launches a task: `cache_idle_slots`, on by
+    /// default). Default false: freed when the request finishes.
+    #[serde(default)]
+    finished_cells_held: bool,
 }
 
 #[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq)]
@@ -200,6 +207,10 @@ pub struct IterationModel {
     /// the scheduled sequences' whole context (K) rounded up to this many
     /// tokens; 0 = over its own context (A pairs).
     pub attention_pad: u64,
+    /// With `attention_pad > 0`: a finished request's cells count in K
+    /// until the next request is first scheduled (llama-server's idle
+    /// slots, cleared when it launches a task).
+    pub finished_cells_held: bool,
 }
 
 impl IterationModel {
@@ -634,7 +645,15 @@ impl ServerProfile {
                     ))
                 }
             },
+            finished_cells_held: it.finished_cells_held,
         };
+        if iteration.finished_cells_held && iteration.attention_pad == 0 {
+            return Err(ConfigError::new(
+                file,
+                "iteration.finished_cells_held",
+                "applies only with attention_span = \"cache\"",
+            ));
+        }
         if let Some((ctx, slope)) = decode_context(file, it, &iteration.decode_step_ns)? {
             iteration.decode_step_ctx = ctx;
             iteration.decode_step_slope_ns = slope;
@@ -878,6 +897,7 @@ mod tests {
             decode_step_slope_ns: Vec::new(),
             decode_step_ctx: 0.0,
             attention_pad: 0,
+            finished_cells_held: false,
         };
         // memory-bound: mem 1000 + 200 = 1200 > comp 10 × 20 + 0.5 × 40 = 220
         assert_eq!(
@@ -915,6 +935,7 @@ mod tests {
             decode_step_slope_ns: Vec::new(),
             decode_step_ctx: 0.0,
             attention_pad: 0,
+            finished_cells_held: false,
         };
         let m = IterationModel {
             cached_prefix_tokens: 96,
@@ -955,6 +976,7 @@ mod tests {
             decode_step_slope_ns: Vec::new(),
             decode_step_ctx: 0.0,
             attention_pad: 0,
+            finished_cells_held: false,
         };
         // gpu 100 + 1000 + 200 = 1300 > cpu 600 + 30 × 20 = 1200: GPU-bound
         assert_eq!(m.duration(0, 20, 200, 40, 20, true), (1300, 1300));
@@ -981,6 +1003,7 @@ mod tests {
             decode_step_slope_ns: Vec::new(),
             decode_step_ctx: 0.0,
             attention_pad: 0,
+            finished_cells_held: false,
         }
     }
 
@@ -1084,6 +1107,7 @@ mod tests {
             mem_base_ns: 0.0,
             mem_per_kv_token_ns: 0.0,
             attention_pad: 256,
+            finished_cells_held: false,
             ..table_model()
         };
         // 100 prompt tokens + 2 decodes over 600 used cells (→ 768): 102 ×
@@ -1102,15 +1126,22 @@ mod tests {
         let text = std::fs::read_to_string(models().join("llama-cpp-tiny-cpu.toml")).unwrap();
         let without = text
             .replace("attention_span = \"cache\"\n", "")
-            .replace("attention_pad_tokens = 256\n", "");
+            .replace("attention_pad_tokens = 256\n", "")
+            .replace("finished_cells_held = true\n", "");
         assert_ne!(without, text);
         let load = |t: &str| ServerProfile::from_value("p.toml", toml::from_str(t).unwrap());
         assert_eq!(load(&text).unwrap().iteration.attention_pad, 256);
         assert_eq!(load(&without).unwrap().iteration.attention_pad, 0);
+        assert!(load(&text).unwrap().iteration.finished_cells_held);
+        assert!(!load(&without).unwrap().iteration.finished_cells_held);
         for (t, want) in [
             (
                 without.replacen("[iteration]", "[iteration]\nattention_pad_tokens = 16", 1),
                 "iteration.attention_pad_tokens: applies only with attention_span = \"cache\"",
+            ),
+            (
+                without.replacen("[iteration]", "[iteration]\nfinished_cells_held = true", 1),
+                "iteration.finished_cells_held: applies only with attention_span = \"cache\"",
             ),
             (
                 text.replace("attention_pad_tokens = 256", "attention_pad_tokens = 0"),

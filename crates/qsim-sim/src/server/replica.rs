@@ -72,6 +72,10 @@ pub(crate) struct Replica {
     cur_iter: u64,
     /// End of the last finished iteration.
     last_end: Nanos,
+    /// Cells of requests finished since a request was last first scheduled
+    /// (`IterationModel::finished_cells_held`; 0 otherwise): still in the
+    /// KV buffer, so in every step's K.
+    held_kv: u64,
     /// (key, slot) of the running sequences that are not lazy, keys ascending.
     eager: Vec<(u64, u32)>,
     /// Lazily decoding sequences: how many, the sum of (computed − since),
@@ -132,6 +136,7 @@ impl Replica {
             next_iter: 0,
             cur_iter: 0,
             last_end: 0,
+            held_kv: 0,
             eager: Vec::new(),
             lazy_n: 0,
             lazy_base: 0,
@@ -478,6 +483,9 @@ impl Replica {
             // computed = base + j
             let j = self.next_iter;
             let ctx = (self.lazy_base + (n * (j + 1)) as i64) as u64;
+            // finished requests' cells held in the buffer (none finishes
+            // or starts in a run, so this is fixed here)
+            let ctx = ctx + self.held_kv;
             self.free_blocks -= need;
             m.kv_blocks.set(t, (total_blocks - self.free_blocks) as u64);
             self.cur_iter = j;
@@ -666,6 +674,9 @@ impl Replica {
                     if !s.scheduled_once {
                         s.scheduled_once = true;
                         m.queue_delay.record(t - s.arrival);
+                        // the engine clears the idle slots' cells when it
+                        // starts a request
+                        self.held_kv = 0;
                     }
                     budget = budget.saturating_sub(chunk);
                     if pending > 1 {
@@ -699,7 +710,10 @@ impl Replica {
         }
         self.cur_iter = j;
         self.next_iter = j + 1;
-        let (dur, gpu) = self.profile.iteration.duration(p, d, k, a, n, follows_step);
+        let (dur, gpu) =
+            self.profile
+                .iteration
+                .duration(p, d, k + self.held_kv, a, n, follows_step);
         m.prefill_tokens += p;
         self.iter_start = t;
         self.iter_end = t + dur;
@@ -779,6 +793,9 @@ impl Replica {
                     self.eager.remove(e);
                 }
                 freed += s.blocks;
+                if self.profile.iteration.finished_cells_held {
+                    self.held_kv += s.computed as u64;
+                }
                 m.completed += 1;
                 m.input_tokens += s.prompt as u64;
                 m.e2e.record(t - s.arrival);
@@ -1065,6 +1082,67 @@ mod tests {
         assert!(preempting >= 3, "the cases exercise preemption");
     }
 
+    /// `finished_cells_held` (llama-server's idle slots): a finished
+    /// request's cells count in every later step's K until a request is
+    /// next first scheduled. A (400-token prompt, 2 tokens) and B (16, 20)
+    /// arrive at once; the first step is A's prompt (it started at A's
+    /// submission), the second B's prompt and A's last token, so A
+    /// finishes with 401 cells and each of B's 19 steps alone after it
+    /// costs `duration` at K + 401 instead of K (K = B's context, 17 to
+    /// 35): B ends later by exactly that sum. C, arriving after both, clears the held cells when it is
+    /// first scheduled: its whole run is the same with and without.
+    #[test]
+    fn finished_cells_count_in_k_until_the_next_request_starts() {
+        let base = crate::server::load_profile(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../models/llama-cpp-tiny-cpu.toml"
+        )))
+        .unwrap();
+        assert!(base.iteration.attention_pad > 0);
+        let run = |held: bool| -> Vec<(Nanos, Nanos, Nanos)> {
+            let mut p = base.clone();
+            p.ingress = 0;
+            p.iteration.finished_cells_held = held;
+            let mut r = Replica::new(0, Arc::new(p));
+            let mut m = ReplicaMetrics::new(r.profile.total_blocks);
+            let mut out = VecDeque::new();
+            let reqs = [
+                (0, 400, 2),
+                (0, 16, 20),
+                (10 * crate::time::NS_PER_SEC, 64, 8),
+            ];
+            for (id, &(at, input_tokens, output_tokens)) in reqs.iter().enumerate() {
+                r.advance(at, &mut out, &mut m);
+                let req = Request {
+                    id: id as u64,
+                    input_tokens,
+                    output_tokens,
+                };
+                r.submit(at, req, &mut out, &mut m);
+            }
+            while r.deadline() != NEVER {
+                let d = r.deadline();
+                r.advance(d, &mut out, &mut m);
+            }
+            let mut c: Vec<_> = out.into_iter().collect();
+            c.sort_by_key(|c| c.id);
+            c.iter()
+                .map(|c| (c.arrival, c.first_token, c.finished))
+                .collect()
+        };
+        let (on, off) = (run(true), run(false));
+        let it = &base.iteration;
+        let extra: Nanos = (17..=35u64)
+            .map(|k| it.duration(0, 1, k + 401, 0, 1, true).0 - it.duration(0, 1, k, 0, 1, true).0)
+            .sum();
+        assert!(extra > 0, "401 held cells change K's padding");
+        assert_eq!(on[0], off[0], "A is unchanged");
+        assert_eq!(on[1].1, off[1].1, "B's first token is unchanged");
+        assert_eq!(on[1].2, off[1].2 + extra, "B's steps after A finished");
+        let rel = |c: (Nanos, Nanos, Nanos)| (c.1 - c.0, c.2 - c.0);
+        assert_eq!(rel(on[2]), rel(off[2]), "C cleared the held cells");
+    }
+
     /// Asynchronous scheduling: a step that follows another takes max(cpu,
     /// gpu) and admits only what had arrived when the previous step started
     /// (vLLM schedules step N+1 while step N runs); from idle it takes cpu +
@@ -1095,6 +1173,7 @@ mod tests {
                 decode_step_slope_ns: Vec::new(),
                 decode_step_ctx: 0.0,
                 attention_pad: 0,
+                finished_cells_held: false,
             };
             let mut r = Replica::new(0, Arc::new(p));
             let mut m = ReplicaMetrics::new(r.profile.total_blocks);
