@@ -719,7 +719,7 @@ fn plan_and_enforce(
 /// within 20 % of the observed one. The admitted counts are checked in
 /// every repeat (counted outcomes, not timings).
 ///
-/// Record: see `docs/guide/proxy.md` ("Calibrate, predict, plan").
+/// Record: `docs/guide/proxy.md`, "On a real engine: llama.cpp's server".
 #[test]
 #[ignore = "real engine timing: scripts/test.sh runs it alone (-- --ignored engine::)"]
 fn engine_calibrate_predict_plan_enforce() {
