@@ -1082,6 +1082,30 @@ mod tests {
         assert!(preempting >= 3, "the cases exercise preemption");
     }
 
+    /// Submit `reqs` ((arrival, input tokens, output tokens), by arrival)
+    /// to a fresh replica of `p` and run it dry: the completions by id.
+    fn run_dry(p: ServerProfile, reqs: &[(Nanos, u32, u32)]) -> Vec<Completion> {
+        let mut r = Replica::new(0, Arc::new(p));
+        let mut m = ReplicaMetrics::new(r.profile.total_blocks);
+        let mut out = VecDeque::new();
+        for (id, &(at, input_tokens, output_tokens)) in reqs.iter().enumerate() {
+            r.advance(at, &mut out, &mut m);
+            let req = Request {
+                id: id as u64,
+                input_tokens,
+                output_tokens,
+            };
+            r.submit(at, req, &mut out, &mut m);
+        }
+        while r.deadline() != NEVER {
+            let d = r.deadline();
+            r.advance(d, &mut out, &mut m);
+        }
+        let mut c: Vec<_> = out.into_iter().collect();
+        c.sort_by_key(|c| c.id);
+        c
+    }
+
     /// `finished_cells_held` (llama-server's idle slots): a finished
     /// request's cells count in every later step's K until a request is
     /// next first scheduled. A (400-token prompt, 2 tokens) and B (16, 20)
@@ -1103,30 +1127,13 @@ mod tests {
             let mut p = base.clone();
             p.ingress = 0;
             p.iteration.finished_cells_held = held;
-            let mut r = Replica::new(0, Arc::new(p));
-            let mut m = ReplicaMetrics::new(r.profile.total_blocks);
-            let mut out = VecDeque::new();
             let reqs = [
                 (0, 400, 2),
                 (0, 16, 20),
                 (10 * crate::time::NS_PER_SEC, 64, 8),
             ];
-            for (id, &(at, input_tokens, output_tokens)) in reqs.iter().enumerate() {
-                r.advance(at, &mut out, &mut m);
-                let req = Request {
-                    id: id as u64,
-                    input_tokens,
-                    output_tokens,
-                };
-                r.submit(at, req, &mut out, &mut m);
-            }
-            while r.deadline() != NEVER {
-                let d = r.deadline();
-                r.advance(d, &mut out, &mut m);
-            }
-            let mut c: Vec<_> = out.into_iter().collect();
-            c.sort_by_key(|c| c.id);
-            c.iter()
+            run_dry(p, &reqs)
+                .iter()
                 .map(|c| (c.arrival, c.first_token, c.finished))
                 .collect()
         };
@@ -1175,25 +1182,11 @@ mod tests {
                 attention_pad: 0,
                 finished_cells_held: false,
             };
-            let mut r = Replica::new(0, Arc::new(p));
-            let mut m = ReplicaMetrics::new(r.profile.total_blocks);
-            let mut out = VecDeque::new();
-            for (id, &(at, output)) in reqs.iter().enumerate() {
-                r.advance(at, &mut out, &mut m);
-                let req = Request {
-                    id: id as u64,
-                    input_tokens: 1,
-                    output_tokens: output,
-                };
-                r.submit(at, req, &mut out, &mut m);
-            }
-            while r.deadline() != NEVER {
-                let d = r.deadline();
-                r.advance(d, &mut out, &mut m);
-            }
-            let mut c: Vec<_> = out.into_iter().collect();
-            c.sort_by_key(|c| c.id);
-            c.iter().map(|c| (c.first_token, c.finished)).collect()
+            let reqs: Vec<_> = reqs.iter().map(|&(at, output)| (at, 1, output)).collect();
+            run_dry(p, &reqs)
+                .iter()
+                .map(|c| (c.first_token, c.finished))
+                .collect()
         };
         let us = |ms: f64| (ms * MS as f64).round() as Nanos;
         // A at 0 (5 tokens), B at 1.9 ms (2 tokens)
