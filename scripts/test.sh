@@ -21,8 +21,10 @@ export QSIM_REQUIRE_LIVE=1
 cargo test --release --locked --workspace
 # the real-engine tests (ignored in a plain `cargo test`: their timings are
 # real time on shared cores) run alone, one at a time, with the cores free
-# (engine_calibrate_predict_plan_enforce, issue 24's held-out and plan checks: ~20 min)
-cargo test --release --locked --workspace -- --ignored engine:: --test-threads=1
+# (engine_calibrate_predict_plan_enforce, issue 24's loop: ~21 min); their
+# figures are printed (--nocapture). Its timing verdicts are judged only with
+# QSIM_ENGINE_JUDGE=1 (a quiet machine): no verdict here rests on wall-clock speed
+cargo test --release --locked --workspace -- --ignored engine:: --test-threads=1 --nocapture
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run
 # the notebooks run on qsim's --out DIR Parquet (venv ~/.cache/qsim-venv: polars, matplotlib, nbclient); a broken one fails the build
