@@ -16,6 +16,7 @@
 use super::metrics::ReplicaMetrics;
 use super::profile::{IterationModel, ServerProfile};
 use super::request::{Completion, Request};
+use crate::engine::stats::Pending;
 use crate::time::{Nanos, NEVER};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -473,6 +474,8 @@ impl Replica {
         // a finish (setting an unchanged gauge changes nothing)
         let mut gauges = true;
         let mut sums = RunSums::default();
+        // the steps' inter-token latencies, added by counter
+        let mut itl = Pending::default();
         let mut t = if finished {
             self.last_end
         } else {
@@ -485,6 +488,7 @@ impl Replica {
             if skip_finish {
                 skip_finish = false;
             } else if first_done <= self.cur_iter {
+                m.itl.flush(&mut itl);
                 self.finish_iteration(t, out, m);
                 n = self.lazy_n;
                 if n == 0 {
@@ -509,13 +513,14 @@ impl Replica {
                 sums.gpu += self.iter_gpu;
                 sums.engine += t - start;
                 sums.tokens += n;
-                m.itl.record_n(t - start, n);
+                m.itl.record_n_pending(&mut itl, t - start, n);
             }
             // start_iteration: a decode step of the lazy batch alone?
             let j = self.next_iter;
             let need = self.lazy_need(j);
             if admit <= self.iter_start || n > budget || need > self.free_blocks as u64 {
                 sums.add_to(m);
+                m.itl.flush(&mut itl);
                 self.last_end = t;
                 self.iter_end = NEVER;
                 self.start_iteration(t, m, true);
@@ -558,6 +563,7 @@ impl Replica {
             t = next;
         }
         sums.add_to(m);
+        m.itl.flush(&mut itl);
         self.last_end = t;
         t
     }
