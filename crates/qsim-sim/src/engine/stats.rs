@@ -59,6 +59,19 @@ pub struct DurationHist {
     max_ns: Nanos,
 }
 
+/// Samples of one [`DurationHist`] counter not yet added
+/// ([`DurationHist::record_n_pending`]): the counter's values in µs,
+/// `lo..hi`, and their count, sum and maximum.
+#[derive(Debug, Default)]
+pub struct Pending {
+    lo: u64,
+    hi: u64,
+    index: usize,
+    count: u64,
+    sum_ns: u128,
+    max_ns: Nanos,
+}
+
 impl std::fmt::Debug for DurationHist {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "DurationHist(n={})", self.count())
@@ -171,6 +184,47 @@ impl DurationHist {
         self.max_ns = self.max_ns.max(d);
     }
 
+    /// [`record_n`](Self::record_n), the samples gathered in `p` while
+    /// they fall in one counter (added when one falls in another, or by
+    /// [`flush`](Self::flush)): the same histogram once flushed (saturating
+    /// sums of non-negative terms and the maximum are associative). Flush
+    /// before any other record of this histogram, so its pages are made in
+    /// the same order.
+    #[inline]
+    pub fn record_n_pending(&mut self, p: &mut Pending, d: Nanos, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let us = Self::to_us(d);
+        if us < p.lo || us >= p.hi {
+            self.flush(p);
+            // the values of `us`'s counter: one bucket, one sub-bucket
+            let b = bucket_of(us);
+            p.lo = (us >> b) << b;
+            p.hi = p.lo + (1 << b);
+            p.index = index_of(us);
+        }
+        p.count = p.count.saturating_add(n);
+        p.sum_ns = p.sum_ns.saturating_add(d as u128 * n as u128);
+        p.max_ns = p.max_ns.max(d);
+    }
+
+    /// Add the samples gathered in `p` ([`record_n_pending`](Self::record_n_pending)).
+    #[inline]
+    pub fn flush(&mut self, p: &mut Pending) {
+        if p.count == 0 {
+            return;
+        }
+        let c = self.counter(p.index);
+        *c = c.saturating_add(p.count);
+        self.total = self.total.saturating_add(p.count);
+        self.sum_ns = self.sum_ns.saturating_add(p.sum_ns);
+        self.max_ns = self.max_ns.max(p.max_ns);
+        p.count = 0;
+        p.sum_ns = 0;
+        p.max_ns = 0;
+    }
+
     pub fn count(&self) -> u64 {
         self.total
     }
@@ -264,6 +318,39 @@ impl DurationHist {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Samples recorded through `Pending` (flushed) give the histogram
+    /// `record_n` gives: every counter, count, sum, maximum and page order.
+    #[test]
+    fn pending_records_equal_record_n() {
+        let (mut a, mut b) = (DurationHist::new(), DurationHist::new());
+        let mut p = Pending::default();
+        let mut x: u64 = 12345;
+        let mut d: Nanos = 500;
+        for k in 0..20_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // mostly slowly growing (a decode run's steps), now and then a jump
+            d = match (x >> 60) % 8 {
+                0 => (x >> 20) % 40_000_000_000,
+                1 => d / 3,
+                _ => d + (x >> 40) % 3_000,
+            };
+            let n = (x >> 33) % 50 * ((k % 7 != 0) as u64);
+            a.record_n(d, n);
+            b.record_n_pending(&mut p, d, n);
+            if k % 1000 == 999 {
+                b.flush(&mut p);
+                a.record(d / 2);
+                b.record(d / 2);
+            }
+        }
+        b.flush(&mut p);
+        assert_eq!((a.total, a.sum_ns, a.max_ns), (b.total, b.sum_ns, b.max_ns));
+        assert_eq!((&a.dir, a.base, &a.pages), (&b.dir, b.base, &b.pages));
+        assert!(a.pages.len() > 10);
+    }
     #[test]
     fn quantiles() {
         let mut h = DurationHist::new();

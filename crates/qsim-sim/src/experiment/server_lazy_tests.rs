@@ -148,3 +148,86 @@ fn replicas_advanced_as_routing_needs_give_the_same_run() {
     assert!(preempted, "some runs preempt");
     assert_eq!(runs, 72);
 }
+
+/// Decode runs that finish requests inside them (and go on) give exactly
+/// the sequence-by-sequence reference's run: every replica scheduling
+/// every sequence one at a time, every iteration, advanced at every
+/// deadline. Several replicas; preemption (KV for few requests), chunked
+/// prefill (a short token budget), asynchronous scheduling and not,
+/// finished requests' cells held (llama.cpp).
+#[test]
+fn decode_runs_through_finishes_give_the_reference_run() {
+    let vllm = profile("llama-3.1-8b-h100-vllm.toml");
+    assert!(vllm.iteration.async_scheduling && vllm.chunked_prefill);
+    let mut tight = vllm.clone();
+    tight.total_blocks = 300;
+    tight.max_num_seqs = 24;
+    tight.ingress = 0;
+    let mut sync_budget = vllm.clone();
+    sync_budget.iteration.async_scheduling = false;
+    sync_budget.max_batched_tokens = 256;
+    sync_budget.max_num_seqs = 64;
+    let mut held_pad0 = vllm.clone();
+    held_pad0.iteration.finished_cells_held = true;
+    let cpu = profile("llama-cpp-tiny-cpu.toml");
+    assert!(cpu.iteration.finished_cells_held);
+    let profiles = [
+        vllm,
+        tight,
+        sync_budget,
+        held_pad0,
+        profile("gpt-oss-20b-h100-nim.toml"),
+        cpu,
+    ];
+    let lengths = Lengths {
+        input: RawDist::Uniform {
+            min: 1.0,
+            max: 1200.0,
+        }
+        .validate()
+        .unwrap(),
+        output: RawDist::Exp {
+            mean: 40.0,
+            max: Some(300.0),
+        }
+        .validate()
+        .unwrap(),
+    };
+    let mut preempted = false;
+    for (k, p) in profiles.into_iter().enumerate() {
+        let p = Arc::new(p);
+        let cpu = k == 5;
+        let scale = if cpu { 0.01 } else { 1.0 };
+        let mut finishes = 0;
+        for (rps, cv) in [(20.0, 1.0), (150.0, 2.0), (500.0, 1.0)] {
+            let s = Scenario {
+                index: 0,
+                name: "runs".into(),
+                description: String::new(),
+                load: Load::Open {
+                    rpm: rps * scale * 60.0,
+                    process: ArrivalProcess::new(&RawArrivals::Gamma { cv }, rps * scale).unwrap(),
+                },
+                lengths: lengths.clone(),
+                duration: secs(if cpu { 300.0 } else { 5.0 }),
+                replicas: 4,
+                router: RouterKind::LeastOutstanding,
+                drain: true,
+                snapshots: vec![],
+                autoscale: None,
+            };
+            crate::server::RUN_FINISHES.with(|c| c.set(0));
+            let (c1, k1) = run(&p, &s, true);
+            finishes += crate::server::RUN_FINISHES.with(|c| c.get());
+            crate::server::reference_batches(true);
+            let (c0, k0) = run(&p, &s, false);
+            crate::server::reference_batches(false);
+            assert!(c1.len() > 50, "profile {k}, {rps}/s: {}", c1.len());
+            assert!(c1 == c0, "profile {k}, {rps}/s: completions differ");
+            assert!(k1 == k0, "profile {k}, {rps}/s: results differ");
+            preempted |= !k1.contains("preemptions: 0,");
+        }
+        assert!(finishes > 0, "profile {k}: no run went through a finish");
+    }
+    assert!(preempted, "some runs preempt");
+}

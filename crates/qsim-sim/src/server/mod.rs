@@ -24,6 +24,8 @@ use crate::engine::rng::{component, stream, Rng};
 use crate::time::{Nanos, NEVER};
 use qsim_core::autoscale::{Autoscaler, Observation, Params as AutoscaleParams};
 use replica::Replica;
+#[cfg(test)]
+pub(crate) use replica::{reference_batches, RUN_FINISHES};
 use std::collections::VecDeque;
 use std::sync::Arc;
 

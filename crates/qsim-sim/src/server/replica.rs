@@ -16,6 +16,7 @@
 use super::metrics::ReplicaMetrics;
 use super::profile::{IterationModel, ServerProfile};
 use super::request::{Completion, Request};
+use crate::engine::stats::Pending;
 use crate::time::{Nanos, NEVER};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -119,6 +120,30 @@ pub(crate) fn min_step(m: &IterationModel) -> Nanos {
     (x.floor() as Nanos).max(1)
 }
 
+#[cfg(test)]
+thread_local! {
+    static REFERENCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Steps finishing requests inside a decode run, then a decode step
+    /// following in the same run (tests read it to see the case covered).
+    pub(crate) static RUN_FINISHES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Tests only: replicas built on this thread while `on` are the
+/// sequence-by-sequence reference (`lazy_batch` off), e.g. a whole
+/// cluster's, to compare a run with.
+#[cfg(test)]
+pub(crate) fn reference_batches(on: bool) {
+    REFERENCE.with(|c| c.set(on));
+}
+
+#[inline]
+fn reference() -> bool {
+    #[cfg(test)]
+    return REFERENCE.with(|c| c.get());
+    #[cfg(not(test))]
+    false
+}
+
 impl Replica {
     pub fn new(idx: u32, profile: Arc<ServerProfile>) -> Self {
         let total = profile.total_blocks;
@@ -143,7 +168,7 @@ impl Replica {
             lazy_mod: vec![0; bs],
             done_at: BinaryHeap::new(),
             done: Vec::new(),
-            lazy_batch: true,
+            lazy_batch: !reference(),
             min_step: min_step(&profile.iteration),
             profile,
         }
@@ -360,14 +385,18 @@ impl Replica {
             let ing = self.ingress.front().map_or(NEVER, |x| x.0);
             let end = self.iter_end;
             if end <= now && end <= ing {
-                if end < ing {
-                    if let Some(need) = self.decode_only() {
-                        last = self.decode_run(need, now, ing, m);
-                        continue;
-                    }
+                if end < ing && self.lazy_n > 0 && self.eager.is_empty() {
+                    last = self.decode_run(false, now, ing, out, m);
+                    continue;
                 }
                 self.finish_iteration(end, out, m);
                 self.drain_ingress(end);
+                let ing = self.ingress.front().map_or(NEVER, |x| x.0);
+                if end < ing && self.lazy_n > 0 && self.eager.is_empty() {
+                    // e.g. prompts ended: the lazy batch alone from here
+                    last = self.decode_run(true, now, ing, out, m);
+                    continue;
+                }
                 self.start_iteration(end, m, true);
                 last = end;
             } else if ing <= now {
@@ -398,116 +427,153 @@ impl Replica {
         self.lazy_mod[r as usize]
     }
 
-    /// When the iteration in flight and the next are decode steps of the
-    /// lazy batch alone (no eager sequence, none finishing in the one in
-    /// flight, nothing the next may admit, and room for every lazy sequence's token in
-    /// the next: budget and KV blocks), the KV blocks the next one takes.
-    /// Then `finish_iteration`, `drain_ingress` (nothing due: checked by the
-    /// caller) and `start_iteration` do exactly what [`decode_step`] does.
-    #[inline]
-    fn decode_only(&self) -> Option<u32> {
-        if self.lazy_n == 0 || !self.eager.is_empty() {
-            return None;
-        }
-        if let Some(s) = self.waiting.front() {
-            // the next step admits nothing when the queue's head (FIFO)
-            // reached the engine after the step in flight started: with
-            // `async_scheduling` the next step was scheduled then
-            // (`start_iteration`'s cutoff); otherwise everything waiting
-            // may be admitted
-            let async_ = self.profile.iteration.async_scheduling;
-            if !async_ || s.arrival.saturating_add(self.profile.ingress) <= self.iter_start {
-                return None;
-            }
-        }
-        if self
-            .done_at
-            .peek()
-            .is_some_and(|Reverse((last, _, _))| *last <= self.cur_iter)
-        {
-            return None;
-        }
-        let need = self.lazy_need(self.next_iter);
-        (self.lazy_n <= self.profile.max_batched_tokens as u64 && need <= self.free_blocks as u64)
-            .then_some(need as u32)
-    }
-
-    /// Decode-only iterations (see [`decode_only`], which holds for the
-    /// first, taking `need` KV blocks), one after another while they end by
-    /// `now` and before `ing` (the next request past the API ingress) and
-    /// the next is still one: none finishing in the step in flight (the
-    /// completion heap's head is fixed here), the waiting queue's head not
-    /// yet admissible (fixed too), its KV blocks free (budget and batch do
-    /// not change). Each is the same updates, in the same arithmetic, as
-    /// `finish_iteration(t)` then `start_iteration(t, m, true)` make for a
-    /// batch of lazy sequences alone, without their general cases. Returns
-    /// the end of the last step finished.
-    #[inline]
+    /// The iteration in flight (ending at `iter_end` ≤ `now`, before `ing`,
+    /// the next request past the API ingress) is the lazy batch's alone (no
+    /// eager sequence): finish it and the decode steps of the lazy batch
+    /// that follow, one after another while they end by `now` and before
+    /// `ing`. A step in which lazy sequences produce their last token is
+    /// finished by `finish_iteration` itself (their completions out, their
+    /// KV blocks and, with `finished_cells_held`, their cells held); any
+    /// other is finished here with the same updates. The next step is
+    /// started here when it is a decode step of the lazy batch alone
+    /// (nothing the next may admit, and room for every lazy sequence's
+    /// token: budget and KV blocks), with the same updates, in the same
+    /// arithmetic, as `start_iteration(t, m, true)` makes then; else by
+    /// `start_iteration` itself, and the run ends (`drain_ingress` has
+    /// nothing due before `ing`). `finished`: the step in flight has been
+    /// finished already (`finish_iteration`, `drain_ingress` at its end,
+    /// `last_end`), the next one only is to start. Returns the end of the
+    /// last step finished.
     fn decode_run(
         &mut self,
-        mut need: u32,
+        finished: bool,
         now: Nanos,
         ing: Nanos,
+        out: &mut VecDeque<Completion>,
         m: &mut ReplicaMetrics,
     ) -> Nanos {
-        let n = self.lazy_n;
         let total_blocks = self.profile.total_blocks;
-        let cost = self.profile.iteration.decode_cost(n);
-        // the step in flight finishes a sequence once cur_iter reaches this
-        let first_done = self
-            .done_at
-            .peek()
-            .map_or(u64::MAX, |Reverse((last, _, _))| *last);
+        let budget = self.profile.max_batched_tokens as u64;
+        let held_cells = self.profile.iteration.finished_cells_held;
+        // with attention padded to the buffer, A is not read (K is): the
+        // decode cost's K = A is then exact with held cells in K
+        let pad = self.profile.iteration.attention_pad > 0;
         // the next step admits the waiting queue's head once it starts after
-        // a step that started at or after this (decode_only: async then)
-        let admit = self
-            .waiting
-            .front()
-            .map_or(NEVER, |s| s.arrival.saturating_add(self.profile.ingress));
-        let mut t = self.iter_end;
-        // the batch and the queues do not change in the run: these gauges
-        // change at its first step at most
-        m.running.set(t, self.running.len() as u64);
-        m.waiting
-            .set(t, (self.ingress.len() + self.waiting.len()) as u64);
+        // a step that started at or after this; without async scheduling
+        // anything waiting may be admitted (the queue does not change here)
+        let admit = match self.waiting.front() {
+            None => NEVER,
+            Some(_) if !self.profile.iteration.async_scheduling => 0,
+            Some(s) => s.arrival.saturating_add(self.profile.ingress),
+        };
+        let mut n = self.lazy_n;
+        let mut cost = self.profile.iteration.decode_cost(n);
+        // the step in flight finishes a sequence once cur_iter reaches this
+        let mut first_done = self.first_done();
+        // the gauges the batch changes: set at a run's first step and after
+        // a finish (setting an unchanged gauge changes nothing)
+        let mut gauges = true;
+        let mut sums = RunSums::default();
+        // the steps' inter-token latencies, added by counter
+        let mut itl = Pending::default();
+        let mut t = if finished {
+            self.last_end
+        } else {
+            self.iter_end
+        };
+        let mut skip_finish = finished;
         loop {
-            // finish_iteration: every lazy sequence produced a token right
-            // after its previous one; none is done
-            let start = self.iter_start;
-            m.iterations += 1;
-            m.gpu_busy_ns += self.iter_gpu as u128;
-            m.engine_busy_ns += (t - start) as u128;
-            m.output_tokens += n;
-            m.itl.record_n(t - start, n);
-            // start_iteration: one token for each lazy sequence after
-            // computed = base + j
+            #[cfg(test)]
+            let mut finished_in_run = false;
+            if skip_finish {
+                skip_finish = false;
+            } else if first_done <= self.cur_iter {
+                m.itl.flush(&mut itl);
+                self.finish_iteration(t, out, m);
+                n = self.lazy_n;
+                if n == 0 {
+                    sums.add_to(m);
+                    self.start_iteration(t, m, true);
+                    return t;
+                }
+                cost = self.profile.iteration.decode_cost(n);
+                first_done = self.first_done();
+                gauges = true;
+                #[cfg(test)]
+                {
+                    finished_in_run = true;
+                }
+            } else {
+                // finish_iteration: every lazy sequence produced a token
+                // right after its previous one; none is done
+                // (sums, added to the metrics' at the end: they commute
+                // with finish_iteration's additions)
+                let start = self.iter_start;
+                sums.iterations += 1;
+                sums.gpu += self.iter_gpu;
+                sums.engine += t - start;
+                sums.tokens += n;
+                m.itl.record_n_pending(&mut itl, t - start, n);
+            }
+            // start_iteration: a decode step of the lazy batch alone?
             let j = self.next_iter;
+            let need = self.lazy_need(j);
+            if admit <= self.iter_start || n > budget || need > self.free_blocks as u64 {
+                sums.add_to(m);
+                m.itl.flush(&mut itl);
+                self.last_end = t;
+                self.iter_end = NEVER;
+                self.start_iteration(t, m, true);
+                return t;
+            }
+            if gauges {
+                m.running.set(t, self.running.len() as u64);
+                m.waiting
+                    .set(t, (self.ingress.len() + self.waiting.len()) as u64);
+                gauges = false;
+            }
+            // one token for each lazy sequence after computed = base + j
             let ctx = (self.lazy_base + (n * (j + 1)) as i64) as u64;
-            // finished requests' cells held in the buffer (none finishes
-            // or starts in a run, so this is fixed here)
-            let ctx = ctx + self.held_kv;
-            self.free_blocks -= need;
+            self.free_blocks -= need as u32;
             m.kv_blocks.set(t, (total_blocks - self.free_blocks) as u64);
             self.cur_iter = j;
             self.next_iter = j + 1;
-            let (dur, gpu) = cost.duration(ctx);
+            #[cfg(test)]
+            if finished_in_run {
+                RUN_FINISHES.with(|c| c.set(c.get() + 1));
+            }
+            let (dur, gpu) = if self.held_kv == 0 {
+                cost.duration(ctx)
+            } else if pad {
+                // finished requests' cells held in the buffer: in K
+                cost.duration(ctx + self.held_kv)
+            } else {
+                self.profile
+                    .iteration
+                    .duration(0, n, ctx + self.held_kv, ctx, n, true)
+            };
+            debug_assert!(held_cells || self.held_kv == 0);
             self.iter_start = t;
             self.iter_end = t + dur;
             self.iter_gpu = gpu;
-            // is the next one a decode step too, here?
             let next = self.iter_end;
-            if next > now || next >= ing || j >= first_done || admit <= t {
+            if next > now || next >= ing {
                 break;
             }
-            let next_need = self.lazy_need(j + 1);
-            if next_need > self.free_blocks as u64 {
-                break;
-            }
-            need = next_need as u32;
             t = next;
         }
+        sums.add_to(m);
+        m.itl.flush(&mut itl);
         self.last_end = t;
         t
+    }
+
+    /// The iteration producing the first of the lazy batch's last tokens.
+    #[inline]
+    fn first_done(&self) -> u64 {
+        self.done_at
+            .peek()
+            .map_or(u64::MAX, |Reverse((last, _, _))| *last)
     }
 
     fn drain_ingress(&mut self, t: Nanos) {
@@ -818,6 +884,26 @@ impl Replica {
         self.done = done;
         self.last_end = t;
         self.iter_end = NEVER;
+    }
+}
+
+/// A decode run's finished steps: their count, GPU-busy and engine-busy
+/// nanoseconds, and output tokens (each below 2^64 over a run).
+#[derive(Default)]
+struct RunSums {
+    iterations: u64,
+    gpu: u64,
+    engine: u64,
+    tokens: u64,
+}
+
+impl RunSums {
+    #[inline]
+    fn add_to(&self, m: &mut ReplicaMetrics) {
+        m.iterations += self.iterations;
+        m.gpu_busy_ns += self.gpu as u128;
+        m.engine_busy_ns += self.engine as u128;
+        m.output_tokens += self.tokens;
     }
 }
 
