@@ -385,14 +385,14 @@ impl Replica {
             let ing = self.ingress.front().map_or(NEVER, |x| x.0);
             let end = self.iter_end;
             if end <= now && end <= ing {
-                if end < ing && self.lazy_n > 0 && self.eager.is_empty() {
+                if end < ing && self.lazy_alone() {
                     last = self.decode_run(false, now, ing, out, m);
                     continue;
                 }
                 self.finish_iteration(end, out, m);
                 self.drain_ingress(end);
                 let ing = self.ingress.front().map_or(NEVER, |x| x.0);
-                if end < ing && self.lazy_n > 0 && self.eager.is_empty() {
+                if end < ing && self.lazy_alone() {
                     // e.g. prompts ended: the lazy batch alone from here
                     last = self.decode_run(true, now, ing, out, m);
                     continue;
@@ -454,7 +454,6 @@ impl Replica {
     ) -> Nanos {
         let total_blocks = self.profile.total_blocks;
         let budget = self.profile.max_batched_tokens as u64;
-        let held_cells = self.profile.iteration.finished_cells_held;
         // with attention padded to the buffer, A is not read (K is): the
         // decode cost's K = A is then exact with held cells in K
         let pad = self.profile.iteration.attention_pad > 0;
@@ -552,7 +551,7 @@ impl Replica {
                     .iteration
                     .duration(0, n, ctx + self.held_kv, ctx, n, true)
             };
-            debug_assert!(held_cells || self.held_kv == 0);
+            debug_assert!(self.profile.iteration.finished_cells_held || self.held_kv == 0);
             self.iter_start = t;
             self.iter_end = t + dur;
             self.iter_gpu = gpu;
@@ -566,6 +565,12 @@ impl Replica {
         m.itl.flush(&mut itl);
         self.last_end = t;
         t
+    }
+
+    /// The batch is lazy sequences alone (a decode run may go on).
+    #[inline]
+    fn lazy_alone(&self) -> bool {
+        self.lazy_n > 0 && self.eager.is_empty()
     }
 
     /// The iteration producing the first of the lazy batch's last tokens.
