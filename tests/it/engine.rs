@@ -322,7 +322,19 @@ fn run_bench(
     let o = bench_cmd(url, rate, n, seed, &file, lens).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
-    assert_eq!(v["completed"].as_u64(), Some(n as u64), "{v}");
+    let errors: Vec<&str> = v["errors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|e| !e.is_empty())
+        .collect();
+    assert_eq!(
+        v["completed"].as_u64(),
+        Some(n as u64),
+        "{name}: {} resends; errors {errors:?}",
+        v["retries"]
+    );
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
     (file, v, line)
 }

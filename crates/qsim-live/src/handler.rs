@@ -583,7 +583,8 @@ async fn forward(
     // wait counts from its admission)
     let own = arrived.elapsed().saturating_sub(held);
     app.metrics.overhead.observe(own.as_secs_f64());
-    let resp = match tokio::time::timeout(timeout, app.client.request(up)).await {
+    // a pooled connection the upstream had closed: sent again (`http::send`)
+    let resp = match tokio::time::timeout(timeout, http::send(&app.client, up)).await {
         Err(_) => {
             failed("upstream_timeout", StatusCode::GATEWAY_TIMEOUT);
             return upstream_error(
@@ -592,12 +593,12 @@ async fn forward(
                 format!("the upstream did not answer within {timeout:?}"),
             );
         }
-        Ok(Err(e)) => {
+        Ok((Err(e), _)) => {
             let msg = format!("the upstream could not be reached: {}", http::chain(&e));
             failed("upstream_unreachable", StatusCode::BAD_GATEWAY);
             return upstream_error("upstream_unreachable", StatusCode::BAD_GATEWAY, msg);
         }
-        Ok(Ok(r)) => r,
+        Ok((Ok(r), _)) => r,
     };
     let status = resp.status();
     if let Some(r) = guard.rec.as_mut() {

@@ -9,7 +9,9 @@
 //! after 4 s, and TLS for `https://` bases — rustls on ring through
 //! hyper-rustls, trusting the system's root certificates plus, optionally,
 //! the CA certificates of a PEM file (a private CA); the same connector
-//! also speaks plain http.
+//! also speaks plain http. Every driver sends through [`send`], which sends
+//! a request again when its pooled connection turns out closed before any
+//! answer.
 
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
@@ -352,6 +354,47 @@ pub fn client(base: &str, ca_file: Option<&Path>) -> Result<HttpClient, String> 
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(POOL_IDLE)
         .build(c))
+}
+
+/// How many times [`send`] sends a request again after its connection
+/// closed before any answer.
+pub const RESENDS: u32 = 3;
+
+/// Send `req` on `client`; when the connection closes before any byte of
+/// an answer ([`closed_before_answer`]), send a copy again, at most
+/// [`RESENDS`] times (the pool then hands out another connection or opens
+/// a new one). Returns the answer or the last error, and how many times
+/// the request was sent again.
+///
+/// Why: a server may close a keep-alive connection just after an answer
+/// (llama.cpp's server closes one after each streamed answer, after 100
+/// requests, and after 5 s idle), and the pool may hand it out again before
+/// its task has read the close; the request written on it is then lost.
+/// On a loaded 2-core machine that happens more than once to one request
+/// now and then.
+pub async fn send(
+    client: &HttpClient,
+    req: Request<Full<Bytes>>,
+) -> (
+    Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    u32,
+) {
+    let (parts, body) = req.into_parts();
+    let copy = |body: Full<Bytes>| {
+        let mut r = Request::new(body);
+        *r.method_mut() = parts.method.clone();
+        *r.uri_mut() = parts.uri.clone();
+        *r.version_mut() = parts.version;
+        *r.headers_mut() = parts.headers.clone();
+        r
+    };
+    let mut resent = 0;
+    loop {
+        match client.request(copy(body.clone())).await {
+            Err(e) if resent < RESENDS && closed_before_answer(&e) => resent += 1,
+            r => return (r, resent),
+        }
+    }
 }
 
 /// Whether a client request failed because the connection closed (or was

@@ -344,7 +344,10 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
     };
     let fut = async {
         let sent = sh.now();
-        let resp = sh.client.request(req).await.map_err(|e| e.to_string())?;
+        let resp = http::send(&sh.client, req)
+            .await
+            .0
+            .map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let hint = http::retry_hint(resp.headers(), None);
         let bytes = resp

@@ -333,7 +333,7 @@ async fn exchange(
         }
     };
     let fut = async {
-        let resp = match client.request(req).await {
+        let resp = match http::send(client, req).await.0 {
             Ok(r) => r,
             Err(e) => {
                 let kind = classify_client_error(&e, https);
