@@ -23,8 +23,21 @@ cargo test --release --locked --workspace
 # real time on shared cores) run alone, one at a time, with the cores free
 # (engine_calibrate_predict_plan_enforce, issue 24's loop: ~21 min); their
 # figures are printed (--nocapture). Its timing verdicts are judged only with
-# QSIM_ENGINE_JUDGE=1 (a quiet machine): no verdict here rests on wall-clock speed
-cargo test --release --locked --workspace -- --ignored engine:: --test-threads=1 --nocapture
+# QSIM_ENGINE_JUDGE=1 (a quiet machine): no verdict here rests on wall-clock speed.
+# With --nocapture a panic's message sits mid-log, under the later tests'
+# figures: on failure each one is repeated at the end.
+engine_log="$(mktemp)"
+set +e
+cargo test --release --locked --workspace -- --ignored engine:: --test-threads=1 --nocapture 2>&1 | tee "$engine_log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" != 0 ]; then
+  echo "--- the engine phase failed (exit $rc); its panics, repeated:"
+  grep -A6 "panicked at" "$engine_log" | cut -c1-600 || true
+  rm -f "$engine_log"
+  exit "$rc"
+fi
+rm -f "$engine_log"
 # benches must keep compiling (they are run by hand: cargo bench)
 cargo bench --locked --workspace --no-run
 # the notebooks run on qsim's --out DIR Parquet (venv ~/.cache/qsim-venv: polars, matplotlib, nbclient); a broken one fails the build
