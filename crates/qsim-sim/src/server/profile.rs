@@ -5,7 +5,8 @@
 //! iteration, the larger of the memory time and the compute time.
 //!
 //! ```text
-//! mem  = (weights_read + K · kv_bytes_per_token) / (hbm_bandwidth · bandwidth_efficiency)
+//! mem  = weights_read / (hbm_bandwidth · bandwidth_efficiency)
+//!        + K · kv_bytes_per_token / (hbm_bandwidth · kv_bandwidth_efficiency)
 //! comp = (2 · active_params · (P + D) + attn_flops_per_pair · A) / (peak_flops · compute_efficiency)
 //! gpu  = gpu_fixed + max(mem, comp)
 //! cpu  = cpu_overhead + cpu_per_seq · (number of scheduled sequences)
@@ -76,6 +77,10 @@ struct RawIteration {
     attn_flops_per_pair: f64,
     #[serde(default = "one")]
     bandwidth_efficiency: f64,
+    /// Fraction of the HBM bandwidth attention's KV reads reach (paged
+    /// decode attention, a kernel of its own); default: the weights'
+    /// `bandwidth_efficiency`, the single efficiency of older profiles.
+    kv_bandwidth_efficiency: Option<f64>,
     #[serde(default = "one")]
     compute_efficiency: f64,
     #[serde(default)]
@@ -579,6 +584,10 @@ impl ServerProfile {
             1.0,
             true,
         )?;
+        let kve = match it.kv_bandwidth_efficiency {
+            Some(v) => num(file, "iteration.kv_bandwidth_efficiency", v, 0.0, 1.0, true)?,
+            None => be,
+        };
         let ce = num(
             file,
             "iteration.compute_efficiency",
@@ -614,7 +623,7 @@ impl ServerProfile {
         let mut iteration = IterationModel {
             gpu_fixed_ns: gpu_fixed,
             mem_base_ns: wread / eff_bw * 1e9,
-            mem_per_kv_token_ns: kv_bytes / eff_bw * 1e9,
+            mem_per_kv_token_ns: kv_bytes / (bw * kve) * 1e9,
             comp_per_token_ns: 2.0 * active / eff_flops * 1e9,
             comp_per_attn_pair_ns: attn / eff_flops * 1e9,
             cached_prefix_tokens: cached_prefix,
@@ -850,6 +859,35 @@ mod tests {
             }
         }
         assert!(checked >= 5 * 10 * 7 * 4, "{checked}");
+    }
+
+    /// `kv_bandwidth_efficiency` sets the KV reads' own fraction of the
+    /// bandwidth; absent, they read at the weights' `bandwidth_efficiency`
+    /// (every shipped profile: unchanged).
+    #[test]
+    fn kv_reads_have_their_own_bandwidth_efficiency() {
+        let text = std::fs::read_to_string(models().join("llama-3.1-8b-h100-vllm.toml")).unwrap();
+        let load = |t: &str| {
+            let v = crate::config::parse_toml("m.toml", t).unwrap();
+            ServerProfile::from_value("m.toml", v)
+        };
+        let base = load(&text).unwrap().iteration;
+        let edit = "bandwidth_efficiency = 0.74";
+        assert!(text.contains(edit));
+        let same = load(&text.replace(edit, &format!("{edit}\nkv_bandwidth_efficiency = 0.74")))
+            .unwrap()
+            .iteration;
+        assert_eq!(same, base);
+        let half = load(&text.replace(edit, &format!("{edit}\nkv_bandwidth_efficiency = 0.37")))
+            .unwrap()
+            .iteration;
+        assert_eq!(half.mem_base_ns, base.mem_base_ns);
+        assert!((half.mem_per_kv_token_ns / base.mem_per_kv_token_ns - 2.0).abs() < 1e-12);
+        for bad in ["0.0", "1.5"] {
+            let e = load(&text.replace(edit, &format!("{edit}\nkv_bandwidth_efficiency = {bad}")))
+                .unwrap_err();
+            assert_eq!(e.field, "iteration.kv_bandwidth_efficiency");
+        }
     }
 
     #[test]

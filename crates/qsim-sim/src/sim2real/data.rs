@@ -103,10 +103,11 @@ pub struct Gpu {
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Coefficients {
-    /// Fraction of the HBM bandwidth a decode step's reads reach.
+    /// Fraction of the HBM bandwidth a step's weight reads reach.
     pub bandwidth_efficiency: f64,
-    /// Fraction of the dense FLOP/s the matrix products reach.
-    pub compute_efficiency: f64,
+    /// Fraction of the HBM bandwidth attention's KV reads reach (paged
+    /// decode attention, its own kernel: see [`super::derive`]).
+    pub kv_bandwidth_efficiency: f64,
     /// GPU time of every step besides its roofline (launches), ms.
     pub gpu_fixed_ms: f64,
     /// CPU time of a step (scheduling, inputs, sampling), ms, and per

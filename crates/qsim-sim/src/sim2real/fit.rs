@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 /// other vLLM profiles carry (efficiencies 0.8, sub-millisecond overheads).
 pub const START: Coefficients = Coefficients {
     bandwidth_efficiency: 0.8,
-    compute_efficiency: 0.6,
+    kv_bandwidth_efficiency: 0.8,
     gpu_fixed_ms: 0.5,
     cpu_overhead_ms: 1.0,
     cpu_per_seq_us: 10.0,
@@ -31,7 +31,7 @@ const N: usize = 7;
 fn to_vec(c: &Coefficients) -> [f64; N] {
     [
         c.bandwidth_efficiency,
-        c.compute_efficiency,
+        c.kv_bandwidth_efficiency,
         c.gpu_fixed_ms,
         c.cpu_overhead_ms,
         c.cpu_per_seq_us,
@@ -46,7 +46,7 @@ fn from_vec(x: &[f64; N]) -> Coefficients {
     Coefficients {
         // an efficiency above 1 is no roofline
         bandwidth_efficiency: e[0].min(1.0),
-        compute_efficiency: e[1].min(1.0),
+        kv_bandwidth_efficiency: e[1].min(1.0),
         gpu_fixed_ms: e[2],
         cpu_overhead_ms: e[3],
         cpu_per_seq_us: e[4],
@@ -208,7 +208,11 @@ pub fn coefficients_toml(fit: &Fit, train: usize) -> String {
         fit.evaluations, fit.loss
     );
     let _ = writeln!(s, "bandwidth_efficiency = {:?}", c.bandwidth_efficiency);
-    let _ = writeln!(s, "compute_efficiency = {:?}", c.compute_efficiency);
+    let _ = writeln!(
+        s,
+        "kv_bandwidth_efficiency = {:?}",
+        c.kv_bandwidth_efficiency
+    );
     let _ = writeln!(s, "gpu_fixed_ms = {:?}", c.gpu_fixed_ms);
     let _ = writeln!(s, "cpu_overhead_ms = {:?}", c.cpu_overhead_ms);
     let _ = writeln!(s, "cpu_per_seq_us = {:?}", c.cpu_per_seq_us);

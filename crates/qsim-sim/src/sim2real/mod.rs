@@ -176,9 +176,9 @@ pub fn report(data: &Data, results: &[ExpResult], c: &Coefficients, brief: bool)
     );
     let _ = writeln!(
         w,
-        "coefficients (fitted on the training experiments only): bandwidth {:.3}, compute {:.3}, GPU fixed {:.3} ms, CPU {:.3} ms + {:.2} us/seq, ingress {:.3} ms, TP sync {:.2} us/layer",
+        "coefficients (fitted on the training experiments only): bandwidth {:.3}, KV bandwidth {:.3}, GPU fixed {:.3} ms, CPU {:.3} ms + {:.2} us/seq, ingress {:.3} ms, TP sync {:.2} us/layer",
         c.bandwidth_efficiency,
-        c.compute_efficiency,
+        c.kv_bandwidth_efficiency,
         c.gpu_fixed_ms,
         c.cpu_overhead_ms,
         c.cpu_per_seq_us,
