@@ -79,18 +79,19 @@ struct Out {
 /// One streamed request; times read on `clock` (model time).
 async fn one(client: &HttpClient, url: &str, body: Bytes, clock: Clock, timeout: Duration) -> Out {
     let mut o = Out::default();
-    let req = || {
-        Request::builder()
-            .method(Method::POST)
-            .uri(url)
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body.clone()))
-            .map_err(|e| format!("bad request: {e}"))
+    // built once: `http::send` copies it for a resend
+    let req = match Request::builder()
+        .method(Method::POST)
+        .uri(url)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            o.error = format!("bad request: {e}");
+            return o;
+        }
     };
-    if let Err(e) = req() {
-        o.error = e;
-        return o;
-    }
     let st = clock.now();
     o.sent = secs(st);
     let mut last = st;
@@ -99,7 +100,7 @@ async fn one(client: &HttpClient, url: &str, body: Bytes, clock: Clock, timeout:
     let mut retries = 0;
     let fut = async {
         // a pooled connection the server had closed: sent again (`http::send`)
-        let (resp, resent) = http::send(client, req()?).await;
+        let (resp, resent) = http::send(client, req).await;
         retries = resent;
         let resp = resp.map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
