@@ -15,6 +15,9 @@
 //! - [`client`]: retry policies, the SDK's hidden retry layer, client-side
 //!   throttles, the managed executor's AIMD window and the caller state
 //!   machine that combines them;
+//! - [`route`]: which target (replica, pool, upstream) takes a request:
+//!   first open, round robin, weighted, least outstanding, least KV,
+//!   spillover thresholds, llm-d-style scorers;
 //! - [`model`]: the sans-IO model interface (`Backend`: a simulated endpoint
 //!   answering generation requests in model time), which `qsim serve` and
 //!   the proxy's drift shadow drive and the root crate implements.
@@ -23,6 +26,7 @@ pub mod autoscale;
 pub mod client;
 pub mod limiter;
 pub mod model;
+pub mod route;
 pub mod stats;
 pub mod time;
 
