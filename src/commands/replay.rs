@@ -255,6 +255,9 @@ pub fn observed(run: &Run, client: &'static str) -> HostedResult {
         quota_denied: 0,
         limit_hits: vec![],
         final_concurrency: run.final_window,
+        upstreams: Vec::new(),
+        gateway_refused: [0; 2],
+        upstream_cost: None,
     };
     for row in &run.rows {
         let Some(status) = row.status else { continue };
