@@ -6,6 +6,7 @@ pub mod compare;
 pub mod load;
 pub mod options;
 pub mod proxy;
+pub mod proxy_routes;
 pub mod recommend;
 pub mod replay;
 pub mod serve;

@@ -151,6 +151,11 @@ struct RawProxyFile {
     deployment: RawDeployment,
     defaults: Option<RawPolicy>,
     consumer: Vec<RawConsumer>,
+    /// Several upstreams and the routes to them (`super::proxy_routes`).
+    #[serde(default)]
+    upstream: Vec<qsim_sim::plan::config::RawUpstream>,
+    #[serde(default)]
+    route: Vec<qsim_sim::plan::config::RawRoute>,
 }
 
 /// A request head (line and headers, a few hundred bytes) that takes longer
@@ -212,8 +217,25 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         )
     })?;
 
-    let (up, at) = flag_or(&args.upstream, &p.upstream, "upstream")
-        .ok_or_else(|| ConfigError::new(f, "proxy.upstream", "missing (or give --upstream)"))?;
+    let tables = !raw.upstream.is_empty() || !raw.route.is_empty();
+    let (up, at) = match flag_or(&args.upstream, &p.upstream, "upstream") {
+        Some((_, at)) if tables => {
+            return Err(err_at(
+                &at,
+                "the config has [[upstream]] tables: give each upstream's url there".into(),
+            ))
+        }
+        Some(x) => x,
+        // the upstream of the first table (checked there)
+        None if tables => ("http://upstream.invalid".into(), "upstream[0].url".into()),
+        None => {
+            return Err(ConfigError::new(
+                f,
+                "proxy.upstream",
+                "missing (or give --upstream, or [[upstream]] and [[route]] tables)",
+            ))
+        }
+    };
     let up = up.trim_end_matches('/').to_string();
     let rest = up
         .strip_prefix("http://")
@@ -229,6 +251,13 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
     }
 
     let credential = match flag_or(&args.credential_env, &p.credential_env, "credential_env") {
+        Some((_, at)) if tables => {
+            return Err(err_at(
+                &at,
+                "the config has [[upstream]] tables: give each upstream's credential_env there"
+                    .into(),
+            ))
+        }
         None => None,
         Some((var, at)) => match std::env::var(&var) {
             Ok(c) if !c.is_empty() => Some(c),
@@ -523,7 +552,17 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         None => None,
         Some((path, at)) => Some(drift_config(f, &path, &at, p.drift.unwrap_or_default())?),
     };
+    let routes = super::proxy_routes::routes(
+        &args.config,
+        &raw.upstream,
+        &raw.route,
+        (&up, &credential),
+        upstream_timeout,
+        stream_idle_timeout,
+    )?;
+    let up = routes.http[0].url.clone();
     let cfg = ProxyConfig {
+        routes,
         log,
         listen,
         upstream: up,

@@ -134,6 +134,10 @@ pub fn columns(rs: &[Record]) -> Vec<NamedColumn> {
         NamedColumn::new("retry_count", u32s(&|r| r.retry_count)),
         NamedColumn::new("error", s(&|r| r.error.as_ref().map(|x| x.to_string()))),
         NamedColumn::new("generation", u(&|r| Some(r.generation))),
+        NamedColumn::new("model", s(&|r| r.model.clone())),
+        NamedColumn::new("upstream", s(&|r| r.upstream.clone())),
+        NamedColumn::new("attempts", u32s(&|r| r.attempts)),
+        NamedColumn::new("trail", s(&|r| r.trail.clone())),
     ]
 }
 
@@ -188,6 +192,11 @@ fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
         "generation",
     ];
     let c: Vec<&Vec<Option<String>>> = names.iter().map(|n| col(n)).collect::<Result<_, _>>()?;
+    let opt = |name: &str, i: usize| -> Option<String> {
+        cols.iter()
+            .find(|c| c.0 == name)
+            .and_then(|c| c.1[i].clone())
+    };
     let mut out = Vec::with_capacity(n);
     // one row across every column
     #[allow(clippy::needless_range_loop)]
@@ -222,6 +231,11 @@ fn parquet_records(path: &Path) -> Result<Vec<Record>, String> {
             retry_count: u(21)?.map(|x| x as u32),
             error: s(22).map(Into::into),
             generation: req(23)?,
+            // the gateway's columns (absent from logs written before them)
+            model: opt("model", i),
+            upstream: opt("upstream", i),
+            attempts: opt("attempts", i).and_then(|x| x.parse().ok()),
+            trail: opt("trail", i),
         });
     }
     Ok(out)
@@ -1091,7 +1105,9 @@ fn table_columns(o: &Outcome) -> Vec<NamedColumn> {
 }
 
 /// The policy file: a proxy config (its limiter and each consumer's on_limit).
-fn load_policy(path: &Path) -> Result<(Params, Vec<OnLimit>), ConfigError> {
+fn load_policy(
+    path: &Path,
+) -> Result<(Params, Vec<OnLimit>, Option<qsim_core::gateway::Config>), ConfigError> {
     let args = crate::commands::proxy::ProxyArgs {
         config: path.to_path_buf(),
         ..Default::default()
@@ -1106,7 +1122,30 @@ fn load_policy(path: &Path) -> Result<(Params, Vec<OnLimit>), ConfigError> {
             .with_lease(l)
             .map_err(|r| ConfigError::new(&f, "proxy.lease_s", r))?;
     }
-    Ok((p, cfg.on_limit))
+    let routes = cfg.routes.from_tables.then(|| cfg.routes.core.clone());
+    Ok((p, cfg.on_limit, routes))
+}
+
+/// The admitted records as the route what-if takes them.
+fn logged_requests(recs: &[Record]) -> Vec<qsim_sim::plan::routes_whatif::LoggedRequest> {
+    use qsim_sim::plan::routes_whatif::{parse_trail, LoggedRequest};
+    recs.iter()
+        .filter(|r| is_admitted(&r.decision))
+        .map(|r| LoggedRequest {
+            at: r.decided_ns.unwrap_or(r.arrival_ns),
+            model: r.model.clone().unwrap_or_default(),
+            input_tokens: r.input_tokens.unwrap_or(0),
+            max_tokens: r.max_tokens.unwrap_or(0),
+            output_tokens: r.settled_output.unwrap_or(0),
+            end: r.end_ns,
+            attempts: r
+                .trail
+                .as_deref()
+                .and_then(|t| parse_trail(t, r.arrival_ns))
+                .unwrap_or_default(),
+            status: r.status,
+        })
+        .collect()
 }
 
 pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
@@ -1122,10 +1161,14 @@ pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
         Some(w) => parse_window(w)?,
         None => (None, None),
     };
-    let (params, on_limit) = load_policy(&args.policy)?;
+    let (params, on_limit, routes) = load_policy(&args.policy)?;
     let recs = read_log(&args.log)?;
     let o = replay(&recs, &params, &on_limit, window);
-    let text = render(&o, args)?;
+    let mut text = render(&o, args)?;
+    if let (Some(cfg), "table") = (&routes, args.format.as_str()) {
+        let w = qsim_sim::plan::routes_whatif::replay(&logged_requests(&recs), cfg);
+        text.push_str(&qsim_sim::plan::routes_whatif::render(&w));
+    }
     if let Some(d) = &args.out {
         std::fs::create_dir_all(d).map_err(|e| CliError::Io(format!("{}: {e}", d.display())))?;
         let stem = d.join("whatif");

@@ -11,6 +11,8 @@ mod compare_cli;
 mod docs_output;
 mod engine;
 mod fuzz_inputs;
+mod gateway_agree;
+mod gateway_cli;
 mod golden;
 mod hardening_budget;
 mod hist_props;

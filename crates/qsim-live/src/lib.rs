@@ -47,6 +47,7 @@ mod clock;
 mod config;
 pub mod drift;
 pub mod estimate;
+pub mod gateway;
 mod handler;
 mod http;
 pub mod load;
@@ -66,10 +67,11 @@ mod wait;
 
 /// How the proxy compiles its config's limiter (with its lease).
 pub use app::compile as compile_limiter;
-pub use config::{LimitShape, OnLimit, ProxyConfig};
+pub use config::{LimitShape, OnLimit, ProxyConfig, Routes, UpstreamHttp};
 pub use drift::{DriftConfig, ShadowFactory};
 /// The output tokens the proxy reserves for a request body.
 pub use handler::output_bound;
+pub use hyper::header::HeaderMap;
 pub use hyper::Uri;
 /// The retry hint the proxy announces (whole milliseconds, rounded up);
 /// `qsim whatif` replays callers with it.
