@@ -758,6 +758,8 @@ pub fn run_cli(a: ReplayArgs) -> Result<(), CliError> {
     }
     // the report: `qsim run`'s, about the target instead of a profile
     let mut view = suite.clone();
+    // the target as one endpoint (a routed file's gateway is the target's)
+    view.routes = None;
     let mut profile = (*suite.profile).clone();
     profile.name = model;
     profile.limits.clear();

@@ -13,6 +13,7 @@ mod engine;
 mod fuzz_inputs;
 mod gateway_agree;
 mod gateway_cli;
+mod gateway_live;
 mod golden;
 mod hardening_budget;
 mod hist_props;
