@@ -791,7 +791,7 @@ fn listed_messages() {
     // units are explained
     refused(
         &["plan", "--need", "A=100", "--e2e-p95", "4h"],
-        &["--e2e-p95", "accepted units are s and ms"],
+        &["--e2e-p95", "accepted units are ms, s, m and h"],
     );
     // a model file given as an experiment
     refused(

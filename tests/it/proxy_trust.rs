@@ -499,6 +499,15 @@ name = "B"
         r#""max_tokens":null,"max_completion_tokens":90000"#,
         r#""max_tokens":1000000000000"#,
         r#""max_tokens":100,"n":50"#,
+        // issue 41, case 1: these wrapped `input + max_tokens` to a few
+        // tokens and were forwarded (200)
+        r#""max_tokens":18446744073709551615"#,
+        r#""max_tokens":18446744073709551614"#,
+        r#""max_tokens":18446744073709551611"#,
+        r#""max_completion_tokens":18446744073709551615"#,
+        r#""max_output_tokens":18446744073709551613"#,
+        r#""max_tokens":4,"n":9223372036854775808"#,
+        r#""max_tokens":3,"best_of":6148914691236517206"#,
     ] {
         let (st, body) = post(&url, "key-a", &msg(m));
         assert_eq!(st, 400, "{m}: {body}");
