@@ -41,8 +41,8 @@ pub struct OptionsArgs {
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Override a scalar in the options file first (`option[2].replicas=3`,
-    /// or `option.2.replicas=3`).
+    /// Override a scalar in the options file first (by name:
+    /// `option.h100-x4.replicas=3`; by index: `option[6].replicas=3`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Threads (default: all cores); the output is the same whatever the number.

@@ -62,6 +62,7 @@ mod sweep_scale;
 mod trace_cli;
 mod trace_parquet;
 mod trust_caps;
+mod trust_traces;
 mod whatif_live;
 mod whatif_restart;
 mod whatif_wait;

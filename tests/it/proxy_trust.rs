@@ -522,6 +522,18 @@ name = "B"
     let (st, body) = post(&url, "key-b", &msg(r#""max_tokens":4"#));
     assert_eq!(st, 403, "{body}");
     assert!(body.contains("\"code\":\"no_capacity\""), "{body}");
-    // only the one request that fits reached the upstream
-    assert_eq!(up.seen.lock().unwrap().len(), 1);
+    // issue 41, case 10: the scheme is case-insensitive (RFC 7235)
+    let (st, _, body) = crate::common::http(
+        &url,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", "bearer key-a"),
+            ("content-type", "application/json"),
+        ],
+        msg(r#""max_tokens":4"#).as_bytes(),
+    );
+    assert_eq!(st, 200, "{body}");
+    // only the two requests that fit reached the upstream
+    assert_eq!(up.seen.lock().unwrap().len(), 2);
 }

@@ -674,20 +674,14 @@ impl TraceSource {
     /// or saturated time that would collapse rows onto one instant.
     fn replay_time(&self, rel: Nanos) -> Result<Nanos, ConfigError> {
         let (file, at) = &self.spec.source;
+        // the field as given: a file's path to it, or (flags: no file) its
+        // bare name, which the command line names as its flag
         let err = |field: &str, why: String| {
-            ConfigError::new(
-                if file.is_empty() {
-                    self.spec.label()
-                } else {
-                    file.clone()
-                },
-                if file.is_empty() {
-                    field.to_string()
-                } else {
-                    format!("{at}{field}")
-                },
-                why,
-            )
+            if file.is_empty() {
+                ConfigError::new("", field, format!("{}: {why}", self.spec.label()))
+            } else {
+                ConfigError::new(file.clone(), format!("{at}{field}"), why)
+            }
         };
         if rel > MAX_REPLAY_NS {
             return Err(ConfigError::new(
@@ -708,8 +702,9 @@ impl TraceSource {
                 return Err(err(
                     "compress",
                     format!(
-                        "{c} puts a row {} s after the first, past 1e9 s",
-                        crate::time::show(t * 1e-9)
+                        "{} puts a row {} s after the first, past 1e9 s",
+                        crate::time::show(c),
+                        crate::time::show((t * 1e-9).round())
                     ),
                 ));
             }
