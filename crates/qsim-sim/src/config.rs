@@ -243,6 +243,40 @@ pub fn source_problem(what: &str, path: &Path) -> Option<String> {
     }
 }
 
+/// Rewrite an error's field path to name array items (`scenario.heavy.rpm`,
+/// not `scenario.2.rpm`), reading the document it is about: `file` with the
+/// `--set` overrides if the error is about it, else the file (or embedded
+/// file) the error names.
+pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> ConfigError {
+    if !e.field.split('.').any(|s| s.parse::<usize>().is_ok()) {
+        return e;
+    }
+    let doc = match file {
+        Some(f) if f.display().to_string() == e.source => read_toml(f).ok().map(|mut v| {
+            for s in sets {
+                let _ = apply_set(&mut v, s);
+            }
+            v
+        }),
+        _ => {
+            let name = e
+                .source
+                .strip_suffix(" (embedded)")
+                .map(|n| PathBuf::from(format!("{}{n}", crate::embedded::PREFIX)));
+            let p = name.unwrap_or_else(|| PathBuf::from(&e.source));
+            if source_exists(&p) {
+                read_toml(&p).ok()
+            } else {
+                None
+            }
+        }
+    };
+    match doc {
+        Some(v) => e.named_in(&v),
+        None => e,
+    }
+}
+
 /// Parse TOML text; `source` names it in errors.
 pub fn parse_toml(source: &str, text: &str) -> Result<toml::Value, ConfigError> {
     text.parse::<toml::Table>()

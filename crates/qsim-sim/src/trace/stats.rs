@@ -12,7 +12,7 @@
 //!   of the whole aligned windows before the last arrival's (`⌊span / w⌋`
 //!   of them; empty windows count; the last window is partial and left
 //!   out); 0 for a constant rate, 1 for a Poisson process, far above 1 for
-//!   bursty traffic; not a number when the trace is shorter than `w`;
+//!   bursty traffic; not a number with fewer than two whole windows;
 //! - length percentiles: qsim's one quantile definition
 //!   (`qsim_core::stats::quantile_by`, type 7) over the lengths kept as
 //!   counts per distinct value (memory per distinct length, not per request).
@@ -203,10 +203,10 @@ impl Bins {
     }
     /// Index of dispersion over the `span / w` whole windows before the
     /// last, partial one (`n_full` requests in them; empty windows count);
-    /// NaN when the trace is shorter than one window.
+    /// NaN with fewer than two whole windows (no variance to speak of).
     fn dispersion(&self, span: u64, n_full: u64) -> f64 {
         let k = span / self.w;
-        if k == 0 || n_full == 0 {
+        if k < 2 || n_full == 0 {
             return f64::NAN;
         }
         let windows = k as f64;

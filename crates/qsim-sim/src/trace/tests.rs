@@ -417,7 +417,7 @@ fn stats_measure_a_small_trace() {
     assert_eq!(st.peaks[0].start_s, 0);
     let (m, v) = (4.0 / 3.0, (4.0 + 4.0 + 0.0) / 3.0 - 16.0 / 9.0);
     assert!((st.dispersion[0].1 - v / m).abs() < 1e-12);
-    // shorter than the 10 s window: no whole window
+    // fewer than two whole 10 s windows: no index
     assert!(st.dispersion[1].1.is_nan());
     assert_eq!(st.input.p50(), 3.0);
     assert_eq!(st.output.max(), 50.0);
@@ -534,7 +534,8 @@ fn a_replay_from_the_scans_copy_equals_one_from_the_file() {
 
 /// Issue 41, case 7: the last, partial window was counted as a whole one
 /// (a constant 1 req/s trace over 600 s showed 5.27 at 60 s windows and
-/// 99.2 at 300 s). The answers are known: 0 for a constant rate; 1 for a
+/// 99.2 at 300 s; here 1,200 s, so that 300 s windows are whole three
+/// times: fewer than two whole windows give no index). The answers are known: 0 for a constant rate; 1 for a
 /// Poisson process, within the estimate's sampling error (the variance of
 /// `K` window counts has a relative standard error of about `√(2/(K−1))`;
 /// allowed: five of them).
@@ -556,7 +557,7 @@ fn the_index_of_dispersion_is_0_for_a_constant_rate_and_1_for_poisson() {
         (d, s)
     };
     let mut text = String::from("t,i,o\n");
-    for k in 0..600 {
+    for k in 0..1200 {
         text.push_str(&format!("{k},10,10\n"));
     }
     let (_d, s) = spec_of(&text);
