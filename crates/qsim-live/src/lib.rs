@@ -75,4 +75,8 @@ pub use hyper::Uri;
 /// `qsim whatif` replays callers with it.
 pub use respond::wait_ms;
 pub use server::Proxy;
+/// The one clock (model time ↔ real time) and the one retry-hint reader,
+/// for drivers outside this crate (the Python package's Pacer).
+pub use clock::Clock;
+pub use http::retry_hint;
 pub use store::{FailMode, StateBackend};
