@@ -98,7 +98,8 @@ class Pacer:
 
     def __init__(
         self,
-        policy: Optional[dict] = None,
+        policy_dict: Optional[dict] = None,
+        /,
         *,
         seed: int = 1,
         time_scale: float = 1.0,
@@ -110,11 +111,11 @@ class Pacer:
         **fields: Any,
     ) -> None:
         if _file is not None:
-            if policy is not None or fields:
+            if policy_dict is not None or fields:
                 raise QsimError("give a policy or an experiment file, not both")
             core = _qsim.PacerCore(None, _file, _experiment, list(_set), seed, time_scale, log)
         else:
-            p = dict(policy or {})
+            p = dict(policy_dict or {})
             p.update(fields)
             core = _qsim.PacerCore(json.dumps(p), None, None, [], seed, time_scale, log)
         self._core = core
@@ -157,6 +158,16 @@ class Pacer:
         """Whether the Pacer makes the SDK's hidden retries (the SDK's own
         must be off: ``max_retries=0``)."""
         return self._core.sdk_retries
+
+    @property
+    def max_tokens(self) -> int:
+        """The experiment's max_tokens (``from_experiment``): send it with every call."""
+        return self._core.max_tokens
+
+    @property
+    def rows_planned(self) -> int:
+        """The experiment's rows (``from_experiment``)."""
+        return self._core.rows_planned
 
     @property
     def seed(self) -> int:

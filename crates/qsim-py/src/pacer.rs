@@ -311,6 +311,18 @@ impl PacerCore {
         &self.policy.name
     }
 
+    /// The experiment's rows and max_tokens (what the simulation sized;
+    /// from a policy dict: 1 and 1).
+    #[getter]
+    fn rows_planned(&self) -> u64 {
+        self.policy.rows
+    }
+
+    #[getter]
+    fn max_tokens(&self) -> u64 {
+        self.policy.max_tokens
+    }
+
     #[getter]
     fn seed(&self) -> u64 {
         self.seed

@@ -6,7 +6,7 @@
 
 use qsim_sim::config::ConfigError;
 use qsim_sim::experiment::config::ClientKind;
-use qsim_sim::experiment::{self, ExperimentFile};
+use qsim_sim::experiment::ExperimentFile;
 use std::path::Path;
 
 /// A validated client and the random stream scope the simulation gives it
@@ -23,7 +23,7 @@ pub struct Policy {
 
 /// The suite-level keys of a policy dict (the rest belong to the one
 /// experiment).
-const SUITE_KEYS: &[&str] = &["workers", "sdk_retries", "sdk", "policy"];
+const SUITE_KEYS: &[&str] = &["workers", "sdk_retries", "sdk", "policy", "managed"];
 
 /// A policy dict (JSON text from Python) → the client, through a
 /// one-experiment hosted document. Error paths are the dict's own
@@ -99,7 +99,7 @@ fn unnest(mut e: ConfigError) -> ConfigError {
 /// experiment file, after `sets` (`--set` overrides).
 pub fn from_file(file: &str, name: Option<&str>, sets: &[String]) -> Result<Policy, ConfigError> {
     let path = Path::new(file);
-    let suite = match experiment::load(path, sets)? {
+    let suite = match crate::sim::load(path, sets)? {
         ExperimentFile::Hosted(s) => s,
         _ => {
             return Err(ConfigError::new(

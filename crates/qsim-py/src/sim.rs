@@ -41,7 +41,7 @@ fn err(e: PlanError, file: Option<&Path>, sets: &[String]) -> PyErr {
 }
 
 /// The CLI's `load_experiment`: errors name array items by their names.
-fn load(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
+pub(crate) fn load(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
     experiment::load(file, sets).map_err(|e| {
         let src = file.display().to_string();
         if e.source == src {
