@@ -554,12 +554,22 @@ class Pacer:
 
         return frame(self._core.rows())
 
+    def summary_csv(self, seed: Optional[int] = None) -> str:
+        """The run's summary records (``qsim replay``'s summary.csv):
+        ``qsim compare PREDICTION summary.csv`` compares them with a
+        simulation's."""
+        return self._core.summary_csv(self.seed if seed is None else seed)
+
     def write_log(self, directory: str) -> List[str]:
-        """Write attempts.csv and rows.csv (``qsim replay --out DIR``'s
-        files) into ``directory``: ``qsim calibrate hosted --log
-        DIR/attempts.csv`` reads the first."""
+        """Write attempts.csv, rows.csv and summary.csv (``qsim replay --out
+        DIR``'s files) into ``directory``: ``qsim calibrate hosted --log
+        DIR/attempts.csv`` reads the first, ``qsim compare`` the last."""
         os.makedirs(directory, exist_ok=True)
         paths = []
+        path = os.path.join(directory, "summary.csv")
+        with open(path + ".tmp-qsim", "w", newline="") as f:
+            f.write(self.summary_csv())
+        os.replace(path + ".tmp-qsim", path)
         for name, cols in (("attempts.csv", self._core.attempts()), ("rows.csv", self._core.rows())):
             path = os.path.join(directory, name)
             tmp = path + ".tmp-qsim"
@@ -571,6 +581,7 @@ class Pacer:
                     w.writerow(["" if c[2][k] is None else _cell(c[2][k]) for c in cols])
             os.replace(tmp, path)
             paths.append(path)
+        paths.append(os.path.join(directory, "summary.csv"))
         return paths
 
     def counts(self) -> dict:

@@ -79,9 +79,11 @@ struct Core {
     attempts: Vec<Attempt>,
     rows: Vec<RowResult>,
     sdk_retries: u64,
-    /// first and last model time seen (elapsed of the log)
+    /// first and last model time seen (elapsed of the log), and when the
+    /// last row finished
     first: Option<Nanos>,
     last: Nanos,
+    last_done: Nanos,
     closed: bool,
 }
 
@@ -180,6 +182,7 @@ impl Core {
     }
 
     fn finish(&mut self, a: &Active, o: &Outcome) {
+        self.last_done = self.last_done.max(self.last);
         if !self.log {
             return;
         }
@@ -279,6 +282,7 @@ impl PacerCore {
                 sdk_retries: 0,
                 first: None,
                 last: 0,
+                last_done: 0,
                 closed: false,
             }),
             clock: Clock::new(0, time_scale),
@@ -787,6 +791,85 @@ impl PacerCore {
             NamedColumn::new("error", Values::Str(r.iter().map(|x| x.error.clone()).collect())),
         ];
         cols.iter().map(|c| crate::sim::column(py, c)).collect()
+    }
+
+    /// The run's summary records (`seed,subject,metric,value`, as `qsim
+    /// replay` writes summary.csv and `qsim run --format csv` prints them):
+    /// what `qsim compare` takes as an observation. The conversion of the
+    /// log into the simulation's result type is `qsim replay`'s
+    /// (`observed`, src/commands/replay.rs), until issue 37 makes it one
+    /// library function both call.
+    #[pyo3(signature = (seed=1))]
+    fn summary_csv(&self, seed: u64) -> String {
+        use qsim_sim::experiment::hosted::HostedResult;
+        let c = lock(&self.core);
+        let mut r = HostedResult {
+            name: self.policy.name.clone(),
+            client: match self.policy.client {
+                ClientKind::Pool { .. } => "pool",
+                ClientKind::Managed(_) => "managed",
+            },
+            elapsed: c.last_done.saturating_sub(c.first.unwrap_or(0)),
+            total: 0,
+            ok: 0,
+            rejected_429: 0,
+            failed_other: 0,
+            latency: qsim_sim::engine::DurationHist::new(),
+            own_wait: 0,
+            output_tokens: 0,
+            input_tokens: 0,
+            price: None,
+            provisioned: None,
+            truncated: 0,
+            retried: 0,
+            max_attempts: 0,
+            max_wait: 0,
+            http_requests: 0,
+            http_429: 0,
+            sdk_retries: c.attempts.iter().filter(|a| a.sdk_retry > 0).count() as u64,
+            local_rejects: 0,
+            quota_denied: 0,
+            limit_hits: vec![],
+            final_concurrency: match &c.mode {
+                Mode::Managed { exec, .. } => Some(exec.window()),
+                _ => None,
+            },
+        };
+        for row in &c.rows {
+            let Some(status) = row.status else { continue };
+            r.total += 1;
+            r.latency.record(row.latency);
+            r.own_wait += row.own_wait;
+            r.max_wait = r.max_wait.max(row.own_wait);
+            r.max_attempts = r.max_attempts.max(row.attempts);
+            r.retried += (row.attempts > 1) as u64;
+            r.quota_denied += row.quota_denied as u64;
+            match status {
+                200 => {
+                    r.ok += 1;
+                    r.output_tokens += row.output_tokens;
+                    r.truncated += (row.finish_reason.as_deref() == Some("length")) as u64;
+                }
+                429 => r.rejected_429 += 1,
+                _ => r.failed_other += 1,
+            }
+        }
+        for a in &c.attempts {
+            if a.sent() {
+                r.http_requests += 1;
+                r.http_429 += (a.status == Some(429)) as u64;
+            } else {
+                r.local_rejects += 1;
+            }
+        }
+        let mut out = qsim_sim::report::records::Records::default();
+        qsim_sim::report::hosted::records(&mut out, seed, &[r]);
+        let unfinished = c.rows.iter().filter(|r| r.status.is_none()).count();
+        out.push(seed, &self.policy.name, "rows_unfinished", unfinished as f64);
+        qsim_sim::report::records::to_csv(&[qsim_sim::report::records::PointRecords {
+            params: vec![],
+            records: out,
+        }])
     }
 
     /// Counts so far: (rows finished, attempts sent, local rejects, SDK
