@@ -27,7 +27,6 @@ use crate::errors;
 use crate::policy::Policy;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use qsim_results::{NamedColumn, Values};
 use qsim_core::client::managed::AimdParams;
 use qsim_core::client::{
     Call, CallerPolicy, Managed, ManagedNext, Next, Outcome, PoolShared, Reply, Send,
@@ -35,6 +34,7 @@ use qsim_core::client::{
 use qsim_core::time::Nanos;
 use qsim_live::replay::{Attempt, RowResult};
 use qsim_live::Clock;
+use qsim_results::{NamedColumn, Values};
 use qsim_sim::engine::rng::{component, stream, unit, Rng};
 use qsim_sim::experiment::config::ClientKind;
 use std::sync::Mutex;
@@ -525,7 +525,11 @@ impl PacerCore {
             a.error = error.clone();
             if a.rec != usize::MAX {
                 let r = &mut c.attempts[a.rec];
-                r.status = if ok { Some(status.unwrap_or(200)) } else { status };
+                r.status = if ok {
+                    Some(status.unwrap_or(200))
+                } else {
+                    status
+                };
                 r.hint = hint;
                 r.end = now;
                 r.input_tokens = input_tokens;
@@ -541,13 +545,19 @@ impl PacerCore {
             return Err(errors::qsim("not a pool"));
         };
         let rng = &mut c.rng;
-        let next = a.call.on_reply(now, reply, caller, shared, &mut || unit(rng));
+        let next = a
+            .call
+            .on_reply(now, reply, caller, shared, &mut || unit(rng));
         match next {
             Next::SendAt { at, layer } => {
                 if layer == qsim_core::client::Layer::Sdk {
                     c.sdk_retries += 1;
                 }
-                Ok(NextPy::SendAt(false, at, layer == qsim_core::client::Layer::Sdk))
+                Ok(NextPy::SendAt(
+                    false,
+                    at,
+                    layer == qsim_core::client::Layer::Sdk,
+                ))
             }
             Next::Done(o) => {
                 let a = c.take(slot)?;
@@ -683,7 +693,11 @@ impl PacerCore {
         a.error = error.clone();
         if a.rec != usize::MAX {
             let r = &mut c.attempts[a.rec];
-            r.status = if ok { Some(status.unwrap_or(200)) } else { status };
+            r.status = if ok {
+                Some(status.unwrap_or(200))
+            } else {
+                status
+            };
             r.hint = hint;
             r.end = now;
             r.input_tokens = input_tokens;
@@ -740,7 +754,10 @@ impl PacerCore {
             NamedColumn::new("status", u(&|a| a.status.map(u64::from))),
             NamedColumn::new("retry_hint_s", fl(&|a| a.hint.map(s))),
             NamedColumn::new("start_s", fl(&|a| Some(s(a.start)))),
-            NamedColumn::new("ttft_s", fl(&|a| a.ttft.map(|t| s(t.saturating_sub(a.start))))),
+            NamedColumn::new(
+                "ttft_s",
+                fl(&|a| a.ttft.map(|t| s(t.saturating_sub(a.start)))),
+            ),
             NamedColumn::new("end_s", fl(&|a| Some(s(a.end)))),
             NamedColumn::new("input_tokens", u(&|a| a.input_tokens)),
             NamedColumn::new("output_tokens", u(&|a| a.output_tokens)),
@@ -754,7 +771,10 @@ impl PacerCore {
     /// The rows' outcomes as columns in rows.csv's order (experiment, row,
     /// status, attempts, latency_s, own_wait_s, output_tokens,
     /// finish_reason, error), in the order the rows finished.
-    fn rows<'py>(&self, py: Python<'py>) -> PyResult<Vec<(String, &'static str, Bound<'py, PyList>)>> {
+    fn rows<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Vec<(String, &'static str, Bound<'py, PyList>)>> {
         let c = lock(&self.core);
         let s = |ns: Nanos| ns as f64 / 1e9;
         let r = &c.rows;
@@ -788,7 +808,10 @@ impl PacerCore {
                 "finish_reason",
                 Values::Str(r.iter().map(|x| x.finish_reason.clone()).collect()),
             ),
-            NamedColumn::new("error", Values::Str(r.iter().map(|x| x.error.clone()).collect())),
+            NamedColumn::new(
+                "error",
+                Values::Str(r.iter().map(|x| x.error.clone()).collect()),
+            ),
         ];
         cols.iter().map(|c| crate::sim::column(py, c)).collect()
     }
@@ -865,7 +888,12 @@ impl PacerCore {
         let mut out = qsim_sim::report::records::Records::default();
         qsim_sim::report::hosted::records(&mut out, seed, &[r]);
         let unfinished = c.rows.iter().filter(|r| r.status.is_none()).count();
-        out.push(seed, &self.policy.name, "rows_unfinished", unfinished as f64);
+        out.push(
+            seed,
+            &self.policy.name,
+            "rows_unfinished",
+            unfinished as f64,
+        );
         qsim_sim::report::records::to_csv(&[qsim_sim::report::records::PointRecords {
             params: vec![],
             records: out,

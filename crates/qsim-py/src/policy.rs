@@ -101,23 +101,28 @@ pub fn from_file(file: &str, name: Option<&str>, sets: &[String]) -> Result<Poli
     let path = Path::new(file);
     let suite = match crate::sim::load(path, sets)? {
         ExperimentFile::Hosted(s) => s,
-        _ => {
-            return Err(ConfigError::new(
-                file,
-                "kind",
-                "a Pacer needs a hosted experiment file (kind = \"hosted\"): its client is the policy",
-            ))
-        }
+        _ => return Err(ConfigError::new(
+            file,
+            "kind",
+            "a Pacer needs a hosted experiment file (kind = \"hosted\"): its client is the policy",
+        )),
     };
     let names: Vec<&str> = suite.experiments.iter().map(|e| e.name.as_str()).collect();
     let e = match name {
-        Some(n) => suite.experiments.iter().find(|e| e.name == n).ok_or_else(|| {
-            ConfigError::new(
-                "experiment",
-                "",
-                format!("no experiment named {n:?}; the file has {}", names.join(", ")),
-            )
-        })?,
+        Some(n) => suite
+            .experiments
+            .iter()
+            .find(|e| e.name == n)
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "experiment",
+                    "",
+                    format!(
+                        "no experiment named {n:?}; the file has {}",
+                        names.join(", ")
+                    ),
+                )
+            })?,
         None if suite.experiments.len() == 1 => &suite.experiments[0],
         None => {
             return Err(ConfigError::new(

@@ -11,6 +11,7 @@
 use crate::errors;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use qsim_results::{NamedColumn, Values};
 use qsim_sim::budget::{Budget, Cost, DEFAULT_MAX_MEMORY_MB, DEFAULT_MAX_REQUESTS};
 use qsim_sim::config::ConfigError;
 use qsim_sim::experiment::{self, ExperimentFile};
@@ -18,7 +19,6 @@ use qsim_sim::plan::PlanError;
 use qsim_sim::report;
 use qsim_sim::report::records::{PointRecords, Records};
 use qsim_sim::sweep::Axis;
-use qsim_results::{NamedColumn, Values};
 use std::path::{Path, PathBuf};
 
 /// What a run, sweep or plan returned: its records, the CLI's text report
@@ -114,11 +114,7 @@ impl From<PlanError> for Failure {
 }
 
 /// Run `f` under the work budget, as the CLI does.
-fn scoped<R>(
-    source: &str,
-    max: u64,
-    f: impl FnOnce() -> Result<R, Failure>,
-) -> Result<R, Failure> {
+fn scoped<R>(source: &str, max: u64, f: impl FnOnce() -> Result<R, Failure>) -> Result<R, Failure> {
     let (r, meter) = qsim_sim::work::scope(max, f);
     if meter.over() {
         return Err(qsim_sim::work::exceeded(source, &meter).into());
@@ -376,7 +372,10 @@ pub fn plan(
 }
 
 /// A column as (name, dtype, values) for the Python side.
-pub fn column<'py>(py: Python<'py>, c: &NamedColumn) -> PyResult<(String, &'static str, Bound<'py, PyList>)> {
+pub fn column<'py>(
+    py: Python<'py>,
+    c: &NamedColumn,
+) -> PyResult<(String, &'static str, Bound<'py, PyList>)> {
     let (dtype, list) = match &c.values {
         Values::Str(v) => ("str", PyList::new(py, v)?),
         Values::F64(v) => ("f64", PyList::new(py, v)?),
@@ -439,8 +438,15 @@ impl RunResult {
         self.points
             .iter()
             .flat_map(|(p, r)| {
-                r.iter()
-                    .map(move |x| (*p, x.seed, x.subject.to_string(), x.metric.to_string(), x.value))
+                r.iter().map(move |x| {
+                    (
+                        *p,
+                        x.seed,
+                        x.subject.to_string(),
+                        x.metric.to_string(),
+                        x.value,
+                    )
+                })
             })
             .collect()
     }

@@ -10,8 +10,8 @@
 //! sharding (a merge that pushes the shards' rows back in point order builds
 //! the same tables).
 
-use crate::error::ResultsError;
 use crate::columns::{NamedColumn, Values};
+use crate::error::ResultsError;
 use std::collections::BTreeMap;
 
 /// One swept parameter: its path and its values, in grid order.
