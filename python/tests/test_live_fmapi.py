@@ -30,10 +30,15 @@ tenacity = pytest.importorskip("tenacity")
 FMAPI = "builtin:experiments/fmapi-pacing.toml"
 PROFILE = str(ROOT / "models" / "databricks-claude-haiku-4-5.toml")
 MODEL = "databricks-claude-haiku-4-5"
-# `qsim recommend experiments/fmapi-pacing.toml`'s winner (the README's:
-# equal jitter, 10 workers, max_tokens 240), as overrides of the article's
-# backoff experiment
-RECOMMENDED = ["workers=10", "max_tokens=240", "policy=equal-jitter"]
+# `qsim recommend experiments/fmapi-pacing.toml`'s winner (equal jitter with
+# base_s 0.25, cap_s 32, 8 attempts; 10 workers; max_tokens 240), as overrides
+# of the article's backoff experiment
+RECOMMENDED = [
+    "workers=10",
+    "max_tokens=240",
+    "experiment.exp2-backoff.retry.backoff=equal_jitter",
+    "experiment.exp2-backoff.retry.base_s=0.25",
+]
 # the article's own backoff (min(2^n, 32) + U[0, 1) s, 8 attempts) at the same size
 ARTICLE = ["workers=10", "max_tokens=240"]
 DRAWS = 3
