@@ -86,13 +86,15 @@ def test_errors_are_the_cli_line(call, args):
 
 
 def test_the_gil_is_released_while_simulating():
-    """While a run simulates in another thread, this thread keeps running
-    Python (counted iterations, not time)."""
+    """While a run simulates in another thread (2,000 seeds: ~0.8 CPU-s),
+    this thread keeps running Python: millions of iterations, where a
+    simulation holding the GIL would leave it one switch interval (5 ms:
+    ~100,000 at most). Counted iterations, not time."""
     done = threading.Event()
     result = []
 
     def sim():
-        result.append(qsim.run(FMAPI, seeds=40))
+        result.append(qsim.run(FMAPI, seeds=2000))
         done.set()
 
     th = threading.Thread(target=sim)
@@ -102,4 +104,4 @@ def test_the_gil_is_released_while_simulating():
         n += 1
     th.join()
     assert result and "exp1-direct" in str(result[0])
-    assert n > 100_000, f"only {n} iterations ran beside the simulation"
+    assert n > 1_000_000, f"only {n} iterations ran beside the simulation"
