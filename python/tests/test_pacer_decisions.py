@@ -219,7 +219,7 @@ def compare(sim, pacer, suite):
 
 
 @settings(
-    max_examples=int(__import__("os").environ.get("QSIM_PY_EXAMPLES", "40")),
+    max_examples=int(__import__("os").environ.get("QSIM_PY_EXAMPLES", "200")),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
