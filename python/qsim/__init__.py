@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from . import _qsim
-from ._pacer import Pacer, RejectedLocally
+from ._pacer import Pacer, RejectedLocally, first_token
 from ._results import Result
 
 __version__ = _qsim.__version__
@@ -37,6 +37,7 @@ __all__ = [
     "UnmetError",
     "ClosedError",
     "RejectedLocally",
+    "first_token",
 ]
 
 

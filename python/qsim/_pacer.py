@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import csv
 import inspect
 import json
@@ -43,6 +44,22 @@ class RejectedLocally(QsimError):
 
 def _none() -> None:
     return None
+
+
+# the attempt in flight in this thread or task: (pacer, slot)
+_CURRENT: "contextvars.ContextVar[Optional[tuple]]" = contextvars.ContextVar("qsim_attempt", default=None)
+
+
+def first_token() -> None:
+    """Mark the first streamed token of the attempt in flight (call it from
+    inside the paced callable when a stream's first content arrives): the
+    attempt log then has its TTFT, as ``qsim replay --stream`` records it,
+    which ``qsim calibrate hosted`` fits latencies from. Outside a paced
+    call it does nothing."""
+    cur = _CURRENT.get()
+    if cur is not None:
+        pacer, slot = cur
+        pacer._core.first_token(slot, pacer._now())
 
 
 def _check_sdk(fn: Any) -> None:
@@ -370,6 +387,7 @@ class Pacer:
         try:
             while True:
                 if core.send(slot, now()):
+                    token = _CURRENT.set((self, slot))
                     try:
                         value = fn(*args, **kwargs)
                     except Exception as e:  # a failed attempt, never a crash
@@ -378,6 +396,8 @@ class Pacer:
                     else:
                         rep = from_result(value)
                         last = (False, value)
+                    finally:
+                        _CURRENT.reset(token)
                     nxt = self._report(slot, rep)
                 else:
                     if self._clock is not None:
@@ -411,6 +431,7 @@ class Pacer:
         try:
             while True:
                 if core.send(slot, now()):
+                    token = _CURRENT.set((self, slot))
                     try:
                         value = fn(*args, **kwargs)
                         if inspect.isawaitable(value):
@@ -421,6 +442,8 @@ class Pacer:
                     else:
                         rep = from_result(value)
                         last = (False, value)
+                    finally:
+                        _CURRENT.reset(token)
                     nxt = self._report(slot, rep)
                 else:
                     if self._clock is not None:
@@ -488,12 +511,15 @@ class Pacer:
         replies: "queue.SimpleQueue" = queue.SimpleQueue()
 
         def send(slot: int, i: int) -> None:
+            token = _CURRENT.set((self, slot))
             try:
                 value = fn(rows[i])
             except Exception as e:
                 replies.put((slot, i, from_exception(e), e))
             else:
                 replies.put((slot, i, from_result(value), value))
+            finally:
+                _CURRENT.reset(token)
 
         self._check()
         core.m_start(n)

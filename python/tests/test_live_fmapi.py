@@ -101,7 +101,7 @@ class Counting(httpx.Client):
             self.statuses.append(resp.status_code)
 
 
-def pacer_draw(k, out):
+def pacer_draw(k, out, logs):
     serve = Serve(k, SCALE)
     try:
         pacer = qsim.Pacer.from_experiment(FMAPI, "exp2-backoff", set=RECOMMENDED, seed=k, time_scale=SCALE)
@@ -109,11 +109,25 @@ def pacer_draw(k, out):
         client = openai.OpenAI(api_key="x", base_url=serve.url, max_retries=0, timeout=600 / SCALE)
 
         def one(prompt):
-            return client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=pacer.max_tokens, temperature=0
+            # streamed, so the attempt log has each attempt's TTFT (qsim.first_token)
+            stream = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=pacer.max_tokens,
+                temperature=0, stream=True, stream_options={"include_usage": True},
             )
+            text, finish, usage = [], None, None
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    if not text:
+                        qsim.first_token()
+                    text.append(chunk.choices[0].delta.content)
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    finish = chunk.choices[0].finish_reason
+                if chunk.usage is not None:
+                    usage = {"prompt_tokens": chunk.usage.prompt_tokens, "completion_tokens": chunk.usage.completion_tokens}
+            return {"text": "".join(text), "usage": usage, "choices": [{"finish_reason": finish}]}
 
         results = pacer.map(one, prompts(k))
+        pacer.write_log(str(logs / f"draw{k}"))
         log = pacer.attempts()
         out[k] = {
             "ok": sum(1 for r in results if not isinstance(r, BaseException)),
@@ -161,9 +175,9 @@ def tenacity_draw(k, out):
         serve.close()
 
 
-def run_draws(fn):
+def run_draws(fn, *extra):
     out = {}
-    ths = [threading.Thread(target=fn, args=(k, out)) for k in range(1, DRAWS + 1)]
+    ths = [threading.Thread(target=fn, args=(k, out, *extra)) for k in range(1, DRAWS + 1)]
     for th in ths:
         th.start()
     for th in ths:
@@ -182,7 +196,7 @@ def check(draws, pred, label):
 def test_the_recommended_policy_through_the_pacer_and_the_openai_sdk(tmp_path):
     pred = predicted(RECOMMENDED, ["ok", "http_requests", "http_429"])
     assert pred["ok"] == (200, 200, 200), "the recommendation finishes every row in the simulation"
-    draws = run_draws(pacer_draw)
+    draws = run_draws(pacer_draw, tmp_path)
     for k, d in draws.items():
         assert d["ok"] == 200, f"draw {k}: {d['ok']} of 200 rows succeeded"
     check(draws, {m: pred[m] for m in ("http_requests", "http_429")}, "pacer")
@@ -197,7 +211,12 @@ def test_the_recommended_policy_through_the_pacer_and_the_openai_sdk(tmp_path):
     r = subprocess.run([qsim_bin(), "compare", str(sim), str(obs), "--metric", "ok,http_requests,http_429"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert "exp2-backoff" in r.stdout and "http_429" in r.stdout.replace("HTTP 429s", "http_429") or "429" in r.stdout
+    assert "exp2-backoff" in r.stdout, r.stdout
+    # ... and qsim calibrate hosted fits a profile to its attempt log as to a replay's
+    r = subprocess.run([qsim_bin(), "calibrate", "hosted", "--log", str(tmp_path / "draw1" / "attempts.csv"),
+                        "--max-tokens", "240", "--bootstrap", "200"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "OTPM" in r.stdout or "output" in r.stdout, r.stdout
 
 
 def test_a_tenacity_backoff_does_what_the_simulation_of_it_predicts():

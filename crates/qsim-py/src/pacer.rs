@@ -567,6 +567,22 @@ impl PacerCore {
         }
     }
 
+    /// The attempt in flight at `slot` saw its first streamed token now
+    /// (its TTFT, as `qsim replay --stream` records it; the first mark counts).
+    #[pyo3(signature = (slot, now=None))]
+    fn first_token(&self, slot: usize, now: Option<u64>) {
+        let now = self.now(now);
+        let mut guard = lock(&self.core);
+        let c = &mut *guard;
+        if let Some(Some(a)) = c.slots.get(slot) {
+            if let Some(r) = c.attempts.get_mut(a.rec) {
+                if r.ttft.is_none() {
+                    r.ttft = Some(now);
+                }
+            }
+        }
+    }
+
     /// A row given up by the driver (KeyboardInterrupt, close): freed, logged
     /// as not finished.
     fn abandon(&self, slot: usize) {
