@@ -221,6 +221,28 @@ pub fn source_exists(path: &Path) -> bool {
     }
 }
 
+/// Why a referenced file (a profile, a batch) cannot be read, as the end of
+/// a message about it: `"{what} not found: PATH"` when nothing is there
+/// (or no embedded file has the name), else the bounded reader's reason
+/// (`PATH: cannot read: a FIFO, not a regular file …`), checked before the
+/// path is opened or resolved through a link.
+pub fn source_problem(what: &str, path: &Path) -> Option<String> {
+    let s = path.display().to_string();
+    if let Some(name) = s.strip_prefix(crate::embedded::PREFIX) {
+        return crate::embedded::get(name)
+            .is_none()
+            .then(|| format!("{what} not found: {s}"));
+    }
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("{what} not found: {s}"))
+        }
+        _ => crate::input::check(path)
+            .err()
+            .map(|r| format!("{what} {s}: {r}")),
+    }
+}
+
 /// Parse TOML text; `source` names it in errors.
 pub fn parse_toml(source: &str, text: &str) -> Result<toml::Value, ConfigError> {
     text.parse::<toml::Table>()
@@ -288,7 +310,9 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
     if path.is_empty() {
         return Err(ConfigError::new(&flag, "", "empty path"));
     }
-    let segs: Vec<&str> = path.split('.').collect();
+    // `option[2].replicas` (as errors name fields) is `option.2.replicas`
+    let path = path.replace('[', ".").replace(']', "");
+    let segs: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
     let mut cur = root;
     for (i, seg) in segs.iter().enumerate() {
         let last = i + 1 == segs.len();
