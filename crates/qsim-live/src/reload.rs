@@ -104,6 +104,7 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
     // are translated to the new routes by names (gateway.rs)
     let routes = (cfg.routes != old.cfg.routes).then(|| cfg.routes.clone());
     cfg.upstream_ca_file = old.cfg.upstream_ca_file.clone();
+    cfg.upstream_ca_pem = old.cfg.upstream_ca_pem.clone();
     cfg.state = old.cfg.state.clone();
     cfg.threads = old.cfg.threads;
     let params = compile(&cfg)?;

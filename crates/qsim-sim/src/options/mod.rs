@@ -44,9 +44,7 @@ pub mod mix;
 pub mod open;
 pub mod render;
 
-use crate::config::{
-    apply_set, from_value, read_toml, resolve_relative, source_exists, ConfigError,
-};
+use crate::config::{apply_set, from_value, read_toml, resolve_relative, ConfigError};
 use crate::engine::DurationHist;
 use crate::experiment::hosted::{run_suite, HostedResult};
 use crate::experiment::scaling::RawAutoscale;
@@ -369,12 +367,8 @@ fn load_batch(
     ttft_p95: Option<Nanos>,
 ) -> Result<OptionsFile, ConfigError> {
     let bpath = resolve_relative(path, batch_name);
-    if !source_exists(&bpath) {
-        return Err(ConfigError::new(
-            f,
-            "batch",
-            format!("batch file not found: {}", bpath.display()),
-        ));
+    if let Some(why) = crate::config::source_problem("batch file", &bpath) {
+        return Err(ConfigError::new(f, "batch", why));
     }
     let batch_value = |endpoint: Option<&PathBuf>, prov: Option<&toml::Value>| {
         let mut bv = read_toml(&bpath)?;
@@ -435,18 +429,15 @@ fn load_batch(
                     ));
                 };
                 // absolute, as the batch file resolves it against itself
-                let ep = o
-                    .endpoint
+                let ep = o.endpoint.as_ref().map(|e| resolve_relative(path, e));
+                // checked as named (before a link is resolved)
+                if let Some(why) = ep
                     .as_ref()
-                    .map(|e| resolve_relative(path, e))
-                    .map(|e| std::fs::canonicalize(&e).unwrap_or(e));
-                if let Some(e) = ep.as_ref().filter(|e| !source_exists(e)) {
-                    return Err(ConfigError::new(
-                        f,
-                        fld("endpoint"),
-                        format!("endpoint profile not found: {}", e.display()),
-                    ));
+                    .and_then(|e| crate::config::source_problem("endpoint profile", e))
+                {
+                    return Err(ConfigError::new(f, fld("endpoint"), why));
                 }
+                let ep = ep.map(|e| std::fs::canonicalize(&e).unwrap_or(e));
                 let bsrc = bpath.display().to_string();
                 let mut s = HostedSuite::from_value(
                     &bpath,
@@ -523,12 +514,8 @@ fn replicas_of(
         ));
     };
     let sp = resolve_relative(path, sp);
-    if !source_exists(&sp) {
-        return Err(ConfigError::new(
-            f,
-            fld("server"),
-            format!("server profile not found: {}", sp.display()),
-        ));
+    if let Some(why) = crate::config::source_problem("server profile", &sp) {
+        return Err(ConfigError::new(f, fld("server"), why));
     }
     let mut profile = load_profile(&sp)?;
     if let Some(v) = replica_hour_usd {
@@ -591,12 +578,8 @@ fn hosted_of(
     provisioned: Option<&toml::Value>,
 ) -> Result<Arc<crate::hosted::HostedProfile>, ConfigError> {
     let ep = resolve_relative(path, endpoint);
-    if !source_exists(&ep) {
-        return Err(ConfigError::new(
-            f,
-            format!("{at}.endpoint"),
-            format!("endpoint profile not found: {}", ep.display()),
-        ));
+    if let Some(why) = crate::config::source_problem("endpoint profile", &ep) {
+        return Err(ConfigError::new(f, format!("{at}.endpoint"), why));
     }
     let v = read_toml(&ep)?;
     let mut p = crate::hosted::HostedProfile::from_value(&ep.display().to_string(), v)?;

@@ -35,7 +35,7 @@
 //! without `url` or without credentials (`credential_env`, or
 //! `credential = "none"` for one that needs none).
 
-use crate::config::{duration_s, read_toml, resolve_relative, source_exists, ConfigError};
+use crate::config::{duration_s, read_toml, resolve_relative, ConfigError};
 use crate::hosted::provisioned::RawOverride;
 use crate::hosted::HostedProfile;
 use crate::limiter::rates::{Counts, LimitSpec, OutputAccounting};
@@ -245,11 +245,8 @@ pub fn parse(
             }
             Some(p) => {
                 let path = resolve_relative(file, p);
-                if !source_exists(&path) {
-                    return Err(err(
-                        "profile",
-                        format!("hosted profile not found: {}", path.display()),
-                    ));
+                if let Some(why) = crate::config::source_problem("hosted profile", &path) {
+                    return Err(err("profile", why));
                 }
                 let v = read_toml(&path)?;
                 let mut prof = HostedProfile::from_value(&path.display().to_string(), v)?;
