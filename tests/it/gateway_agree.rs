@@ -342,7 +342,7 @@ fn one(
             10,
             &mut |k: u64| ds.below(k),
         );
-        let (st, _) = live.reply_with(now, &mut h, proxy_outcome, &mut |k: u64| dp.below(k));
+        let st = live.reply_with(now, &mut h, proxy_outcome, &mut |k: u64| dp.below(k));
         let (a, b) = (said_sim(&sn), said_proxy(&st, now));
         prop_assert_eq!(&a, &b, "reply {:?} of upstream {} at {}", answer, u, now);
         steps += 1;

@@ -118,12 +118,7 @@ impl Drop for Settle {
         let out = self.usage.unwrap_or(self.partial);
         let app = &self.app;
         if let Some(h) = &mut self.gw {
-            if let Some((name, n)) = app.gateway.end(app.now(), h, out) {
-                app.metrics
-                    .upstream_in_flight
-                    .get_or_create(&crate::metrics::UpstreamLabel { upstream: name })
-                    .set(n as i64);
-            }
+            app.gateway.end(app.now(), h, out);
         }
         if let (Some(d), Some(t)) = (&app.drift, &self.drift) {
             d.end_request(self.id, t, app.now(), out);

@@ -10,13 +10,16 @@
 //! the same replies to check that both choose the same upstreams.
 
 use crate::config::{Routes, UpstreamHttp};
+use crate::metrics::{Metrics, UpstreamLabel, UpstreamResultLabel};
 use crate::sync::lock;
 use hyper::header::HeaderMap;
-use qsim_core::gateway::{Counts, Gateway, Reply, Step, Ticket};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use qsim_core::gateway::{Gateway, Reply, Step, Ticket};
 use qsim_core::limiter::rates::Cost;
 use qsim_core::route::Below;
 use qsim_core::time::Nanos;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// What became of one HTTP attempt.
@@ -67,21 +70,74 @@ pub struct Hold {
     pub routes: Arc<Routes>,
 }
 
-/// The gateway in force, its routes and their names as metric labels.
+/// The gateway in force, its routes, their names as metric labels and
+/// each upstream's metrics (resolved once per routes: a label lookup per
+/// request cost ~4 % of the forwarded path's instructions).
 pub struct Live {
     pub gw: Gateway,
     pub routes: Arc<Routes>,
     pub names: Vec<Arc<String>>,
+    metrics: Vec<UpMetrics>,
 }
 
-/// An upstream's counts before and after a reply (the metrics' deltas).
-#[derive(Debug, Clone)]
-pub struct Touched {
-    pub upstream: usize,
-    pub name: Arc<String>,
-    pub before: Counts,
-    pub after: Counts,
-    pub in_flight: u64,
+/// One upstream's metrics (handles sharing the registered families'
+/// values).
+struct UpMetrics {
+    /// By [`Reply`] kind, in [`RESULTS`] order.
+    attempts: Vec<Counter>,
+    answered: Counter,
+    in_flight: Gauge,
+    cooldowns: Counter,
+    opened: Counter,
+}
+
+/// The reply kinds as labelled.
+const RESULTS: [&str; 6] = [
+    "ok",
+    "rate_limited",
+    "server_error",
+    "timeout",
+    "refused",
+    "client_error",
+];
+
+fn result_index(r: Reply) -> usize {
+    match r {
+        Reply::Ok => 0,
+        Reply::RateLimited { .. } => 1,
+        Reply::ServerError => 2,
+        Reply::Timeout => 3,
+        Reply::Refused => 4,
+        Reply::ClientError => 5,
+    }
+}
+
+fn up_metrics(m: &Metrics, names: &[Arc<String>]) -> Vec<UpMetrics> {
+    names
+        .iter()
+        .map(|n| {
+            let label = UpstreamLabel {
+                upstream: n.clone(),
+            };
+            UpMetrics {
+                attempts: RESULTS
+                    .iter()
+                    .map(|&result| {
+                        m.upstream_attempts
+                            .get_or_create(&UpstreamResultLabel {
+                                upstream: n.clone(),
+                                result,
+                            })
+                            .clone()
+                    })
+                    .collect(),
+                answered: m.upstream_answered.get_or_create(&label).clone(),
+                in_flight: m.upstream_in_flight.get_or_create(&label).clone(),
+                cooldowns: m.upstream_cooldowns.get_or_create(&label).clone(),
+                opened: m.upstream_circuit_opened.get_or_create(&label).clone(),
+            }
+        })
+        .collect()
 }
 
 fn names(r: &Routes) -> Vec<Arc<String>> {
@@ -96,6 +152,16 @@ fn names(r: &Routes) -> Vec<Arc<String>> {
 pub struct LiveGateway {
     state: Mutex<Live>,
     draws: AtomicU64,
+    /// A route names a model (else every request takes the `*` route and
+    /// its model need not be read).
+    by_model: AtomicBool,
+}
+
+fn names_a_model(r: &Routes) -> bool {
+    r.core
+        .routes
+        .iter()
+        .any(|x| x.model != qsim_core::gateway::ANY_MODEL)
 }
 
 /// SplitMix64: the weighted choices' draws (the proxy needs no seeded
@@ -112,14 +178,28 @@ impl LiveGateway {
     pub fn new(routes: Routes, now: Nanos, seed: u64) -> Result<LiveGateway, String> {
         let gw = Gateway::new(routes.core.clone(), now)
             .map_err(|e| format!("routes: {}: {}", e.field, e.reason))?;
+        let by_model = AtomicBool::new(names_a_model(&routes));
         Ok(LiveGateway {
+            by_model,
             state: Mutex::new(Live {
                 gw,
                 names: names(&routes),
                 routes: Arc::new(routes),
+                metrics: Vec::new(),
             }),
             draws: AtomicU64::new(seed),
         })
+    }
+
+    /// Keep the per-upstream metrics of `m` up to date (the proxy's).
+    pub(crate) fn attach(&self, m: &Metrics) {
+        let mut l = lock(&self.state);
+        l.metrics = up_metrics(m, &l.names);
+    }
+
+    /// Does a route name a model (must requests' models be read)?
+    pub fn by_model(&self) -> bool {
+        self.by_model.load(Ordering::Relaxed)
     }
 
     /// The routes in force.
@@ -169,34 +249,47 @@ impl LiveGateway {
 
     /// The attempt of `h` ended in `o` at `now`: the next step, and the
     /// upstream's counts before and after (for the metrics).
-    pub fn reply(&self, now: Nanos, h: &mut Hold, o: Outcome) -> (Step, Option<Touched>) {
+    pub fn reply(&self, now: Nanos, h: &mut Hold, o: Outcome) -> Step {
         let mut below = self.below();
         self.reply_with(now, h, o, &mut below)
     }
 
-    /// [`reply`](Self::reply) with the driver's own draws.
+    /// [`reply`](Self::reply) with the driver's own draws. The upstream's
+    /// metrics (attempts by result, cooldowns, circuit openings, in flight,
+    /// answered) are updated here.
     pub fn reply_with<B: Below + ?Sized>(
         &self,
         now: Nanos,
         h: &mut Hold,
         o: Outcome,
         below: &mut B,
-    ) -> (Step, Option<Touched>) {
+    ) -> Step {
         let mut l = lock(&self.state);
         if !catch_up(&l, h) {
-            return (Step::Answer, None);
+            return Step::Answer;
         }
         let u = h.ticket.upstream();
         let before = u.map(|u| l.gw.upstream(u).counts);
-        let step = l.gw.on_reply(now, &mut h.ticket, o.reply(), below);
-        let touched = u.zip(before).map(|(u, before)| Touched {
-            upstream: u,
-            name: l.names[u].clone(),
-            before,
-            after: l.gw.upstream(u).counts,
-            in_flight: l.gw.upstream(u).in_flight(),
-        });
-        (step, touched)
+        let reply = o.reply();
+        let step = l.gw.on_reply(now, &mut h.ticket, reply, below);
+        if let (Some(u), Some(b)) = (u, before) {
+            if let Some(m) = l.metrics.get(u) {
+                let s = l.gw.upstream(u);
+                let a = s.counts;
+                m.attempts[result_index(reply)].inc();
+                if a.cooldowns > b.cooldowns {
+                    m.cooldowns.inc_by(a.cooldowns - b.cooldowns);
+                }
+                if a.opened > b.opened {
+                    m.opened.inc_by(a.opened - b.opened);
+                }
+                m.in_flight.set(s.in_flight() as i64);
+                if step == Step::Answer {
+                    m.answered.inc();
+                }
+            }
+        }
+        step
     }
 
     /// The metric label of upstream `u` in force.
@@ -207,10 +300,10 @@ impl LiveGateway {
     /// The answer of `h` (after a 2xx) ended at `now` with `output` tokens;
     /// or, an attempt still in progress, it is abandoned (the client left).
     /// Its upstream's label and unanswered count after.
-    pub fn end(&self, now: Nanos, h: &mut Hold, output: u64) -> Option<(Arc<String>, u64)> {
+    pub fn end(&self, now: Nanos, h: &mut Hold, output: u64) {
         let mut l = lock(&self.state);
         if !catch_up(&l, h) {
-            return None;
+            return;
         }
         if h.ticket.answered() {
             l.gw.finish(now, &mut h.ticket, output);
@@ -218,8 +311,11 @@ impl LiveGateway {
             // an attempt without a reply: abandoned (nothing if none is in progress)
             l.gw.abandon(now, &mut h.ticket);
         }
-        let u = h.ticket.upstream()?;
-        Some((l.names[u].clone(), l.gw.upstream(u).in_flight()))
+        if let Some(u) = h.ticket.upstream() {
+            if let Some(m) = l.metrics.get(u) {
+                m.in_flight.set(l.gw.upstream(u).in_flight() as i64);
+            }
+        }
     }
 
     /// The next probe's time, and a probe due at `now` (its upstream).
@@ -237,12 +333,22 @@ impl LiveGateway {
 
     /// Put `routes` in force at `now` (a reload): upstreams keep their
     /// state by name.
-    pub fn reconfigure(&self, routes: Routes, now: Nanos) -> Result<(), String> {
+    pub(crate) fn reconfigure(
+        &self,
+        routes: Routes,
+        now: Nanos,
+        m: Option<&Metrics>,
+    ) -> Result<(), String> {
         let mut l = lock(&self.state);
         l.gw.reconfigure(routes.core.clone(), now)
             .map_err(|e| format!("routes: {}: {}", e.field, e.reason))?;
         l.names = names(&routes);
+        self.by_model
+            .store(names_a_model(&routes), Ordering::Relaxed);
         l.routes = Arc::new(routes);
+        if let Some(m) = m {
+            l.metrics = up_metrics(m, &l.names);
+        }
         Ok(())
     }
 }

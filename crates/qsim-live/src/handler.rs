@@ -9,11 +9,10 @@ use crate::body::{Settle, Tracked};
 use crate::config::OnLimit;
 use crate::config::UpstreamHttp;
 use crate::estimate;
-use crate::gateway::{Outcome as Attempted, Touched};
+use crate::gateway::Outcome as Attempted;
 use crate::http::{self, error, RespBody};
 use crate::metrics::{
     PhaseLabel, ReasonLabel, RejectLabel, RouteLabel, StatusLabel, UpstreamLabel,
-    UpstreamResultLabel,
 };
 use crate::record::Pending;
 use crate::respond::{limited, wait_ms};
@@ -543,12 +542,16 @@ async fn forward(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    // the model a route is chosen by: the body's, else a serving endpoint's name
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .or_else(|| http::invocations(parts.uri.path()))
-        .unwrap_or("");
+    // the model a route is chosen by: the body's, else a serving endpoint's
+    // name (looked up only when a route names a model)
+    let model = if app.gateway.by_model() {
+        body.get("model")
+            .and_then(Value::as_str)
+            .or_else(|| http::invocations(parts.uri.path()))
+            .unwrap_or("")
+    } else {
+        ""
+    };
     if let Some(d) = &app.drift {
         let req = GenRequest {
             input_tokens,
@@ -569,7 +572,8 @@ async fn forward(
     if let Some(r) = guard.rec.as_mut() {
         r.model = (!model.is_empty()).then(|| model.to_string());
     }
-    let Some((hold, mut step)) = app.gateway.start(app.now(), model, cost) else {
+    let mut sent = app.now();
+    let Some((hold, mut step)) = app.gateway.start(sent, model, cost) else {
         return no_route(app, &mut guard, model);
     };
     guard.gw = Some(hold);
@@ -599,7 +603,9 @@ async fn forward(
                 )
             }
         };
-        let sent = app.now();
+        if attempts > 1 {
+            sent = app.now();
+        }
         // the attempt's deadline, in real time (rounded up)
         let timeout = Duration::from_nanos(
             (deadline.saturating_sub(sent) as f64 / scale)
@@ -618,11 +624,8 @@ async fn forward(
         };
         let now = app.now();
         let hold = guard.gw.as_mut().expect("held");
-        let (next, touched) = app.gateway.reply(now, hold, outcome);
+        let next = app.gateway.reply(now, hold, outcome);
         let result = outcome.reply().name();
-        if let Some(t) = &touched {
-            note_attempt(app, t, result);
-        }
         if logging {
             let name = routes.core.upstreams[u].name.as_str();
             let arrival = guard.rec.as_ref().map_or(0, |r| r.arrival_ns);
@@ -641,14 +644,6 @@ async fn forward(
             tracing::debug!(id, upstream = %routes.core.upstreams[u].name, result, "attempt failed over");
             step = next;
             continue;
-        }
-        if let Some(t) = &touched {
-            app.metrics
-                .upstream_answered
-                .get_or_create(&UpstreamLabel {
-                    upstream: t.name.clone(),
-                })
-                .inc();
         }
         if let Some(r) = guard.rec.as_mut() {
             r.upstream = Some(routes.core.upstreams[u].name.clone());
@@ -726,33 +721,6 @@ fn upstream_gauges(app: &App) {
                 .set(s.in_flight() as i64);
         }
     });
-}
-
-/// An attempt's reply in the per-upstream metrics.
-fn note_attempt(app: &App, t: &Touched, result: &'static str) {
-    let m = &app.metrics;
-    m.upstream_attempts
-        .get_or_create(&UpstreamResultLabel {
-            upstream: t.name.clone(),
-            result,
-        })
-        .inc();
-    let label = UpstreamLabel {
-        upstream: t.name.clone(),
-    };
-    if t.after.cooldowns > t.before.cooldowns {
-        m.upstream_cooldowns
-            .get_or_create(&label)
-            .inc_by(t.after.cooldowns - t.before.cooldowns);
-    }
-    if t.after.opened > t.before.opened {
-        m.upstream_circuit_opened
-            .get_or_create(&label)
-            .inc_by(t.after.opened - t.before.opened);
-    }
-    m.upstream_in_flight
-        .get_or_create(&label)
-        .set(t.in_flight as i64);
 }
 
 /// The answer of the attempt that ended the request: the upstream's

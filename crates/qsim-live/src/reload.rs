@@ -120,7 +120,7 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
                 return Err("the limiter changed but its state is shared in Redis: restart every replica with the new config".into());
             }
             if let Some(r) = routes {
-                app.gateway.reconfigure(r, app.now())?;
+                app.gateway.reconfigure(r, app.now(), Some(&app.metrics))?;
             }
             let gen = Arc::new(Gen::new(old.id + 1, cfg, params));
             app.set_current(gen.clone());
@@ -129,7 +129,7 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
         }
         Store::Local(m) => {
             if let Some(r) = routes {
-                app.gateway.reconfigure(r, app.now())?;
+                app.gateway.reconfigure(r, app.now(), Some(&app.metrics))?;
             }
             let mut l = lock(m);
             let gen = Arc::new(Gen::new(l.gen.id.max(old.id) + 1, cfg, params));

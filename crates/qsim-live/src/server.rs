@@ -171,6 +171,7 @@ impl Proxy {
             drift,
         });
         app.metrics.generation.set(1);
+        app.gateway.attach(&app.metrics);
         println!("qsim proxy: listening on http://{addr}");
         tracing::info!(%addr, upstream = %http::redact_userinfo(&gen.cfg.upstream),
             upstreams = gen.cfg.routes.http.len(), routes = gen.cfg.routes.core.routes.len(),
