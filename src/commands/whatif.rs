@@ -667,19 +667,13 @@ impl Replayer<'_> {
 
 /// The replay (see the module doc). `times[i]`: record i on the common
 /// time line.
-pub fn replay(
+/// The records the limiter decided, on the log's common time line (runs
+/// laid out by their start; a waiter at its arrival), in `window` (from the
+/// first one's time), sorted: (record, time); and the window's start and end.
+pub fn timeline(
     recs: &[Record],
-    params: &Params,
-    on_limit: &[OnLimit],
     window: (Option<Nanos>, Option<Nanos>),
-) -> Outcome {
-    let names: Vec<String> = params
-        .config()
-        .consumers
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
-    // the common time line: runs laid out by their start
+) -> (Vec<(usize, Nanos)>, Nanos, Option<Nanos>) {
     let first_run = recs.iter().map(|r| r.run_unix_ms).min().unwrap_or(0);
     let time = |r: &Record| -> Nanos {
         // a waiter's decision is the end of its wait: it arrived before
@@ -694,23 +688,38 @@ pub fn replay(
         let off = (r.run_unix_ms - first_run) as f64 * 1e6 * r.time_scale.max(1e-9);
         t.saturating_add(off as Nanos)
     };
-    let mut idx: Vec<usize> = (0..recs.len())
+    let mut idx: Vec<(usize, Nanos)> = (0..recs.len())
         .filter(|&i| {
             let d = &*recs[i].decision;
             is_denied(d) || is_admitted(d)
         })
+        .map(|i| (i, time(&recs[i])))
         .collect();
-    idx.sort_by_key(|&i| (time(&recs[i]), recs[i].run_unix_ms, recs[i].id));
-    let t_first = idx.first().map_or(0, |&i| time(&recs[i]));
+    idx.sort_by_key(|&(i, t)| (t, recs[i].run_unix_ms, recs[i].id));
+    let t_first = idx.first().map_or(0, |&(_, t)| t);
     let start = window.0.map_or(t_first, |f| t_first + f);
     let end = window.1.map(|t| t_first + t);
+    idx.retain(|&(_, t)| t >= start && end.is_none_or(|e| t < e));
+    (idx, start, end)
+}
+
+pub fn replay(
+    recs: &[Record],
+    params: &Params,
+    on_limit: &[OnLimit],
+    window: (Option<Nanos>, Option<Nanos>),
+) -> Outcome {
+    let names: Vec<String> = params
+        .config()
+        .consumers
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let (in_window, start, end) = timeline(recs, window);
+    let first_run = recs.iter().map(|r| r.run_unix_ms).min().unwrap_or(0);
     let mut unmatched = 0;
     let mut sel: Vec<(usize, usize, Nanos)> = Vec::new(); // (record, consumer, t)
-    for &i in &idx {
-        let t = time(&recs[i]);
-        if t < start || end.is_some_and(|e| t >= e) {
-            continue;
-        }
+    for (i, t) in in_window {
         match names.iter().position(|n| *n == recs[i].consumer) {
             Some(c) => sel.push((i, c, t)),
             None => unmatched += 1,
@@ -1126,24 +1135,35 @@ fn load_policy(
     Ok((p, cfg.on_limit, routes))
 }
 
-/// The admitted records as the route what-if takes them.
-fn logged_requests(recs: &[Record]) -> Vec<qsim_sim::plan::routes_whatif::LoggedRequest> {
+/// The admitted records in `window` as the route what-if takes them, on
+/// the log's common time line (each record's times shifted with it).
+pub fn logged_requests(
+    recs: &[Record],
+    window: (Option<Nanos>, Option<Nanos>),
+) -> Vec<qsim_sim::plan::routes_whatif::LoggedRequest> {
     use qsim_sim::plan::routes_whatif::{parse_trail, LoggedRequest};
-    recs.iter()
-        .filter(|r| is_admitted(&r.decision))
-        .map(|r| LoggedRequest {
-            at: r.decided_ns.unwrap_or(r.arrival_ns),
-            model: r.model.clone().unwrap_or_default(),
-            input_tokens: r.input_tokens.unwrap_or(0),
-            max_tokens: r.max_tokens.unwrap_or(0),
-            output_tokens: r.settled_output.unwrap_or(0),
-            end: r.end_ns,
-            attempts: r
-                .trail
-                .as_deref()
-                .and_then(|t| parse_trail(t, r.arrival_ns))
-                .unwrap_or_default(),
-            status: r.status,
+    timeline(recs, window)
+        .0
+        .into_iter()
+        .filter(|&(i, _)| is_admitted(&recs[i].decision))
+        .map(|(i, t)| {
+            let r = &recs[i];
+            // admitted: its time is its decision's, shifted by its run's start
+            let off = t.saturating_sub(r.decided_ns.unwrap_or(r.arrival_ns));
+            LoggedRequest {
+                at: t,
+                model: r.model.clone().unwrap_or_default(),
+                input_tokens: r.input_tokens.unwrap_or(0),
+                max_tokens: r.max_tokens.unwrap_or(0),
+                output_tokens: r.settled_output.unwrap_or(0),
+                end: r.end_ns.map(|e| e + off),
+                attempts: r
+                    .trail
+                    .as_deref()
+                    .and_then(|tr| parse_trail(tr, r.arrival_ns + off))
+                    .unwrap_or_default(),
+                status: r.status,
+            }
         })
         .collect()
 }
@@ -1166,7 +1186,7 @@ pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
     let o = replay(&recs, &params, &on_limit, window);
     let mut text = render(&o, args)?;
     if let (Some(cfg), "table") = (&routes, args.format.as_str()) {
-        let w = qsim_sim::plan::routes_whatif::replay(&logged_requests(&recs), cfg);
+        let w = qsim_sim::plan::routes_whatif::replay(&logged_requests(&recs, window), cfg);
         text.push_str(&qsim_sim::plan::routes_whatif::render(&w));
     }
     if let Some(d) = &args.out {
