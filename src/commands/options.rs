@@ -99,7 +99,9 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
     let n = file.options.len();
     let mut unmet = None;
     let (text, points, emitted) = if a.fewest {
-        let found = each(&pool, n, |i| fewest::search(&file, i, a.seed, &targets));
+        let found = each(&pool, n, |i| {
+            qsim_sim::options::search::search(&file, i, a.seed, &targets)
+        });
         // a run the work budget stopped decided nothing
         qsim_sim::work::check(&fname)?;
         if !found.iter().any(|f| f.meets(&targets)) {

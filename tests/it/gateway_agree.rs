@@ -251,7 +251,7 @@ fn one(
     let suite = qsim_sim::experiment::HostedSuite::from_value(&sp, v)
         .map_err(|e| TestCaseError::fail(format!("{e}\n{sim}")))?;
     let routes = suite.routes.clone().expect("routed");
-    let cfg = qsim::commands::proxy::load(&qsim::commands::proxy::ProxyArgs {
+    let cfg = qsim_api::proxy::load(&qsim_api::proxy::Spec {
         config: pp,
         ..Default::default()
     })

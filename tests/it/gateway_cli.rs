@@ -81,16 +81,16 @@ fn options_put_the_cheapest_hybrid_beside_the_pure_options() {
         "{text}"
     );
     // as emitted: the credentials are placeholders, named
-    let args = qsim::commands::proxy::ProxyArgs {
+    let args = qsim_api::proxy::Spec {
         config: cfg.clone(),
         ..Default::default()
     };
-    let e = qsim::commands::proxy::load(&args).unwrap_err();
+    let e = qsim_api::proxy::load(&args).unwrap_err();
     assert!(e.field.ends_with("credential_env"), "{e:?}");
     // filled in (credential = "none"), it loads: the routes as simulated
     let filled = regex_free_fill(&text);
     std::fs::write(&cfg, &filled).unwrap();
-    let c = qsim::commands::proxy::load(&args).unwrap_or_else(|e| panic!("{e}\n{filled}"));
+    let c = qsim_api::proxy::load(&args).unwrap_or_else(|e| panic!("{e}\n{filled}"));
     assert!(c.routes.from_tables);
     assert!(c.routes.core.upstreams.len() >= 2, "{filled}");
 }

@@ -356,7 +356,7 @@ fn the_primary_killed_mid_run_costs_no_row_and_traffic_returns() {
         probes("ok")
     );
     stop(p);
-    let recs = qsim::commands::whatif::read_log(&dir.path().join("log")).unwrap();
+    let recs = qsim_api::whatif::read_log(&dir.path().join("log")).unwrap();
     // every attempt, in core time: (upstream, result, sent, replied)
     let mut attempts = Vec::new();
     let mut back_on_primary = 0;

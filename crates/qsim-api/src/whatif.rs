@@ -53,7 +53,6 @@
 //! restarts and are replayed as one limiter, as they ran. Minutes are
 //! counted from the window's start (default: the first replayed request).
 
-use crate::cli::common::CliError;
 use qsim_core::limiter::admission::{complete, decide, Decision, Limit, Params, Request, State};
 use qsim_core::limiter::wait::{self, Bound, Next, Queues, Refusal, Waiter};
 use qsim_core::time::{Nanos, NEVER};
@@ -66,31 +65,125 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, clap::Args)]
-pub struct WhatifArgs {
+pub use qsim_sim::plan::routes_whatif::RouteWhatif;
+
+/// What to replay: a decision log, a proposed policy, a window.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
     /// The proxy's decision-log directory (`[proxy.log] dir`).
-    #[arg(long)]
     pub log: PathBuf,
     /// The proposed policy: a proxy config (kind = "proxy", e.g. from
-    /// `qsim plan --emit-proxy-config`).
-    #[arg(long)]
+    /// `qsim plan --emit-proxy-config`); with `[[upstream]]`/`[[route]]`
+    /// tables, the admitted requests are replayed through its routes too.
     pub policy: PathBuf,
     /// Only the requests in FROM..TO (seconds of the log's time from its
     /// first request, `90`, `90s`, `2m`; either side may be left out).
-    #[arg(long)]
     pub window: Option<String>,
-    /// table, json or csv.
-    #[arg(long, default_value = "table")]
-    pub format: String,
-    /// Also write whatif.csv and whatif.parquet into this directory.
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Draw per-consumer admitted per minute, observed vs what-if, into this directory.
-    #[arg(long)]
-    pub plot: Option<PathBuf>,
-    /// Replace existing output files.
-    #[arg(long)]
-    pub force: bool,
+}
+
+/// How a [`Whatif`] is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Per consumer and minute, observed/what-if; the routes' table after.
+    Table,
+    Json,
+    Csv,
+}
+
+impl Format {
+    /// `table`, `json` or `csv` (the error names `--format`).
+    pub fn parse(s: &str) -> Result<Format, ConfigError> {
+        match s {
+            "table" => Ok(Format::Table),
+            "json" => Ok(Format::Json),
+            "csv" => Ok(Format::Csv),
+            f => Err(ConfigError::new(
+                "--format",
+                "",
+                format!("expected table, json or csv, got {f:?}"),
+            )),
+        }
+    }
+}
+
+/// A log replayed under a proposed policy.
+#[derive(Debug)]
+pub struct Whatif {
+    /// The log directory and the policy file, as given.
+    pub log: String,
+    pub policy: String,
+    /// The limiter's replay, per consumer and minute.
+    pub outcome: Outcome,
+    /// The admitted requests through the policy's routes (when it has
+    /// `[[upstream]]`/`[[route]]` tables).
+    pub routes: Option<RouteWhatif>,
+}
+
+/// Replay the decision log of `spec.log` under the policy `spec.policy`:
+/// the limiter's decisions per consumer and minute beside the logged ones,
+/// and (with routes) where the admitted requests would have gone. Bad
+/// input (the window, the policy, the log) is an [`crate::Error::Config`]
+/// naming it.
+///
+/// ```no_run
+/// use qsim_api::whatif::{run, Format, Spec};
+/// let w = run(&Spec {
+///     log: "decisions".into(),
+///     policy: "p40.toml".into(),
+///     window: Some("..2m".into()),
+/// })?;
+/// print!("{}", w.render(Format::Table));
+/// # Ok::<(), qsim_api::Error>(())
+/// ```
+pub fn run(spec: &Spec) -> Result<Whatif, crate::Error> {
+    let window = match &spec.window {
+        Some(w) => parse_window(w)?,
+        None => (None, None),
+    };
+    let (params, on_limit, routes) = load_policy(&spec.policy)?;
+    let recs = read_log(&spec.log)?;
+    let outcome = replay(&recs, &params, &on_limit, window);
+    let routes = routes
+        .map(|cfg| qsim_sim::plan::routes_whatif::replay(&logged_requests(&recs, window), &cfg));
+    Ok(Whatif {
+        log: spec.log.display().to_string(),
+        policy: spec.policy.display().to_string(),
+        outcome,
+        routes,
+    })
+}
+
+impl Whatif {
+    /// The report: a table (the routes' after the limiter's), JSON or CSV
+    /// (the limiter's rows only).
+    pub fn render(&self, format: Format) -> String {
+        let mut s = render(self, format);
+        if let (Some(w), Format::Table) = (&self.routes, format) {
+            s.push_str(&qsim_sim::plan::routes_whatif::render(w));
+        }
+        s
+    }
+
+    /// Write `whatif.csv` and `whatif.parquet` (per consumer and minute)
+    /// into `dir`; an existing `whatif.csv` only with `force`.
+    pub fn write_tables(&self, dir: &Path, force: bool) -> Result<(), crate::Error> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| crate::Error::Io(format!("{}: {e}", dir.display())))?;
+        let stem = dir.join("whatif");
+        if !force && stem.with_extension("csv").exists() {
+            return Err(ConfigError::new(
+                "--out",
+                "",
+                format!(
+                    "{}: exists (use --force)",
+                    stem.with_extension("csv").display()
+                ),
+            )
+            .into());
+        }
+        qsim_results::write_table(&stem, &table_columns(&self.outcome))
+            .map_err(|e| crate::Error::Io(e.to_string()))
+    }
 }
 
 // ---------------------------------------------------------------- the files
@@ -283,7 +376,7 @@ pub fn read_log(dir: &Path) -> Result<Vec<Record>, ConfigError> {
 // ---------------------------------------------------------------- window
 
 /// `FROM..TO` in ns (either side optional).
-fn parse_window(s: &str) -> Result<(Option<Nanos>, Option<Nanos>), ConfigError> {
+pub fn parse_window(s: &str) -> Result<(Option<Nanos>, Option<Nanos>), ConfigError> {
     let bad = |r: String| ConfigError::new("--window", "", r);
     let (a, b) = s.split_once("..").ok_or_else(|| {
         bad(format!(
@@ -335,6 +428,8 @@ pub struct Counts {
 /// Per (consumer, minute): observed, what-if.
 pub type Table = BTreeMap<(usize, u64), (Counts, Counts)>;
 
+/// The limiter's replay: per consumer and minute, observed and what-if.
+#[derive(Debug)]
 pub struct Outcome {
     pub consumers: Vec<String>,
     pub table: Table,
@@ -940,16 +1035,17 @@ pub fn replay(
 
 // ---------------------------------------------------------------- output
 
-fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
+fn render(w: &Whatif, format: Format) -> String {
+    let o = &w.outcome;
     let mut s = String::new();
-    match args.format.as_str() {
-        "table" => {
+    match format {
+        Format::Table => {
             let _ = writeln!(
                 s,
                 "qsim whatif: {} records, {} replayed under {} ({} of consumers not in the policy, {} callers with retries)",
                 o.records,
                 o.replayed,
-                args.policy.display(),
+                w.policy,
                 o.unmatched,
                 o.callers_with_retries
             );
@@ -998,7 +1094,7 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                 line(&mut s, &o.consumers[c], &"all", &ob, &wi);
             }
         }
-        "csv" => {
+        Format::Csv => {
             s.push_str("consumer,minute,observed_offered,whatif_offered,observed_admitted,whatif_admitted,observed_rejected,whatif_rejected,observed_waited,whatif_waited\n");
             for (&(c, m), (ob, wi)) in &o.table {
                 let _ = writeln!(
@@ -1016,7 +1112,7 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                 );
             }
         }
-        "json" => {
+        Format::Json => {
             let rows: Vec<serde_json::Value> = o
                 .table
                 .iter()
@@ -1026,8 +1122,8 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
                 })
                 .collect();
             let v = serde_json::json!({
-                "log": args.log.display().to_string(),
-                "policy": args.policy.display().to_string(),
+                "log": w.log,
+                "policy": w.policy,
                 "records": o.records,
                 "replayed": o.replayed,
                 "unmatched": o.unmatched,
@@ -1040,15 +1136,8 @@ fn render(o: &Outcome, args: &WhatifArgs) -> Result<String, ConfigError> {
             s = serde_json::to_string_pretty(&v).unwrap_or_default();
             s.push('\n');
         }
-        f => {
-            return Err(ConfigError::new(
-                "--format",
-                "",
-                format!("expected table, json or csv, got {f:?}"),
-            ))
-        }
     }
-    Ok(s)
+    s
 }
 
 /// The line that says how a log of several proxy runs was replayed.
@@ -1117,12 +1206,12 @@ fn table_columns(o: &Outcome) -> Vec<NamedColumn> {
 fn load_policy(
     path: &Path,
 ) -> Result<(Params, Vec<OnLimit>, Option<qsim_core::gateway::Config>), ConfigError> {
-    let args = crate::commands::proxy::ProxyArgs {
+    let args = crate::proxy::Spec {
         config: path.to_path_buf(),
         ..Default::default()
     };
-    let cfg = crate::commands::proxy::load(&args)
-        .map_err(|e| crate::cli::common::name_fields(e, Some(path), &[]))?;
+    let cfg =
+        crate::proxy::load(&args).map_err(|e| qsim_sim::config::name_fields(e, Some(path), &[]))?;
     let f = path.display().to_string();
     let mut p =
         Params::new(cfg.limiter.clone()).map_err(|r| ConfigError::new(&f, "deployment", r))?;
@@ -1166,95 +1255,6 @@ pub fn logged_requests(
             }
         })
         .collect()
-}
-
-pub fn run_cli(args: &WhatifArgs) -> Result<(), CliError> {
-    if !["table", "json", "csv"].contains(&args.format.as_str()) {
-        return Err(ConfigError::new(
-            "--format",
-            "",
-            format!("expected table, json or csv, got {:?}", args.format),
-        )
-        .into());
-    }
-    let window = match &args.window {
-        Some(w) => parse_window(w)?,
-        None => (None, None),
-    };
-    let (params, on_limit, routes) = load_policy(&args.policy)?;
-    let recs = read_log(&args.log)?;
-    let o = replay(&recs, &params, &on_limit, window);
-    let mut text = render(&o, args)?;
-    if let (Some(cfg), "table") = (&routes, args.format.as_str()) {
-        let w = qsim_sim::plan::routes_whatif::replay(&logged_requests(&recs, window), cfg);
-        text.push_str(&qsim_sim::plan::routes_whatif::render(&w));
-    }
-    if let Some(d) = &args.out {
-        std::fs::create_dir_all(d).map_err(|e| CliError::Io(format!("{}: {e}", d.display())))?;
-        let stem = d.join("whatif");
-        if !args.force && stem.with_extension("csv").exists() {
-            return Err(ConfigError::new(
-                "--out",
-                "",
-                format!(
-                    "{}: exists (use --force)",
-                    stem.with_extension("csv").display()
-                ),
-            )
-            .into());
-        }
-        qsim_results::write_table(&stem, &table_columns(&o))
-            .map_err(|e| CliError::Io(e.to_string()))?;
-    }
-    if let Some(d) = &args.plot {
-        plot(&o, d)?;
-    }
-    crate::cli::common::emit(&text, None, args.force)
-}
-
-/// Per consumer, admitted per minute: observed vs what-if (one PNG).
-fn plot(o: &Outcome, dir: &Path) -> Result<(), CliError> {
-    use qsim_plot::{metric_lines, LineChart, Series};
-    std::fs::create_dir_all(dir).map_err(|e| CliError::Io(format!("{}: {e}", dir.display())))?;
-    let mut series = Vec::new();
-    for (c, name) in o.consumers.iter().enumerate() {
-        for (which, label) in [(0, "observed"), (1, "what-if")] {
-            let points: Vec<(f64, f64)> = o
-                .table
-                .iter()
-                .filter(|(k, _)| k.0 == c)
-                .map(|(k, v)| {
-                    let x = if which == 0 {
-                        v.0.admitted
-                    } else {
-                        v.1.admitted
-                    };
-                    (k.1 as f64, x as f64)
-                })
-                .collect();
-            if !points.is_empty() {
-                series.push(Series {
-                    name: format!("{name} {label}"),
-                    points,
-                    band: vec![],
-                });
-            }
-        }
-    }
-    let fig = metric_lines(LineChart {
-        title: "admitted per minute: observed vs what-if".into(),
-        x_label: "minute".into(),
-        y_label: "admitted requests".into(),
-        x_axis: Default::default(),
-        series,
-        hlines: vec![],
-        markers: true,
-        y_range: None,
-        legend: Default::default(),
-    });
-    let p = dir.join("whatif_admitted.png");
-    fig.save(&p)
-        .map_err(|e| CliError::Io(format!("{}: {e}", p.display())))
 }
 
 #[cfg(test)]

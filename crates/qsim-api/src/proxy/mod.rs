@@ -1,11 +1,29 @@
-//! `qsim proxy`: the proxy's configuration file (`kind = "proxy"`) →
-//! [`qsim_live::ProxyConfig`], and `qsim plan --emit-proxy-config`.
+//! `qsim proxy`'s configuration: the file (`kind = "proxy"`) and the
+//! command line's overrides ([`Spec`]) → a validated
+//! [`qsim_live::ProxyConfig`] ([`load`], [`load_checked`], [`reload`] on
+//! SIGHUP), and the config `qsim plan --emit-proxy-config` writes
+//! ([`emit_config`]).
 //!
 //! The limiter tables (`[deployment]`, `[defaults]`, `[[consumer]]`) are
 //! those of a shared-deployment file and go through the very same
 //! validation ([`qsim_sim::plan::config::limiter_config`]); `[proxy]` holds the
-//! HTTP side. Every error names the field and exits 2 before any port is
-//! bound. The runtime (tokio, hyper) is in `crates/qsim-live`.
+//! HTTP side; `[[upstream]]` and `[[route]]` the routes ([`routes`], the
+//! schema the simulation reads too). Every error names the field and exits
+//! 2 before any port is bound. The runtime (tokio, hyper) is in
+//! `crates/qsim-live`.
+//!
+//! ```no_run
+//! let spec = qsim_api::proxy::Spec {
+//!     config: "proxy.toml".into(),
+//!     listen: Some("127.0.0.1:0".into()),
+//!     ..Default::default()
+//! };
+//! let cfg = qsim_api::proxy::load_checked(&spec)?;
+//! println!("{} consumers, {} upstreams", cfg.limiter.consumers.len(), cfg.routes.http.len());
+//! # Ok::<(), qsim_sim::config::ConfigError>(())
+//! ```
+
+pub mod routes;
 
 use qsim_live::{FailMode, LimitShape, OnLimit, ProxyConfig, StateBackend};
 use qsim_sim::config::{from_value, read_toml, ConfigError};
@@ -19,51 +37,41 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// `qsim proxy` flags; each overrides the file's `[proxy]` field of the same name.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ProxyArgs {
+/// What `qsim proxy` is asked to run: the config file and the overrides of
+/// its `[proxy]` fields (the command line's flags; each overrides the
+/// file's field of the same name).
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
     /// The proxy config (TOML, kind = "proxy"; `qsim plan --emit-proxy-config` writes one).
-    #[arg(long)]
     pub config: PathBuf,
     /// Listen address, e.g. 127.0.0.1:8080 (port 0: any free port, printed at start).
-    #[arg(long)]
     pub listen: Option<String>,
     /// Upstream base URL, e.g. http://127.0.0.1:8000 or https://HOST/serving-endpoints/..
-    #[arg(long)]
     pub upstream: Option<String>,
     /// Environment variable holding the upstream credential (sent as a bearer token, never logged).
-    #[arg(long)]
     pub credential_env: Option<String>,
     /// Over-limit answer shape: openai or fmapi.
-    #[arg(long)]
     pub limit_shape: Option<String>,
     /// Worker threads (default: one per core).
-    #[arg(long)]
     pub threads: Option<usize>,
     /// Where the limiter state lives: "memory" (default) or redis://HOST:PORT
     /// (shared by every replica with the same limiter configuration).
-    #[arg(long)]
     pub state: Option<String>,
     /// With a shared state, what to do while it is unreachable: open (forward
     /// unlimited) or closed (answer 503). Default: closed.
-    #[arg(long)]
     pub state_fail: Option<String>,
     /// Compressed time for tests: the limiter's clock runs X times faster
     /// than real time (in (0, 100]; default 1). Pair with `qsim load --time-scale X`.
-    #[arg(long, allow_negative_numbers = true)]
     pub time_scale: Option<f64>,
     /// Write the decision log (one record per request, no prompt text or
     /// keys) into this directory (`[proxy.log] dir`); Parquet files.
-    #[arg(long)]
     pub log_dir: Option<PathBuf>,
     /// Accept the placeholder keys `--emit-proxy-config` writes
     /// (`key-NAME`, which `qsim load` sends by default) instead of refusing
     /// to start: for a local test only (a WARN at start says so).
-    #[arg(long)]
     pub allow_placeholder_keys: bool,
     /// The upstream's profile (kind = "hosted" or "server"): predict TTFT,
     /// ITL, E2E and 429s for the forwarded load and flag drift on /metrics.
-    #[arg(long)]
     pub profile: Option<PathBuf>,
 }
 
@@ -151,7 +159,7 @@ struct RawProxyFile {
     deployment: RawDeployment,
     defaults: Option<RawPolicy>,
     consumer: Vec<RawConsumer>,
-    /// Several upstreams and the routes to them (`super::proxy_routes`).
+    /// Several upstreams and the routes to them ([`routes`]).
     #[serde(default)]
     upstream: Vec<qsim_sim::plan::config::RawUpstream>,
     #[serde(default)]
@@ -184,7 +192,17 @@ fn pos_secs(f: &str, field: &str, v: Option<f64>, default: f64) -> Result<Durati
 }
 
 /// Read and validate a proxy config with the flags applied. Nothing is bound.
-pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
+///
+/// ```no_run
+/// let cfg = qsim_api::proxy::load(&qsim_api::proxy::Spec {
+///     config: "proxy.toml".into(),
+///     upstream: Some("http://127.0.0.1:8000".into()),
+///     ..Default::default()
+/// })?;
+/// println!("listening on {}", cfg.listen);
+/// # Ok::<(), qsim_sim::config::ConfigError>(())
+/// ```
+pub fn load(args: &Spec) -> Result<ProxyConfig, ConfigError> {
     let f = &args.config.display().to_string();
     let v = read_toml(&args.config)?;
     let raw: RawProxyFile = from_value(f, v)?;
@@ -565,7 +583,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         None => None,
         Some((path, at)) => Some(drift_config(f, &path, &at, p.drift.unwrap_or_default())?),
     };
-    let routes = super::proxy_routes::routes(
+    let routes = routes::routes(
         &args.config,
         &raw.upstream,
         &raw.route,
@@ -610,7 +628,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
 /// relative `dir` is relative to the config file).
 fn log_config(
     f: &str,
-    args: &ProxyArgs,
+    args: &Spec,
     raw: Option<RawLog>,
 ) -> Result<Option<qsim_live::record::LogConfig>, ConfigError> {
     let raw = match (raw, &args.log_dir) {
@@ -798,7 +816,15 @@ pub fn placeholder_keys(cfg: &ProxyConfig) -> Vec<&str> {
 
 /// [`load`], then refuse a config whose keys are still the emitted
 /// placeholders (unless `--allow-placeholder-keys`: then a WARN on stderr).
-pub fn load_checked(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
+///
+/// ```no_run
+/// let spec = qsim_api::proxy::Spec { config: "proxy.toml".into(), ..Default::default() };
+/// match qsim_api::proxy::load_checked(&spec) {
+///     Ok(cfg) => println!("{} keys", cfg.keys.len()),
+///     Err(e) => eprintln!("qsim: {e}"), // e.g. proxy.keys.A: still the placeholder
+/// }
+/// ```
+pub fn load_checked(args: &Spec) -> Result<ProxyConfig, ConfigError> {
     let cfg = load(args)?;
     if let Some(name) = placeholder_keys(&cfg).first() {
         let f = args.config.display().to_string();
@@ -823,9 +849,17 @@ pub fn load_checked(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
 
 /// [`load`] again on SIGHUP: the same validation, its error as one line
 /// (`qsim: FILE: FIELD: reason`, as at start).
-pub fn reload(args: &ProxyArgs) -> Result<ProxyConfig, String> {
+///
+/// ```no_run
+/// let spec = qsim_api::proxy::Spec { config: "proxy.toml".into(), ..Default::default() };
+/// let reload = move || qsim_api::proxy::reload(&spec); // qsim_live::Proxy::with_reload
+/// if let Err(line) = reload() {
+///     eprintln!("{line}"); // the policy in force stays
+/// }
+/// ```
+pub fn reload(args: &Spec) -> Result<ProxyConfig, String> {
     load_checked(args).map_err(|e| {
-        let e = crate::cli::common::name_fields(e, Some(&args.config), &[]);
+        let e = qsim_sim::config::name_fields(e, Some(&args.config), &[]);
         format!("qsim: {e}")
     })
 }
@@ -876,6 +910,17 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
 /// placeholders to fill (upstream, keys), every other setting as a comment
 /// with its default, then the limiter tables in the shared-deployment
 /// schema, each consumer's effective limits spelled out.
+///
+/// ```no_run
+/// let (plan, _) = qsim_sim::plan::build(&qsim_sim::plan::PlanSpec {
+///     capacity: Some("1000".into()),
+///     reserve: Some("30,20,30".into()),
+///     ..Default::default()
+/// })?;
+/// let text = qsim_api::proxy::emit_config(&plan.limiter, &plan.source);
+/// assert!(text.contains("kind = \"proxy\""));
+/// # Ok::<(), qsim_sim::config::ConfigError>(())
+/// ```
 pub fn emit_config(lim: &LimiterConfig, source: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -971,7 +1016,7 @@ mod tests {
         let p = dir.path().join("proxy.toml");
         // as emitted: `qsim proxy` refuses the placeholder keys, naming the field
         std::fs::write(&p, &text).unwrap();
-        let args = ProxyArgs {
+        let args = Spec {
             config: p.clone(),
             ..Default::default()
         };
@@ -979,7 +1024,7 @@ mod tests {
         assert_eq!(e.source, p.display().to_string());
         assert!(e.field.starts_with("proxy.keys."), "{e:?}");
         assert!(e.reason.contains("placeholder"), "{e:?}");
-        assert!(load_checked(&ProxyArgs {
+        assert!(load_checked(&Spec {
             allow_placeholder_keys: true,
             ..args.clone()
         })
@@ -996,7 +1041,7 @@ mod tests {
 
     #[test]
     fn every_setting_is_in_the_emitted_config_and_the_guide() {
-        let guide = include_str!("../../docs/guide/proxy.md");
+        let guide = include_str!("../../../../docs/guide/proxy.md");
         let (f, _) = qsim_sim::plan::build(&qsim_sim::plan::PlanSpec {
             capacity: Some("1000".into()),
             ..Default::default()

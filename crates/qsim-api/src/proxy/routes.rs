@@ -12,7 +12,22 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The routes of a proxy config (`single`: the `upstream` URL and
-/// credential, used when there are no tables).
+/// credential, used when there are no tables). [`super::load`] calls it.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// // no tables: the single upstream as one route
+/// let r = qsim_api::proxy::routes::routes(
+///     "proxy.toml".as_ref(),
+///     &[],
+///     &[],
+///     ("http://127.0.0.1:8000", &None),
+///     Duration::from_secs(600),
+///     Duration::from_secs(120),
+/// )?;
+/// assert!(!r.from_tables && r.core.upstreams.len() == 1);
+/// # Ok::<(), qsim_sim::config::ConfigError>(())
+/// ```
 pub fn routes(
     config: &Path,
     upstreams: &[RawUpstream],

@@ -177,13 +177,10 @@ fn same(a: &Outcome, b: &Outcome) -> bool {
         && a.ttft_p95_s.map(f64::to_bits) == b.ttft_p95_s.map(f64::to_bits)
 }
 
-/// The fewest count of option `i` that meets `targets`, run with `seed`
-/// (a hybrid: its cheapest mix, [`super::mix`]).
+/// The fewest count of option `i` (not a hybrid: [`super::search`]) that
+/// meets `targets`, run with `seed`.
 pub fn search(file: &OptionsFile, i: usize, seed: u64, targets: &Targets) -> Found {
     let o = &file.options[i];
-    if super::is_hybrid(o) {
-        return super::mix::search(file, i, seed, targets);
-    }
     let Some((k, from, cap)) = knob(o) else {
         let outcome = run_as(file, o, i, seed);
         return Found {

@@ -43,6 +43,7 @@ pub mod fewest;
 pub mod mix;
 pub mod open;
 pub mod render;
+pub mod search;
 
 use crate::config::{apply_set, from_value, read_toml, resolve_relative, ConfigError};
 use crate::engine::DurationHist;
