@@ -12,8 +12,9 @@
 #   one    this build, one upstream (`[proxy] upstream`)
 #   first  this build, two upstreams, route ["a", "b"] first (b never used)
 #   weight this build, two upstreams, route weighted 1:1 (a draw per request)
-# Throughput: closed loop, 64 connections, the proxies in turn, ALT rounds
-# (default 5), each round's ratio to the first proxy's; the proxy's CPU time
+# Throughput: closed loop, 64 connections, the proxies in turn (the order
+# rotating by round), ALT rounds (default 5), each round's ratio to the
+# first proxy's; the proxy's CPU time
 # per request (from /proc). Added latency at 5,000 req/s: one generator
 # sends 5,000 req/s to an upstream directly and 5,000 req/s through the
 # proxy, interleaved, so both see the same machine at the same moments;
@@ -139,7 +140,10 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo "== forwarded path, closed loop, 64 conns, ${SECS} s per run, proxies in turn (${ALT:-5} rounds); proxy pinned to CPU 1"
 for r in $(seq "${ALT:-5}"); do
   line="  round $r:"
-  for n in "${NAMES[@]}"; do
+  # the order rotates by round (a machine that slows down or speeds up
+  # within a round favours no proxy)
+  k=$(( (r - 1) % ${#NAMES[@]} ))
+  for n in "${NAMES[@]:k}" "${NAMES[@]:0:k}"; do
     pid=$(cat "$TMP/$n.pid"); t0=$(ticks "$pid")
     out=$("${ON_GEN[@]}" "$LG" load --target "$(cat "$TMP/$n.addr")" --conns 64 --secs "$SECS")
     t1=$(ticks "$pid")

@@ -795,9 +795,7 @@ fn unreached(runs: &[(Run, impl Sized)], url: &str) -> Option<String> {
         .flat_map(|(r, _)| &r.attempts)
         .filter(|a| a.sent())
         .peekable();
-    let Some(first) = sent.peek().map(|a| (*a).clone()) else {
-        return None;
-    };
+    let first = sent.peek().map(|a| (*a).clone())?;
     let mut n = 0;
     for a in sent {
         if !matches!(a.error_kind, Some("connect" | "tls")) {
