@@ -8,6 +8,7 @@ mod calibrate_hosted;
 mod calibrate_server;
 mod common;
 mod compare_cli;
+mod discover;
 mod docs_output;
 mod engine;
 mod fuzz_inputs;
