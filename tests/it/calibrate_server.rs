@@ -156,8 +156,6 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
                 &files[2],
                 "--holdout",
                 &files[3],
-                "--bootstrap",
-                "4",
                 "--format",
                 "json",
                 "--out",
@@ -278,8 +276,6 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
         "2",
         "--max-evals",
         "40",
-        "--bootstrap",
-        "2",
         "--format",
         "json",
     ];
@@ -326,8 +322,8 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
                 "1",
                 "--max-evals",
                 "5",
-                "--bootstrap",
-                "0",
+                "--intervals",
+                "none",
                 "--out",
                 out.to_str().unwrap(),
             ],
@@ -522,7 +518,7 @@ fn out_of_range_benchmarks_and_underdetermined_fits_are_refused() {
         std::fs::write(&f, v.to_string()).unwrap();
         let fs = f.to_str().unwrap().to_string();
         let mut a = vec!["calibrate", "server", "--profile", BASE, &fs];
-        a.extend_from_slice(&["--reps", "1", "--max-evals", "5", "--bootstrap", "0"]);
+        a.extend_from_slice(&["--reps", "1", "--max-evals", "5", "--intervals", "none"]);
         a.extend_from_slice(extra);
         let (code, out, err) = qsim(&a, Duration::from_secs(120));
         (code, out, err, fs)

@@ -418,13 +418,7 @@ fn calibrate_and_predict(
             .args(["--fit", fit])
             .args([&files[0], &files[1], &files[2]])
             .args(["--holdout", &files[3], "--holdout", &files[4]])
-            .args([
-                "--bootstrap",
-                "0",
-                "--format",
-                "json",
-                "--recorded-arrivals",
-            ]);
+            .args(["--format", "json", "--recorded-arrivals"]);
         if label == "measured" {
             c.arg("--out").arg(&profile);
         }

@@ -1,13 +1,14 @@
 //! `qsim calibrate bench`: measure an OpenAI-compatible server the way
 //! vLLM's `benchmark_serving.py` does (Poisson arrivals at `--rate`,
 //! streaming completions, random lengths as its "random" dataset) and
-//! write its result JSON, the input of `qsim calibrate server`. The client
-//! is `qsim_live::bench`; this module draws the workload from seeded
-//! ChaCha streams (same seed, same requests and arrival times).
+//! write its result JSON, the input of `qsim calibrate server`. The
+//! workload is `qsim_sim::calibrate::workload` (seeded: same seed, same
+//! requests, arrival times and prompts), the client `qsim_live::bench`;
+//! this module maps the flags and writes the file.
 
 use crate::cli::common::CliError;
+pub(crate) use qsim_sim::calibrate::workload::{prompt, range, workload};
 use qsim_sim::config::ConfigError;
-use qsim_sim::engine::rng::{component, stream, unit};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -54,64 +55,6 @@ pub struct BenchArgs {
     /// Needed for a target that is not on this machine (it spends its tokens).
     #[arg(long)]
     pub yes: bool,
-}
-
-pub(crate) fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
-    let bad = || {
-        ConfigError::new(
-            flag,
-            flag,
-            format!("must be N or LO..HI token counts ≥ 1, got {s:?}"),
-        )
-    };
-    let p = |x: &str| x.trim().parse::<u32>().ok().filter(|&n| n >= 1);
-    let (lo, hi) = match s.split_once("..") {
-        Some((a, b)) => (p(a).ok_or_else(bad)?, p(b).ok_or_else(bad)?),
-        None => {
-            let n = p(s).ok_or_else(bad)?;
-            (n, n)
-        }
-    };
-    if lo > hi {
-        return Err(bad());
-    }
-    Ok((lo, hi))
-}
-
-/// The prompt of request `i`: `n` token ids uniform in `ids`, from the
-/// request's own stream, so prompts are the same for a seed and never
-/// share a prefix by construction.
-pub fn prompt(seed: u64, ids: (u32, u32), i: usize, n: u32) -> Vec<u32> {
-    let mut r = stream(seed, i as u64, component::PROMPT);
-    let span = (ids.1 - ids.0 + 1) as f64;
-    (0..n)
-        .map(|_| ids.0 + ((unit(&mut r) * span) as u32).min(ids.1 - ids.0))
-        .collect()
-}
-
-/// The workload: (arrival model s, input, output) per request.
-pub fn workload(
-    rate: f64,
-    n: u32,
-    input: (u32, u32),
-    output: (u32, u32),
-    seed: u64,
-) -> Vec<(f64, u32, u32)> {
-    let mut arr = stream(seed, 1, component::ARRIVALS);
-    let mut len = stream(seed, 1, component::WORKLOAD);
-    let mut draw =
-        |(lo, hi): (u32, u32)| lo + ((unit(&mut len) * (hi - lo + 1) as f64) as u32).min(hi - lo);
-    let mut t = 0.0;
-    (0..n)
-        .map(|k| {
-            if k > 0 {
-                t += -(1.0 - unit(&mut arr)).ln() / rate;
-            }
-            let i = draw(input);
-            let o = draw(output);
-            (t, i, o)
-        })
-        .collect()
 }
 
 pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
