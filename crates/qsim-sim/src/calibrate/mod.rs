@@ -605,12 +605,12 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let text = std::fs::read_to_string(root.join("models/llama-cpp-tiny-cpu.toml")).unwrap();
-        assert!(text.contains("\ncpu_overhead_ms = 1.0\n"));
+        assert!(text.contains("\ncpu_overhead_ms = 0.5\n"));
         let truth = dir.join("truth.toml");
         std::fs::write(
             &truth,
             text.replace(
-                "\ncpu_overhead_ms = 1.0\n",
+                "\ncpu_overhead_ms = 0.5\n",
                 &format!("\ncpu_overhead_ms = {cpu_ms}\n"),
             ),
         )
