@@ -186,9 +186,9 @@ pub const CHI2_1_95: f64 = 3.841_458_820_694_124;
 /// not pinned down by the data.
 pub const PROFILE_SPAN: f64 = 4.0;
 
-/// Profile steps per side up to [`PROFILE_SPAN`]; each crossing is then
+/// Profile steps per side up to [`PROFILE_SPAN`] (×1.32 each); each crossing is then
 /// bisected [`PROFILE_BISECT`] times and interpolated linearly.
-const PROFILE_STEPS: u32 = 6;
+const PROFILE_STEPS: u32 = 5;
 const PROFILE_BISECT: u32 = 2;
 
 /// The fit's inputs.
@@ -341,7 +341,8 @@ impl Problem {
     ) -> (f64, End, u32) {
         let mut others = free.to_vec();
         others[k] = false;
-        let budget = 40 + 30 * others.iter().filter(|&&f| f).count() as u32;
+        // warm-started from the previous point, a small move: a short search
+        let budget = 20 + 15 * others.iter().filter(|&&f| f).count() as u32;
         let mut evals = 0u32;
         let at = |t: f64, from: &[f64], evals: &mut u32| -> (Vec<f64>, f64) {
             let mut x0 = from.to_vec();

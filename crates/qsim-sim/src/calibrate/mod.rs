@@ -74,9 +74,9 @@
 //! says (the usual correction; the intervals widen with a worse fit). A
 //! coefficient's 95 % interval is the set of its values at which the loss,
 //! minimised over the other coefficients, stays within χ²₁(0.95) · s² =
-//! 3.84 · s² of its minimum: each side is followed from the fit in six
-//! steps up to a factor [`PROFILE_SPAN`] (4), the crossing bisected twice
-//! and interpolated. An end is [`End::Crossed`], [`End::Bound`] (the
+//! 3.84 · s² of its minimum: each side is followed from the fit in five
+//! steps up to a factor [`PROFILE_SPAN`] (4), the others refitted at each
+//! from the previous point, the crossing bisected twice and interpolated. An end is [`End::Crossed`], [`End::Bound`] (the
 //! loader refuses beyond: an efficiency of 1) or [`End::Open`] (still
 //! within the threshold a factor of 4 away: the data do not pin the
 //! coefficient down on that side). Held-out predictions and the saturation
