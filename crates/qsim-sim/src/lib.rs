@@ -26,6 +26,7 @@ pub mod hosted;
 pub mod input;
 pub mod options;
 pub mod plan;
+pub mod recommend;
 pub mod report;
 pub mod serve_model;
 pub mod serve_spec;

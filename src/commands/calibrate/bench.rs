@@ -2,12 +2,12 @@
 //! vLLM's `benchmark_serving.py` does (Poisson arrivals at `--rate`,
 //! streaming completions, random lengths as its "random" dataset) and
 //! write its result JSON, the input of `qsim calibrate server`. The
-//! workload is `qsim_sim::calibrate::workload` (seeded: same seed, same
+//! workload is `qsim_sim::calibrate::server::workload` (seeded: same seed, same
 //! requests, arrival times and prompts), the client `qsim_live::bench`;
 //! this module maps the flags and writes the file.
 
 use crate::cli::common::CliError;
-pub(crate) use qsim_sim::calibrate::workload::{prompt, range, workload};
+pub(crate) use qsim_sim::calibrate::server::workload::{prompt, range, workload};
 use qsim_sim::config::ConfigError;
 use std::path::PathBuf;
 use std::time::Duration;

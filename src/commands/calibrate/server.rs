@@ -1,11 +1,11 @@
 //! `qsim calibrate server`: the flags mapped to a
-//! [`qsim_sim::calibrate::Spec`], one call of [`qsim_sim::calibrate::run`],
+//! [`qsim_sim::calibrate::server::Spec`], one call of [`qsim_sim::calibrate::server::run`],
 //! and the result rendered (a table, or its JSON). What the fit does, its
 //! intervals and the identification of coefficients: the library's docs
-//! (`crates/qsim-sim/src/calibrate/`).
+//! (`crates/qsim-sim/src/calibrate/server/`).
 
 use crate::cli::common::{CliError, Format};
-use qsim_sim::calibrate::{
+use qsim_sim::calibrate::server::{
     num as g, BenchResult, Calibration, End, MeansMs, Spec, Status, Unidentified,
 };
 use std::fmt::Write as _;
@@ -104,7 +104,7 @@ pub fn run_cli(a: ServerArgs) -> Result<(), CliError> {
     if let Some(out) = &a.out {
         crate::output::check_target(out, a.force)?;
     }
-    let c = qsim_sim::calibrate::run(&spec(&a))?;
+    let c = qsim_sim::calibrate::server::run(&spec(&a))?;
     for w in &c.warnings {
         eprintln!("calibrate server: {w}");
     }
