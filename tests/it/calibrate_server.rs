@@ -606,6 +606,48 @@ fn out_of_range_benchmarks_and_underdetermined_fits_are_refused() {
         err.starts_with("qsim: --fit: 4 coefficients to fit to 3 independent"),
         "{err}"
     );
+    // a coefficient the files cannot see (the reserved memory sizes a KV
+    // cache these three requests never fill): fixed at its base value and
+    // said, or refused by name
+    let f = dir.path().join("unseen.json");
+    std::fs::write(&f, good_bench().to_string()).unwrap();
+    let fs = f.to_str().unwrap();
+    let unseen = |policy: &str| {
+        qsim(
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                fs,
+                "--reps",
+                "1",
+                "--fit",
+                "kv_cache.reserved_gib,iteration.bandwidth_efficiency",
+                "--unidentified",
+                policy,
+                "--format",
+                "json",
+            ],
+            Duration::from_secs(120),
+        )
+    };
+    let (code, out, err) = unseen("fix");
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["coefficients"][0]["status"], "fixed", "{out}");
+    assert_eq!(v["coefficients"][0]["fit"], v["coefficients"][0]["base"]);
+    assert!(
+        err.contains("kv_cache.reserved_gib: fixed at its base value"),
+        "{err}"
+    );
+    let (code, out, err) = unseen("refuse");
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("qsim: --fit: kv_cache.reserved_gib: not pinned down by these benchmarks"),
+        "{err}"
+    );
     // as many coefficients as means: fitted
     let (code, _, err, _) = run(
         &no_arrays,

@@ -486,9 +486,9 @@ impl Problem {
                 Unidentified::Refuse => {
                     return Err(field_err(
                         "--fit",
-                        "--fit",
+                        name,
                         format!(
-                            "{name}: {why}; fix it (leave it out of --fit) or give benchmarks that tell it apart"
+                            "{why}; leave it out of --fit (it keeps its base value) or give benchmarks that tell it apart"
                         ),
                     ))
                 }
