@@ -1,13 +1,11 @@
 //! `qsim calibrate bench`: measure an OpenAI-compatible server the way
 //! vLLM's `benchmark_serving.py` does (Poisson arrivals at `--rate`,
 //! streaming completions, random lengths as its "random" dataset) and
-//! write its result JSON, the input of `qsim calibrate server`. The
-//! workload is `qsim_sim::calibrate::server::workload` (seeded: same seed, same
-//! requests, arrival times and prompts), the client `qsim_live::bench`;
-//! this module maps the flags and writes the file.
+//! write its result JSON, the input of `qsim calibrate server`. The client
+//! is `qsim_live::bench`; this module draws the workload from seeded
+//! ChaCha streams (same seed, same requests and arrival times).
 
 use crate::cli::common::CliError;
-pub(crate) use qsim_sim::calibrate::server::workload::{prompt, range, workload};
 use qsim_sim::config::ConfigError;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +55,8 @@ pub struct BenchArgs {
     pub yes: bool,
 }
 
+pub use qsim_sim::workload::bench::{prompt, range, workload};
+
 pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
     if !(a.rate.is_finite() && a.rate > 0.0) {
         return Err(ConfigError::new(
@@ -77,7 +77,7 @@ pub fn run_cli(a: BenchArgs) -> Result<(), CliError> {
     let input = range("--input-len", &a.input_len)?;
     let output = range("--output-len", &a.output_len)?;
     let ids = range("--token-ids", &a.token_ids)?;
-    if !crate::commands::replay::is_loopback(&a.target) && !a.yes {
+    if !qsim_api::replay::is_loopback(&a.target) && !a.yes {
         return Err(ConfigError::new(
             "--yes",
             "--yes",

@@ -6,9 +6,9 @@
 use super::bench::{field_err, Bench, Means};
 use super::coefs::Coefs;
 use super::sim::{predict, predict_full};
-use super::{Interval, Unidentified};
 use crate::config::ConfigError;
 use crate::server::ServerProfile;
+use serde::Serialize;
 use std::sync::Arc;
 
 /// Minimise `f` by Nelder–Mead (reflection 1, expansion 2, contraction ½,
@@ -480,7 +480,7 @@ impl Problem {
                 iv.lo_text(),
                 iv.hi_text(),
                 "its 95 % profile interval",
-                super::num(self.to_values(&out.solved.x)[k]),
+                num(self.to_values(&out.solved.x)[k]),
             );
             match policy {
                 Unidentified::Refuse => {
@@ -509,7 +509,7 @@ impl Problem {
                     fixed_why[k] = Some(why.clone());
                     warnings.push(format!(
                         "{name}: fixed at its base value {} and the rest fitted again: {why}",
-                        super::num(self.coefs.start[k])
+                        num(self.coefs.start[k])
                     ));
                     extra_evals = out.solved.evals;
                 }
@@ -530,6 +530,63 @@ pub enum End {
     /// Still within the threshold at [`PROFILE_SPAN`] from the fit: not
     /// pinned down on this side.
     Open,
+}
+
+/// What to do with a coefficient the benchmarks do not pin down (its 95 %
+/// profile interval open on a side within a factor [`PROFILE_SPAN`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unidentified {
+    /// Fix it at its base value and fit the others again (stated in the
+    /// result).
+    #[default]
+    Fix,
+    /// Keep the fitted value and add a warning.
+    Warn,
+    /// Fail, naming the coefficient.
+    Refuse,
+}
+
+/// A 95 % profile interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    pub lo: f64,
+    pub hi: f64,
+    pub lo_end: End,
+    pub hi_end: End,
+}
+
+impl Interval {
+    /// Closed on both sides within [`PROFILE_SPAN`].
+    pub fn pinned(&self) -> bool {
+        self.lo_end != End::Open && self.hi_end != End::Open
+    }
+    pub(crate) fn lo_text(&self) -> String {
+        match self.lo_end {
+            End::Open => format!("below {}", num(self.lo)),
+            _ => num(self.lo),
+        }
+    }
+    pub(crate) fn hi_text(&self) -> String {
+        match self.hi_end {
+            End::Open => format!("above {}", num(self.hi)),
+            End::Bound => format!("{} (its bound)", num(self.hi)),
+            End::Crossed => num(self.hi),
+        }
+    }
+}
+
+/// A number as the reports print it (4 significant figures or so).
+pub fn num(x: f64) -> String {
+    if !x.is_finite() {
+        "–".into()
+    } else if x.abs() >= 100.0 {
+        format!("{x:.1}")
+    } else if x.abs() >= 1.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.4}")
+    }
 }
 
 #[cfg(test)]

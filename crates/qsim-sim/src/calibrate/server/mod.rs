@@ -98,18 +98,18 @@
 //!
 //! `qsim calibrate bench` measures a live server into such files; its
 //! workload (seeded arrivals, lengths and prompt token ids) is
-//! [`workload`], its HTTP client `qsim_live::bench`.
+//! [`crate::workload::bench`], its HTTP client `qsim_live::bench`.
 
 pub mod bench;
 pub mod coefs;
 pub mod fit;
 pub mod sim;
-pub mod workload;
 
 pub use bench::{keep_arrivals, read_bench, Bench, Means};
 pub use coefs::{fitted_toml, Coefs};
 pub use fit::{
-    check_determined, data_points, nelder_mead, End, CHI2_1_95, MIN_REL_ERR, PROFILE_SPAN,
+    check_determined, data_points, nelder_mead, num, End, Interval, Unidentified, CHI2_1_95,
+    MIN_REL_ERR, PROFILE_SPAN,
 };
 pub use sim::{predict, predict_full, saturation};
 
@@ -128,21 +128,6 @@ pub const DEFAULT_FIT: &[&str] = &[
     "iteration.cpu_per_seq_us",
     "iteration.ingress_ms",
 ];
-
-/// What to do with a coefficient the benchmarks do not pin down (its 95 %
-/// profile interval open on a side within a factor [`PROFILE_SPAN`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unidentified {
-    /// Fix it at its base value and fit the others again (stated in the
-    /// result).
-    #[default]
-    Fix,
-    /// Keep the fitted value and add a warning.
-    Warn,
-    /// Fail, naming the coefficient.
-    Refuse,
-}
 
 /// A calibration to run.
 #[derive(Debug, Clone)]
@@ -190,48 +175,6 @@ impl Spec {
             intervals: true,
             unidentified: Unidentified::Fix,
         }
-    }
-}
-
-/// A 95 % profile interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Interval {
-    pub lo: f64,
-    pub hi: f64,
-    pub lo_end: End,
-    pub hi_end: End,
-}
-
-impl Interval {
-    /// Closed on both sides within [`PROFILE_SPAN`].
-    pub fn pinned(&self) -> bool {
-        self.lo_end != End::Open && self.hi_end != End::Open
-    }
-    pub(crate) fn lo_text(&self) -> String {
-        match self.lo_end {
-            End::Open => format!("below {}", num(self.lo)),
-            _ => num(self.lo),
-        }
-    }
-    pub(crate) fn hi_text(&self) -> String {
-        match self.hi_end {
-            End::Open => format!("above {}", num(self.hi)),
-            End::Bound => format!("{} (its bound)", num(self.hi)),
-            End::Crossed => num(self.hi),
-        }
-    }
-}
-
-/// A number as the reports print it (4 significant figures or so).
-pub fn num(x: f64) -> String {
-    if !x.is_finite() {
-        "–".into()
-    } else if x.abs() >= 100.0 {
-        format!("{x:.1}")
-    } else if x.abs() >= 1.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.4}")
     }
 }
 

@@ -1,13 +1,11 @@
-//! The workload of `qsim calibrate bench`, drawn from seeded ChaCha
-//! streams (same seed, same requests, arrival times and prompts): Poisson
-//! arrivals at a rate, lengths uniform in ranges, and each prompt its own
-//! draw of token ids (so no prefix cache serves one prompt from another).
-//! The HTTP client that sends it is `qsim_live::bench`.
+//! The benchmark workload of `qsim calibrate bench` and `qsim load
+//! --token-ids` (vLLM's `benchmark_serving.py` "random" dataset): lengths,
+//! Poisson arrival times and prompt token ids from seeded ChaCha streams.
 
 use crate::config::ConfigError;
 use crate::engine::rng::{component, stream, unit};
 
-/// A token count or range flag (`N` or `LO..HI`, each ≥ 1) as (lo, hi).
+/// A token count flag's value: `N` or `LO..HI` (inclusive, each ≥ 1).
 pub fn range(flag: &str, s: &str) -> Result<(u32, u32), ConfigError> {
     let bad = || {
         ConfigError::new(
