@@ -159,7 +159,8 @@ fn bench_rows(s: &mut String, b: &BenchResult, tag: &str) {
     } else {
         "inf".into()
     };
-    let pick: [(&str, fn(&MeansMs) -> Option<f64>); 6] = [
+    type Pick = fn(&MeansMs) -> Option<f64>;
+    let pick: [(&str, Pick); 6] = [
         ("ttft", |m| m.ttft_ms),
         ("ttft>med", |m| m.ttft_long_prompts_ms),
         ("ttft≤med", |m| m.ttft_short_prompts_ms),
