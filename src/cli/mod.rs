@@ -295,7 +295,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             if let Some(p) = &emit_proxy_config {
                 output::check_target_as("--emit-proxy-config", p, force)?;
                 let (f, _) = qsim_sim::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
-                let text = crate::commands::proxy::emit_config(&f.limiter, &f.source);
+                let text = qsim_api::proxy::emit_config(&f.limiter, &f.source);
                 output::write_file_as("--emit-proxy-config", p, &text, force)?;
             }
             let (text, records) = if format == Format::Csv {
@@ -344,13 +344,14 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Cmd::Options { args } => crate::commands::options::run_cli(&args),
         Cmd::Sim2real { args } => crate::commands::sim2real::run_cli(&args),
         Cmd::Proxy { args } => {
-            let cfg = crate::commands::proxy::load_checked(&args)
-                .map_err(|e| name_fields(e, Some(&args.config), &[]))?;
-            let file = args.config.display().to_string();
+            let spec = args.spec();
+            let cfg = qsim_api::proxy::load_checked(&spec)
+                .map_err(|e| name_fields(e, Some(&spec.config), &[]))?;
+            let file = spec.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?
-                .with_reload(Box::new(move || crate::commands::proxy::reload(&args)))
-                .with_log_encoder(crate::commands::whatif::encoder());
+                .with_reload(Box::new(move || qsim_api::proxy::reload(&spec)))
+                .with_log_encoder(qsim_api::whatif::encoder());
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::commands::serve::run(&args),
