@@ -182,6 +182,7 @@ impl Whatif {
             .into());
         }
         qsim_results::write_table(&stem, &table_columns(&self.outcome))
+            .map(|_| ())
             .map_err(|e| crate::Error::Io(e.to_string()))
     }
 }
