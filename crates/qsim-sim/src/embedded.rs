@@ -20,6 +20,10 @@ pub const FILES: &[(&str, &str)] = &[
         include_str!("../../../experiments/shared-deployment.toml"),
     ),
     (
+        "experiments/team-goes-wild.toml",
+        include_str!("../../../experiments/team-goes-wild.toml"),
+    ),
+    (
         "models/gpt-oss-20b-h100-nim.toml",
         include_str!("../../../models/gpt-oss-20b-h100-nim.toml"),
     ),
