@@ -413,7 +413,13 @@ pub fn fair_shares(
         Semantics::StrictFloors | Semantics::LitellmPriority => (
             capacity - (0..n).map(|i| d[i].min(floors[i])).sum::<f64>(),
             (0..n)
-                .map(|i| if reserved(i) { (d[i] - floors[i]).max(0.0) } else { d[i] })
+                .map(|i| {
+                    if reserved(i) {
+                        (d[i] - floors[i]).max(0.0)
+                    } else {
+                        d[i]
+                    }
+                })
                 .collect(),
         ),
     };
