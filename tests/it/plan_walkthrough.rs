@@ -134,7 +134,10 @@ fn one_team_goes_wild_from_an_empty_directory_to_a_200_through_the_proxy() {
     // C floods (over ten times its floor) and is held; A and B, at their
     // usual rates under their floors, lose nothing; every floor is met
     let c = consumer(wild, "C");
-    assert!(c["offered_rpm"].as_f64().unwrap() > 10.0 * 240.0 * 0.75, "{c}");
+    assert!(
+        c["offered_rpm"].as_f64().unwrap() > 10.0 * 240.0 * 0.75,
+        "{c}"
+    );
     assert!(c["rejected"].as_u64().unwrap() > 0, "{c}");
     for t in ["A", "B"] {
         let x = consumer(wild, t);
@@ -162,7 +165,10 @@ fn one_team_goes_wild_from_an_empty_directory_to_a_200_through_the_proxy() {
     assert!(cfg.contains("capacity = 1200"), "{cfg}");
     let (_up, up) = llmock(&[]);
     let key_a = "sk-team-a-7f3c9d";
-    let mut filled = cfg.replace("upstream = \"http://127.0.0.1:8000\"", &format!("upstream = \"{up}\""));
+    let mut filled = cfg.replace(
+        "upstream = \"http://127.0.0.1:8000\"",
+        &format!("upstream = \"{up}\""),
+    );
     for t in ["A", "B", "C", "D"] {
         let key = if t == "A" {
             key_a.to_string()
@@ -217,10 +223,9 @@ fn the_one_team_goes_wild_scenarios_are_shipped_and_embedded() {
 /// the list the parser itself gives when it meets an unknown field.
 #[test]
 fn the_scenario_format_is_documented_field_by_field() {
-    let guide = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide/plan.md"),
-    )
-    .unwrap();
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/guide/plan.md"))
+            .unwrap();
     let start = guide
         .find("### The scenario file")
         .expect("plan.md: a section on the scenario file");
@@ -285,13 +290,13 @@ fn plan_only_runs_the_named_scenarios_with_the_full_runs_figures() {
     let s = one["scenarios"].as_array().unwrap();
     assert_eq!(s.len(), 1);
     assert_eq!(&s[0], scenario(&full, "c-goes-wild-at-peak"));
-    let o = qsim_in(
-        d.path(),
-        &plan_args(&["--only", "c-goes-wild,nope"]),
-    );
+    let o = qsim_in(d.path(), &plan_args(&["--only", "c-goes-wild,nope"]));
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("qsim: ") && err.contains("--only") && err.contains("nope"), "{err}");
+    assert!(
+        err.starts_with("qsim: ") && err.contains("--only") && err.contains("nope"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(o.stdout.is_empty());
 }
@@ -323,9 +328,16 @@ fn a_crowded_out_consumer_gets_a_finding_naming_why_and_the_fix() {
         let sc = scenario(&p, name);
         let dd = consumer(sc, "D");
         assert!(got < 0.5 * dd["offered_rpm"].as_f64().unwrap(), "{m}\n{dd}");
-        assert!(m.contains("while C took") && m.contains("(floor 240)"), "{m}");
+        assert!(
+            m.contains("while C took") && m.contains("(floor 240)"),
+            "{m}"
+        );
         assert!(m.contains("first come, first served"), "{m}");
-        for fix in ["reserved_pct", "--semantics partitioned", "cap C with a rate limit"] {
+        for fix in [
+            "reserved_pct",
+            "--semantics partitioned",
+            "cap C with a rate limit",
+        ] {
             assert!(m.contains(fix), "{fix}: {m}");
         }
     }
