@@ -36,6 +36,7 @@ mod plan_edges;
 mod plan_enforce;
 mod plan_proxy_agree;
 mod plan_trace;
+mod plan_walkthrough;
 mod plot_figures;
 mod plot_unit;
 mod plots_cli;

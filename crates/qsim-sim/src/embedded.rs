@@ -36,6 +36,7 @@ pub const FILES: &[(&str, &str)] = &[
     embed!("experiments/options-daily.toml"),
     embed!("experiments/options-fmapi.toml"),
     embed!("experiments/shared-deployment.toml"),
+    embed!("experiments/team-goes-wild.toml"),
     embed!("models/anthropic-claude-haiku-example-tier.toml"),
     embed!("models/azure-openai-gpt-4o-30k-tpm.toml"),
     embed!("models/azure-openai-gpt-4o-global-standard.toml"),
