@@ -417,8 +417,12 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
     unreachable!("loop returns on the last segment")
 }
 
-/// Resolve a path written in a file relative to that file's directory.
+/// Resolve a path written in a file relative to that file's directory
+/// (`builtin:NAME` names an embedded file wherever the file is).
 pub fn resolve_relative(base_file: &Path, p: &str) -> PathBuf {
+    if p.starts_with(crate::embedded::PREFIX) {
+        return PathBuf::from(p);
+    }
     let base = base_file.display().to_string();
     if let Some(name) = base.strip_prefix(crate::embedded::PREFIX) {
         if !p.starts_with(crate::embedded::PREFIX) && !Path::new(p).is_absolute() {
@@ -435,6 +439,36 @@ pub fn resolve_relative(base_file: &Path, p: &str) -> PathBuf {
     } else {
         base_file.parent().unwrap_or(Path::new(".")).join(p)
     }
+}
+
+/// Apply `--set PREFIX.PATH=VALUE` to a document that PREFIX names in
+/// another (the endpoint profile an experiment file references:
+/// `--set endpoint.limits.OTPM.limit=50000` sets `limits.OTPM.limit` of the
+/// profile `endpoint` points to). `what` describes the document in errors,
+/// which name the flag as given and the field under PREFIX.
+pub fn apply_set_under(
+    root: &mut toml::Value,
+    prefix: &str,
+    what: &str,
+    assignment: &str,
+) -> Result<(), ConfigError> {
+    let flag = format!("--set {assignment}");
+    let rest = assignment
+        .split_once('=')
+        .and_then(|(path, value)| {
+            let inner = path.trim().strip_prefix(prefix)?.strip_prefix('.')?;
+            Some(format!("{inner}={value}"))
+        })
+        .ok_or_else(|| ConfigError::new(&flag, prefix, format!("expected {prefix}.PATH=VALUE")))?;
+    apply_set(root, &rest).map_err(|e| {
+        let reason = if e.reason.contains("in the file") {
+            e.reason.replace("in the file", &format!("in {what}"))
+        } else {
+            format!("{} (in {what})", e.reason)
+        };
+        let e = ConfigError::new(&flag, e.field, reason);
+        e.under(prefix)
+    })
 }
 
 #[cfg(test)]

@@ -382,6 +382,18 @@ impl HostedSuite {
     /// Validate a parsed experiment file (`file` is its path, used to
     /// resolve the endpoint profile and in error messages).
     pub fn from_value(file: &Path, v: toml::Value) -> Result<Self, ConfigError> {
+        Self::from_value_with(file, v, &[])
+    }
+
+    /// [`HostedSuite::from_value`] with `--set endpoint.PATH=VALUE`
+    /// overrides applied to the endpoint profile the file names
+    /// (`endpoint.limits.OTPM.limit=50000` sets the profile's
+    /// `limits.OTPM.limit`); errors name the flag and the path.
+    pub fn from_value_with(
+        file: &Path,
+        v: toml::Value,
+        profile_sets: &[&String],
+    ) -> Result<Self, ConfigError> {
         let fname = file.display().to_string();
         let f = fname.as_str();
         let raw: RawHostedSuite = from_value(f, v)?;
@@ -390,8 +402,20 @@ impl HostedSuite {
         if let Some(why) = crate::config::source_problem("endpoint profile", &ppath) {
             return Err(ConfigError::new(f, "endpoint", why));
         }
-        let pv = read_toml(&ppath)?;
-        let mut profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
+        let mut pv = read_toml(&ppath)?;
+        let pname = ppath.display().to_string();
+        for s in profile_sets {
+            let what = format!("the endpoint profile {pname}");
+            crate::config::apply_set_under(&mut pv, "endpoint", &what, s)?;
+        }
+        let mut profile = HostedProfile::from_value(&pname, pv).map_err(|mut e| {
+            if !profile_sets.is_empty() {
+                let flags: Vec<String> =
+                    profile_sets.iter().map(|s| format!("--set {s}")).collect();
+                e.reason = format!("{} (after {})", e.reason, flags.join(", "));
+            }
+            e
+        })?;
         if let Some(o) = &raw.provisioned {
             profile.override_provisioned(f, o)?;
         }
