@@ -42,7 +42,8 @@ pub struct RecommendArgs {
     /// Seeds per configuration.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub seeds: u64,
-    /// Override a scalar in the file first (as `qsim run --set`).
+    /// Override a scalar in the file first (as `qsim run --set`;
+    /// `endpoint.PATH` sets a field of the endpoint profile).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Threads (default: all cores); the output is the same whatever the number.

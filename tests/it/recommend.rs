@@ -1,4 +1,5 @@
-//! `qsim recommend` (issue 13, item 5) and the `policy` knob of hosted
+//! `qsim recommend` (issue 13, item 5; issue 37, items 2 and 3 and the
+//! data engineer's walkthrough) and the `policy` knob of hosted
 //! files: the acceptance figures checked from the JSON evidence itself, the
 //! same output whatever the thread count, an impossible constraint refused
 //! with exit 1 and its reason, bad input refused with exit 2.
@@ -487,6 +488,57 @@ fn truncation_binds_and_the_search_widens_max_tokens() {
     assert!(out.contains("to meet it, widen max_tokens"), "{out}");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("binding: truncated<=0.01*rows"), "{err}");
+}
+
+/// The closest configuration when none meets the constraints is the one
+/// that misses them by least, not one that fails as few constraints by
+/// cutting every row short (issue 37: "the closest configuration it names
+/// cuts almost every row short"). Here a run with max_tokens 256 cuts all
+/// 1,000 rows of ~400 tokens and so meets `elapsed<=300`, failing only the
+/// truncation default (by 99 %); every closest configuration named keeps
+/// its rows whole.
+#[test]
+fn the_closest_configuration_does_not_cut_the_rows_short() {
+    let sets = [
+        "--set",
+        "endpoint.limits.OTPM.limit=50000",
+        "--set",
+        "rows=1000",
+        "--set",
+        "output_tokens.mean=400",
+        "--set",
+        "max_tokens=512",
+    ];
+    // the configuration a count of failed constraints would have named
+    let mut args = vec!["run", "builtin:experiments/fmapi-pacing.toml"];
+    args.extend(["--only", "exp3-ai-query", "--seeds", "2", "--format", "csv"]);
+    args.extend(sets);
+    args.extend(["--set", "max_tokens=256"]);
+    let csv = ok_stdout(&args);
+    let values = |metric: &str| -> Vec<f64> {
+        csv.lines()
+            .filter(|l| l.split(',').nth(2) == Some(metric))
+            .map(|l| l.split(',').nth(3).unwrap().parse().unwrap())
+            .collect()
+    };
+    assert!(values("elapsed_s").iter().all(|&e| e < 300.0), "{csv}");
+    assert!(values("truncated").iter().all(|&t| t == 1000.0), "{csv}");
+
+    let mut args = vec!["recommend", PACING, "--seeds", "2", "--format", "json"];
+    args.extend(sets);
+    args.extend(["--constraint", "elapsed<=300"]);
+    let o = qsim().args(&args).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let closest = j["closest"].as_array().unwrap();
+    assert!(!closest.is_empty());
+    for c in closest {
+        assert!(median(c, "truncated") <= 10.0, "{}", c["label"]);
+    }
+    assert!(j["binding"]["widen"]
+        .as_str()
+        .unwrap()
+        .contains("--set endpoint.limits.OTPM.limit=N"));
 }
 
 /// `--client pool|managed|any` restricts the search to thread pools, to

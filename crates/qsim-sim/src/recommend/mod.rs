@@ -199,8 +199,11 @@ pub fn recommend(spec: &Spec) -> Result<Recommendation, ConfigError> {
 const LIMIT_429: &str = "http_429_by_limit.";
 
 /// One run's metrics ([`crate::report::hosted::METRICS`] order) and its
-/// 429s per endpoint limit (in the profile's order).
-pub(crate) fn one_run(suite: &HostedSuite, seed: u64) -> (Vec<f64>, Vec<(String, f64)>) {
+/// 429s per endpoint limit (limit name, count; in the profile's order).
+pub(crate) type RunFigures = (Vec<f64>, Vec<(String, f64)>);
+
+/// One run's [`RunFigures`].
+pub(crate) fn one_run(suite: &HostedSuite, seed: u64) -> RunFigures {
     let mut r = Records::default();
     crate::report::hosted::records(&mut r, seed, &hosted::run_suite(suite, seed));
     let mut m = vec![0.0; crate::report::hosted::METRICS.len()];
@@ -252,7 +255,7 @@ pub(crate) fn evaluate(suites: &[HostedSuite], seed: u64, seeds: u64) -> Vec<Evi
         .collect();
     // the work budget's meter goes with every job to its thread
     let meter = crate::work::current();
-    let runs: Vec<(Vec<f64>, Vec<(String, f64)>)> = jobs
+    let runs: Vec<RunFigures> = jobs
         .par_iter()
         .map(|&(i, k)| {
             crate::work::enter(meter.clone(), || one_run(&suites[i], seed.wrapping_add(k)))
