@@ -641,6 +641,57 @@ fn set_reaches_into_the_endpoint_profile() {
         &["--set", "endpoint.limits.OTPM.limit=50000"],
     );
     assert_eq!(by_hand, by_set);
+    // an [endpoint] table in the file does the same, on the profile as shipped
+    std::fs::write(dir.path().join("shipped.toml"), &model).unwrap();
+    let table = |fields: &str| {
+        let f = dir.path().join("table.toml");
+        let text = std::fs::read_to_string(PACING).unwrap().replace(
+            "endpoint = \"../models/databricks-claude-haiku-4-5.toml\"",
+            &format!("endpoint = {{ {fields} }}"),
+        );
+        std::fs::write(&f, text).unwrap();
+        f.to_str().unwrap().to_string()
+    };
+    let by_table = csv(
+        &table("profile = \"shipped.toml\", limits.OTPM.limit = 50000"),
+        &[],
+    );
+    assert_eq!(by_hand, by_table);
+    // and --set endpoint.… applies after the table
+    let f = table("profile = \"shipped.toml\", limits.OTPM.limit = 1000");
+    assert_eq!(
+        by_hand,
+        csv(&f, &["--set", "endpoint.limits.OTPM.limit=50000"])
+    );
+    for (fields, want) in [
+        (
+            "limits.OTPM.limit = 50000",
+            "table.toml: endpoint.profile: missing: the endpoint profile the [endpoint] table overrides",
+        ),
+        (
+            "profile = \"shipped.toml\", limits.NOPE.limit = 5",
+            "table.toml: endpoint.limits.NOPE: expected an array index or the name of an item",
+        ),
+        (
+            "profile = \"shipped.toml\", nope = 5",
+            "unknown field `nope`",
+        ),
+        (
+            "profile = \"shipped.toml\", limits.OTPM.limit = -5",
+            "shipped.toml: limits.OTPM.limit: must be > 0, got -5 (after ",
+        ),
+        (
+            "profile = \"missing.toml\"",
+            "table.toml: endpoint.profile: ",
+        ),
+    ] {
+        let o = qsim().args(["run", &table(fields)]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{fields}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(want), "{fields}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(o.stdout.is_empty());
+    }
     assert_ne!(by_set, csv("builtin:experiments/fmapi-pacing.toml", &[]));
     // and through recommend and sweep
     let j = json_of(&[
@@ -752,6 +803,24 @@ fn guide_block(file: &str, heading: &str) -> Vec<(Vec<String>, String)> {
     out
 }
 
+/// The first ```toml block after the line `heading` of a guide.
+fn guide_toml(file: &str, heading: &str) -> String {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut out = String::new();
+    for l in text
+        .lines()
+        .skip_while(|l| !l.starts_with(heading))
+        .skip_while(|l| l.trim() != "```toml")
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+    {
+        out.push_str(l);
+        out.push('\n');
+    }
+    assert!(!out.is_empty(), "no toml block after {heading} in {file}");
+    out
+}
+
 /// The data engineer's question (issue 37): a Databricks endpoint with
 /// their own limit (OTPM 50,000), 5,000 rows of ~400 output tokens, the
 /// fastest policy with zero failed rows. The guide's command sequence runs
@@ -804,26 +873,19 @@ fn the_data_engineers_walkthrough_from_an_empty_directory() {
     // the recommended [[experiment]], pasted into the engineer's own file
     let at = rec.find("\n[[experiment]]\n").expect("the snippet") + 1;
     let snippet = rec[at..].split("\n\n").next().unwrap();
-    let job = format!(
-        "kind = \"hosted\"\nendpoint = \"builtin:models/databricks-claude-haiku-4-5.toml\"\n\
-         rows = 5000\nmax_tokens = 512\nworkers = 64\nsdk_retries = true\n\
-         input_tokens = {{ dist = \"normal\", mean = 250, sd = 15, min = 150 }}\n\
-         output_tokens = {{ dist = \"normal\", mean = 400, sd = 30, min = 40 }}\n\n{snippet}\n"
+    // the guide's file of the job's own: its [endpoint] table sets the
+    // limit in place of --set
+    let own = guide_toml(
+        "docs/guide/experiments.md",
+        "#### Your own endpoint: the fastest policy with zero failed rows",
     );
+    assert!(own.contains("[endpoint]\n") && own.contains("limits.OTPM.limit = 50000\n"));
+    let job = format!("{own}\n{snippet}\n");
     std::fs::create_dir(dir.path().join("jobs")).unwrap();
     std::fs::write(dir.path().join("jobs/job.toml"), job).unwrap();
-    let args: Vec<String> = [
-        "run",
-        "jobs/job.toml",
-        "--seeds",
-        "5",
-        "--set",
-        "endpoint.limits.OTPM.limit=50000",
-        "--format",
-        "csv",
-    ]
-    .map(String::from)
-    .to_vec();
+    let args: Vec<String> = ["run", "jobs/job.toml", "--seeds", "5", "--format", "csv"]
+        .map(String::from)
+        .to_vec();
     let o = run_in(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let csv = String::from_utf8(o.stdout).unwrap();

@@ -131,10 +131,18 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
 }
 
 /// Does `--set PATH=VALUE` reach into the profile the file's `endpoint`
-/// names (a path below `endpoint`, which is a string)?
+/// names (a path below `endpoint`, which is a path or an `[endpoint]`
+/// table, whose `profile` is the file's own)?
 fn sets_profile(v: &toml::Value, assignment: &str) -> bool {
-    let path = assignment.split_once('=').map_or(assignment, |(p, _)| p);
-    path.trim().starts_with("endpoint.") && v.get("endpoint").is_some_and(|e| e.is_str())
+    let path = assignment
+        .split_once('=')
+        .map_or(assignment, |(p, _)| p)
+        .trim();
+    match v.get("endpoint") {
+        Some(toml::Value::String(_)) => path.starts_with("endpoint."),
+        Some(toml::Value::Table(_)) => path.starts_with("endpoint.") && path != "endpoint.profile",
+        _ => false,
+    }
 }
 
 /// Load an experiment file for `run` and `sweep`. A server or hosted-API
