@@ -38,7 +38,9 @@ pub struct RunOpts {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Override a scalar in the file: `--set workers=16 --set experiment.1.retry.max_attempts=5`
-    /// (for sweep: fixed overrides applied before the grid's).
+    /// (for sweep: fixed overrides applied before the grid's). In a hosted
+    /// file `endpoint.PATH` reaches into the endpoint profile the file names:
+    /// `--set endpoint.limits.OTPM.limit=50000`.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Run only these experiments of the file (comma-separated names).
