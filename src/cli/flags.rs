@@ -44,8 +44,17 @@ pub struct PlanFlags {
     /// Names of the reserved consumers (then the unreserved ones): A,B,C[,dev].
     #[arg(long)]
     pub names: Option<String>,
-    /// Reservation semantics: rate-limit-only, strict-floors, litellm-priority.
-    #[arg(long)]
+    /// Reservation semantics (default: the file's; the embedded file's is
+    /// strict-floors):
+    /// rate-limit-only (one ceiling, first come first served; reservations
+    /// not enforced);
+    /// strict-floors (each floor guaranteed, idle floors and the pool lent
+    /// out first come first served);
+    /// litellm-priority (LiteLLM's priority_reservation: borrowing only below
+    /// the saturation threshold);
+    /// partitioned (floors lent only to reserved consumers; the unreserved
+    /// pool only for unreserved consumers).
+    #[arg(long, value_name = "SEMANTICS")]
     pub semantics: Option<String>,
     /// Capacity unit: rpm or tpm.
     #[arg(long)]
@@ -76,10 +85,14 @@ pub struct PlanFlags {
     /// intervals over seeds of each scenario's and consumer's figures.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub seeds: u64,
+    /// Run only these scenarios of the file (comma-separated names; each
+    /// keeps its random streams, so its figures equal the full run's).
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub only: Vec<String>,
 }
 
 impl PlanFlags {
-    /// The plan's spec (no `--set` overrides, all scenarios).
+    /// The plan's spec (no `--set` overrides; the scenarios of `--only`).
     pub fn spec(&self) -> PlanSpec {
         PlanSpec {
             capacity: self.capacity.clone(),
@@ -97,7 +110,7 @@ impl PlanFlags {
             seed: self.seed,
             seeds: self.seeds,
             sets: Vec::new(),
-            only: Vec::new(),
+            only: self.only.clone(),
         }
     }
 }

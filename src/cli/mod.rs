@@ -38,7 +38,9 @@ pub struct RunOpts {
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Override a scalar in the file: `--set workers=16 --set experiment.1.retry.max_attempts=5`
-    /// (for sweep: fixed overrides applied before the grid's).
+    /// (for sweep: fixed overrides applied before the grid's). In a hosted
+    /// file `endpoint.PATH` reaches into the endpoint profile the file names:
+    /// `--set endpoint.limits.OTPM.limit=50000`.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Run only these experiments of the file (comma-separated names).
@@ -190,7 +192,8 @@ pub enum Cmd {
         args: crate::commands::whatif::WhatifArgs,
     },
     /// Request traces (Azure, BurstGPT, Mooncake, a proxy's decision log, a
-    /// CSV with named columns): `qsim trace stats FILE`.
+    /// CSV with named columns): `qsim trace stats FILE` (rates, burstiness,
+    /// lengths, a fitted workload), `qsim trace plan FILE` (replicas for a trace).
     Trace {
         #[command(subcommand)]
         cmd: crate::commands::trace::TraceCmd,
@@ -210,9 +213,18 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::commands::compare::CompareArgs,
     },
-    /// Fit a profile to observations (`hosted`: a replay's attempt log).
+    /// Fit a profile to observations: `calibrate hosted` (a replay's attempt
+    /// log), `calibrate server` (vLLM benchmark results), `calibrate bench`
+    /// (measure a server as vLLM's benchmark_serving does).
     #[command(subcommand)]
     Calibrate(crate::commands::calibrate::CalibrateCmd),
+    /// The files embedded in the binary (every shipped experiment, model,
+    /// measured data set and trace), usable anywhere as `builtin:PATH`;
+    /// `qsim examples PATH` prints one to copy and edit.
+    Examples {
+        #[command(flatten)]
+        args: crate::commands::examples::ExamplesArgs,
+    },
 }
 
 /// Refuse a bad `--out` (file or directory) before any simulation runs.
@@ -355,6 +367,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Cmd::Replay { args } => crate::commands::replay::run_cli(args),
         Cmd::Compare { args } => crate::commands::compare::run_cli(args),
         Cmd::Calibrate(cmd) => crate::commands::calibrate::run_cli(cmd),
+        Cmd::Examples { args } => crate::commands::examples::run(args),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

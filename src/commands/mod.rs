@@ -3,6 +3,7 @@
 
 pub mod calibrate;
 pub mod compare;
+pub mod examples;
 pub mod load;
 pub mod options;
 pub mod proxy;

@@ -3,7 +3,7 @@
 
 use crate::cli::common::{emit, CliError, Format};
 use qsim_sim::config::ConfigError;
-use qsim_sim::recommend::{recommend, Recommendation, Spec};
+use qsim_sim::recommend::{recommend, ClientChoice, Recommendation, Spec};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
@@ -19,17 +19,31 @@ pub struct RecommendArgs {
     /// A constraint `METRIC OP [K*]TERM [in P% of seeds]` (OP: <= >= < > ==;
     /// TERM: a number, `rows` or a metric). With `in P% of seeds` it must
     /// hold seed by seed in at least P % of the seeds; without, on the
-    /// medians. Defaults, each replaced by a constraint on the same metric:
-    /// "ok>=rows in 95% of seeds", "p95<=2*p50", "truncated<=0.01*rows".
+    /// medians. Defaults, each replaced by a constraint on the same metric
+    /// (and all dropped by --no-default-constraints): "ok>=rows in 95% of
+    /// seeds", "p95<=2*p50", "truncated<=0.01*rows".
     #[arg(long = "constraint", value_name = "EXPR")]
     pub constraints: Vec<String>,
+    /// Zero failed rows: every row succeeds in every seed ("ok>=rows in 100%
+    /// of seeds", in place of the default on ok).
+    #[arg(long)]
+    pub zero_failed: bool,
+    /// Drop the default constraints (keep only --constraint and --zero-failed).
+    #[arg(long)]
+    pub no_default_constraints: bool,
+    /// Which clients to search: pool (a fixed thread pool with a retry
+    /// policy: every preset but aimd), managed (the managed executor's AIMD
+    /// window: aimd) or any.
+    #[arg(long, value_enum, default_value_t = Client::Any)]
+    pub client: Client,
     /// Seed of the first run.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Seeds per configuration.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub seeds: u64,
-    /// Override a scalar in the file first (as `qsim run --set`).
+    /// Override a scalar in the file first (as `qsim run --set`;
+    /// `endpoint.PATH` sets a field of the endpoint profile).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Threads (default: all cores); the output is the same whatever the number.
@@ -51,6 +65,14 @@ pub struct RecommendArgs {
     pub plots: crate::plot::PlotOpts,
 }
 
+/// `--client`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Client {
+    Pool,
+    Managed,
+    Any,
+}
+
 impl RecommendArgs {
     pub fn spec(&self) -> Spec {
         Spec {
@@ -58,6 +80,13 @@ impl RecommendArgs {
             sets: self.sets.clone(),
             objective: self.objective.clone(),
             constraints: self.constraints.clone(),
+            zero_failed: self.zero_failed,
+            no_default_constraints: self.no_default_constraints,
+            client: match self.client {
+                Client::Pool => ClientChoice::Pool,
+                Client::Managed => ClientChoice::Managed,
+                Client::Any => ClientChoice::Any,
+            },
             seed: self.seed,
             seeds: self.seeds,
             threads: self.threads.map(usize::from),
@@ -80,9 +109,6 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
     let targets = a.plots.targets(a.force);
     targets.check()?;
     let rec = recommend(&a.spec())?;
-    if rec.winner.is_none() {
-        return Err(CliError::Unmet(rec.unmet()));
-    }
     let text = match a.format {
         Format::Json => qsim_sim::report::json_text(&rec.render_json()),
         _ => rec.render_table(),
@@ -104,7 +130,13 @@ pub fn run_cli(a: &RecommendArgs) -> Result<(), CliError> {
             Some(&rec.render_table()),
         )?;
     }
-    emit(&text, a.out.as_deref(), a.force)
+    emit(&text, a.out.as_deref(), a.force)?;
+    // none meets the constraints: the report (the closest configurations,
+    // the binding constraint) is written, then exit 1
+    match rec.winner {
+        Some(_) => Ok(()),
+        None => Err(CliError::Unmet(rec.unmet())),
+    }
 }
 
 /// The Pareto scatter: every configuration that meets the constraints not

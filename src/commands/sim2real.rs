@@ -29,6 +29,10 @@ pub struct Sim2realArgs {
     /// instead of the report.
     #[arg(long, value_name = "EVALS", value_parser = clap::value_parser!(u64).range(8..=100_000))]
     pub fit: Option<u64>,
+    /// Use these coefficients (a file as `--fit` prints it) instead of the
+    /// shipped ones.
+    #[arg(long, value_name = "FILE")]
+    pub coefficients: Option<PathBuf>,
     /// Only these experiments (comma-separated ids).
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<u64>,
@@ -159,7 +163,10 @@ pub fn run_cli(a: &Sim2realArgs) -> Result<(), CliError> {
             &sim2real::fit::coefficients_toml(&fit, train),
         )?);
     }
-    let c = data::shipped_coefficients()?;
+    let c = match &a.coefficients {
+        Some(f) => data::read_coefficients(f)?,
+        None => data::shipped_coefficients()?,
+    };
     let exps: Vec<data::Experiment> = data
         .experiments
         .iter()

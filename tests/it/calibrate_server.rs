@@ -156,8 +156,6 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
                 &files[2],
                 "--holdout",
                 &files[3],
-                "--bootstrap",
-                "4",
                 "--format",
                 "json",
                 "--out",
@@ -278,8 +276,6 @@ fn calibrate_server_predicts_a_held_out_rate_and_saturation() {
         "2",
         "--max-evals",
         "40",
-        "--bootstrap",
-        "2",
         "--format",
         "json",
     ];
@@ -326,8 +322,8 @@ fn bad_benchmark_files_exit_2_naming_the_field() {
                 "1",
                 "--max-evals",
                 "5",
-                "--bootstrap",
-                "0",
+                "--intervals",
+                "none",
                 "--out",
                 out.to_str().unwrap(),
             ],
@@ -522,7 +518,7 @@ fn out_of_range_benchmarks_and_underdetermined_fits_are_refused() {
         std::fs::write(&f, v.to_string()).unwrap();
         let fs = f.to_str().unwrap().to_string();
         let mut a = vec!["calibrate", "server", "--profile", BASE, &fs];
-        a.extend_from_slice(&["--reps", "1", "--max-evals", "5", "--bootstrap", "0"]);
+        a.extend_from_slice(&["--reps", "1", "--max-evals", "5", "--intervals", "none"]);
         a.extend_from_slice(extra);
         let (code, out, err) = qsim(&a, Duration::from_secs(120));
         (code, out, err, fs)
@@ -608,6 +604,48 @@ fn out_of_range_benchmarks_and_underdetermined_fits_are_refused() {
     assert_eq!(code, 2, "{err}");
     assert!(
         err.starts_with("qsim: --fit: 4 coefficients to fit to 3 independent"),
+        "{err}"
+    );
+    // a coefficient the files cannot see (the reserved memory sizes a KV
+    // cache these three requests never fill): fixed at its base value and
+    // said, or refused by name
+    let f = dir.path().join("unseen.json");
+    std::fs::write(&f, good_bench().to_string()).unwrap();
+    let fs = f.to_str().unwrap();
+    let unseen = |policy: &str| {
+        qsim(
+            &[
+                "calibrate",
+                "server",
+                "--profile",
+                BASE,
+                fs,
+                "--reps",
+                "1",
+                "--fit",
+                "kv_cache.reserved_gib,iteration.bandwidth_efficiency",
+                "--unidentified",
+                policy,
+                "--format",
+                "json",
+            ],
+            Duration::from_secs(120),
+        )
+    };
+    let (code, out, err) = unseen("fix");
+    assert_eq!(code, 0, "{err}");
+    let v = json(&out);
+    assert_eq!(v["coefficients"][0]["status"], "fixed", "{out}");
+    assert_eq!(v["coefficients"][0]["fit"], v["coefficients"][0]["base"]);
+    assert!(
+        err.contains("kv_cache.reserved_gib: fixed at its base value"),
+        "{err}"
+    );
+    let (code, out, err) = unseen("refuse");
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("qsim: --fit: kv_cache.reserved_gib: not pinned down by these benchmarks"),
         "{err}"
     );
     // as many coefficients as means: fitted

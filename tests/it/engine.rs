@@ -226,12 +226,23 @@ fn bench_cmd(
 /// The engine's decode step against batch size and context, as measured
 /// (issue 24, item 2): for `b` = 1 to 8 (its slots), three rounds of `b`
 /// requests at once with 64-token answers, once with 16-token prompts and
-/// once with 384-token ones; after their prompts every step decodes `b`
-/// sequences, so a round's mean ITL is the step time with `b` decoding at
-/// a mean context of the prompt + 32 tokens, and each entry is the median
-/// of its three rounds. Returns the base profile with `decode_step_ms`
-/// (context 48) and `decode_step_ms_long` (context 416) set, written into
-/// `dir`.
+/// once with 384-token ones. A round's step time is read in its lockstep
+/// window ([`lockstep_step_ms`]): from the moment every request has its
+/// first token to the moment the first one finishes, every step decodes
+/// exactly `b` sequences and nothing else, at a mean context of the
+/// prompt + 32 tokens; each entry is the median of its three rounds.
+/// Returns the base profile with `decode_step_ms` (context 48) and
+/// `decode_step_ms_long` (context 416) set, written into `dir`.
+///
+/// Why the window, not the round's mean ITL (issue 42): the requests of a
+/// round reach the engine ~1 ms apart, so the later prompts are computed
+/// in steps of their own while the earlier requests decode; each such step
+/// is one of their gaps. With 384-token prompts it costs 100–150 ms, and
+/// the round's mean ITL at `b` = 8 was 26.3 ms against 17.9 ms per step in
+/// the window (b = 2: 10.7 against 9.1; one run under load, 2026-12-04).
+/// The table is the decode-only step; the prompt steps are the model's
+/// other terms, so the mean charged them twice, most at the long context
+/// that mid-load decodes interpolate toward.
 ///
 /// Why two contexts: llama.cpp's CPU flash attention runs a step of fewer
 /// than 64 query tokens row by row over every used cell of the one KV
@@ -261,6 +272,7 @@ fn measured_profile(url: &str, dir: &std::path::Path, seed: u64) -> std::path::P
         let mut ms = Vec::new();
         for b in 1..=8u32 {
             let mut rounds = Vec::new();
+            let mut means = Vec::new();
             for r in 0..3u64 {
                 let seed = seed * 1000 + 100 * prompt as u64 + 10 * r + b as u64;
                 let v = run_bench(
@@ -271,10 +283,11 @@ fn measured_profile(url: &str, dir: &std::path::Path, seed: u64) -> std::path::P
                     (&format!("{prompt}..{prompt}"), "64..64"),
                 )
                 .1;
-                rounds.push(f(&v, "/mean_itl_ms"));
+                rounds.push(lockstep_step_ms(&v));
+                means.push(f(&v, "/mean_itl_ms"));
             }
             eprintln!(
-                "decode step (ms) with {b} decoding, {prompt}-token prompts, three rounds: {rounds:.2?}"
+                "decode step (ms) with {b} decoding, {prompt}-token prompts, three rounds: {rounds:.2?} (mean ITL {means:.2?})"
             );
             ms.push(median(rounds));
         }
@@ -299,6 +312,45 @@ fn measured_profile(url: &str, dir: &std::path::Path, seed: u64) -> std::path::P
     let path = dir.join("measured.toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// The decode step of a benchmark of requests sent at once (ms): each
+/// request's token times (send + TTFT, then its gaps) inside the window
+/// from the last first token to the first last token, where every step
+/// decodes all of them and computes no prompt; per request the window's
+/// span over its gaps in it, and the mean over requests. A window of
+/// fewer than two gaps (requests that never all decode together) falls
+/// back to the mean ITL.
+pub fn lockstep_step_ms(v: &Value) -> f64 {
+    let n = v["arrival_s"].as_array().map_or(0, Vec::len);
+    let times: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            let mut t = f(v, &format!("/arrival_s/{i}")) + f(v, &format!("/ttfts/{i}"));
+            let mut ts = vec![t];
+            for g in v["itls"][i].as_array().unwrap() {
+                t += g.as_f64().unwrap();
+                ts.push(t);
+            }
+            ts
+        })
+        .collect();
+    let w0 = times.iter().map(|t| t[0]).fold(f64::MIN, f64::max);
+    let w1 = times
+        .iter()
+        .map(|t| *t.last().unwrap())
+        .fold(f64::MAX, f64::min);
+    let steps: Vec<f64> = times
+        .iter()
+        .filter_map(|ts| {
+            let inside: Vec<f64> = ts.iter().copied().filter(|&x| x >= w0 && x <= w1).collect();
+            (inside.len() >= 3)
+                .then(|| (inside[inside.len() - 1] - inside[0]) / (inside.len() - 1) as f64)
+        })
+        .collect();
+    if steps.is_empty() {
+        return f(v, "/mean_itl_ms");
+    }
+    1e3 * steps.iter().sum::<f64>() / steps.len() as f64
 }
 
 /// The coefficients fitted on top of a measured decode table: the prompt
@@ -362,38 +414,135 @@ fn median(mut xs: Vec<f64>) -> f64 {
     }
 }
 
+/// Held-out benchmark rates, as fractions of the burst's rate R: in the
+/// test command two (below and past saturation); in the judged run
+/// ([`judge`]) six from 20 % to 120 % of R, none used in the fit
+/// (issue 42's acceptance).
+fn holdout_fracs() -> &'static [f64] {
+    if judge() {
+        &[0.2, 0.4, 0.55, 0.75, 1.0, 1.2]
+    } else {
+        &[0.45, 1.3]
+    }
+}
+
+/// `QSIM_ENGINE_JUDGE=1`: the timing verdicts are judged (a quiet
+/// machine; `scripts/engine-judge.sh`), with three repeats and six
+/// held-out rates; otherwise they are reported only, one repeat.
+fn judge() -> bool {
+    std::env::var_os("QSIM_ENGINE_JUDGE").is_some_and(|v| v != "0")
+}
+
+/// Calibrate → plan → enforce repeats: `QSIM_ENGINE_REPEATS`, default 3
+/// when judged and 1 in the test command (its counted verdicts hold on
+/// every repeat; one keeps the engine phase within its 10 minutes).
+fn repeats() -> u64 {
+    std::env::var("QSIM_ENGINE_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(if judge() { 3 } else { 1 })
+}
+
+/// The first repeat's index, `QSIM_ENGINE_REPEAT_FROM` (default 0): each
+/// repeat draws its seeds from its index, so a judged run split over
+/// several invocations ([`record_file`]) measures with each repeat's own.
+fn repeat_from() -> u64 {
+    std::env::var("QSIM_ENGINE_REPEAT_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `QSIM_ENGINE_RECORD=FILE`: each repeat's figures are appended to FILE
+/// (one JSON line per repeat), and the timing verdicts are computed over
+/// every repeat FILE holds, this invocation's and earlier ones'. So the
+/// judged run can be made one repeat per invocation
+/// (`scripts/engine-judge.sh --repeat K`), each on a machine kept quiet
+/// for its own span; it is judged once FILE holds three repeats.
+fn record_file() -> Option<std::path::PathBuf> {
+    std::env::var_os("QSIM_ENGINE_RECORD")
+        .filter(|v| !v.is_empty())
+        .map(Into::into)
+}
+
+/// The repeats of a judged run: three (issue 42's three calibrations).
+const JUDGED_REPEATS: usize = 3;
+
+/// One repeat's figures: the held-out errors (predicted / measured − 1)
+/// by "{variant} {rate} % {metric}", the fitted coefficients with their
+/// intervals, the plan's E2E p50 error, and the per-consumer admission
+/// counts off the plan (the race for the unreserved pool).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RepeatRecord {
+    rep: u64,
+    errs: std::collections::BTreeMap<String, f64>,
+    coefficients: Value,
+    plan_e2e_p50: f64,
+    race: Vec<String>,
+}
+
+/// One calibration: the fitted profile, its saturation (requests/s), the
+/// fitted coefficients as `qsim calibrate server --format json` gives
+/// them (with their intervals).
+#[derive(Clone)]
+struct Calibrated {
+    profile: std::path::PathBuf,
+    sat: f64,
+    /// The burst's measured rate when it was fitted (R).
+    burst_rate: f64,
+    coefficients: Value,
+}
+
+/// The engine's first calibration in this process, kept for the drift
+/// test (the same binary, model and flags: the same engine), which then
+/// needs no calibration of its own.
+static CALIBRATED: std::sync::Mutex<Option<Calibrated>> = std::sync::Mutex::new(None);
+
 /// One calibration of the real engine (issue 24, item 3), as the user
 /// runs it: the decode step at batch 1–8 measured into the profile's two
 /// tables ([`measured_profile`]); the engine's saturation measured with a
 /// burst (every request at once; completions per second with a standing
 /// backlog, [`backlog_rate`]); benchmarks at 30, 60 and 85 % of the
-/// burst's rate for the fit, and at 45 % (below saturation) and 130 % (past
-/// it) held out, measured interleaved (30, 45, 60, 130, 85 %) so that a
-/// stretch of the machine's slowness falls on both kinds. `qsim calibrate
-/// server` fits four coefficients on the measured tables
-/// ([`MEASURED_FIT`]) on the three fit files alone, each replayed at its
-/// recorded send times, writes the fitted profile (`DIR/fitted.toml`) and
-/// predicts the held-out files and the saturation; each error (predicted /
-/// measured − 1) goes into `errs` under "measured …". Reported beside
-/// it: the same tables with a finished request's cells freed at once
-/// ("freed …", the profile's `finished_cells_held` off) and the roofline
-/// profile's fit ("roofline …"), on the same files.
-/// Returns the fitted profile's path and its saturation (requests/s).
+/// burst's rate R for the fit, and at [`holdout_fracs`] held out, measured
+/// interleaved with them so that a stretch of the machine's slowness falls
+/// on both kinds. `qsim calibrate server` fits four coefficients on the
+/// measured tables ([`MEASURED_FIT`]) on the three fit files alone, each
+/// replayed at its recorded send times, with their 95 % profile intervals
+/// (a coefficient the files do not pin down is fixed at the base
+/// profile's value and said), writes the fitted profile
+/// (`DIR/fitted.toml`) and predicts the held-out files and the
+/// saturation; each error (predicted / measured − 1) goes into `errs`
+/// under "measured {rate} % {metric}". Judged runs also report the same
+/// tables with a finished request's cells freed at once ("freed …", the
+/// profile's `finished_cells_held` off) and the roofline profile's fit
+/// ("roofline …"), on the same files.
 fn calibrate_and_predict(
     url: &str,
     dir: &std::path::Path,
     rep: u64,
     errs: &mut std::collections::BTreeMap<String, Vec<f64>>,
-) -> (std::path::PathBuf, f64) {
+) -> Calibrated {
     let measured = measured_profile(url, dir, 200 + 10 * rep);
     let burst = bench(url, dir, "burst.json", 1000.0, 48, 100 + rep);
     let b: Value = serde_json::from_str(&std::fs::read_to_string(&burst).unwrap()).unwrap();
     let sat = f(&b, "/request_throughput");
     let sat_backlog = backlog_rate(&b);
-    // fit files 0-2 (30, 60, 85 %), held out 3-4 (45, 130 %)
-    let fracs = [0.3, 0.6, 0.85, 0.45, 1.3];
+    // fit files first (30, 60, 85 %), then the held-out ones, measured
+    // interleaved: fit, held out, fit, held out, ...
+    let hold = holdout_fracs();
+    let fracs: Vec<f64> = [0.3, 0.6, 0.85].iter().chain(hold).copied().collect();
+    let mut order: Vec<usize> = Vec::new();
+    for k in 0..fracs.len() {
+        if k < 3 {
+            order.push(k);
+        }
+        if 3 + k < fracs.len() {
+            order.push(3 + k);
+        }
+    }
     let mut files = vec![String::new(); fracs.len()];
-    for k in [0, 3, 1, 4, 2] {
+    for k in order {
         let frac = fracs[k];
         let n = if frac > 1.0 { 60 } else { 40 };
         let seed = 10 * rep + k as u64 + 1;
@@ -406,47 +555,55 @@ fn calibrate_and_predict(
     assert!(text.contains("\nfinished_cells_held = true\n"));
     let freed = dir.join("measured-freed.toml");
     std::fs::write(&freed, text.replace("\nfinished_cells_held = true\n", "\n")).unwrap();
-    let mut fitted_sat = 0.0;
-    for (label, base, fit) in [
+    let mut out = None;
+    let variants: &[(&str, &std::ffi::OsStr, &str)] = &[
         ("measured", measured.as_os_str(), MEASURED_FIT),
         ("freed", freed.as_os_str(), MEASURED_FIT),
         ("roofline", std::ffi::OsStr::new(PROFILE), DEFAULT_FIT),
-    ] {
+    ];
+    for &(label, base, fit) in variants.iter().take(if judge() { 3 } else { 1 }) {
         let mut c = qsim();
         c.args(["calibrate", "server", "--profile"])
             .arg(base)
             .args(["--fit", fit])
-            .args([&files[0], &files[1], &files[2]])
-            .args(["--holdout", &files[3], "--holdout", &files[4]])
-            .args([
-                "--bootstrap",
-                "0",
-                "--format",
-                "json",
-                "--recorded-arrivals",
-            ]);
+            .args([&files[0], &files[1], &files[2]]);
+        for h in &files[3..] {
+            c.args(["--holdout", h]);
+        }
+        c.args(["--format", "json", "--recorded-arrivals"]);
         if label == "measured" {
             c.arg("--out").arg(&profile);
         }
         let o = c.output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let fit: Value = serde_json::from_slice(&o.stdout).unwrap();
-        eprintln!(
-            "repeat {rep} {label}: saturation measured {sat:.3}/s; fit {}",
-            fit["coefficients"]
-        );
-        for (h, name) in [(0, "below"), (1, "past")] {
+        eprintln!("repeat {rep} {label}: saturation measured {sat:.3}/s; fit:");
+        for k in fit["coefficients"].as_array().unwrap() {
+            eprintln!(
+                "  {} = {:.4} ({}, 95 % {} {})",
+                k["name"].as_str().unwrap(),
+                f(k, "/fit"),
+                k["status"].as_str().unwrap(),
+                k["ci95"],
+                k["ci95_ends"]
+            );
+        }
+        for w in fit["warnings"].as_array().unwrap() {
+            eprintln!("  warning: {}", w.as_str().unwrap());
+        }
+        for (h, frac) in hold.iter().enumerate() {
             let ho = &fit["holdout"][h];
+            let pct = (frac * 100.0).round();
             for m in ["ttft_ms", "itl_ms", "e2e_ms"] {
                 let (obs, pred) = (
                     f(ho, &format!("/observed/{m}")),
                     f(ho, &format!("/fitted/{m}")),
                 );
                 eprintln!(
-                    "  held out {name} {m}: measured {obs:.2}, predicted {pred:.2} ({:+.1} %)",
+                    "  held out {pct} % of R {m}: measured {obs:.2}, predicted {pred:.2} ({:+.1} %)",
                     (pred / obs - 1.0) * 100.0
                 );
-                errs.entry(format!("{label} {name} {m}"))
+                errs.entry(format!("{label} {pct} % {m}"))
                     .or_default()
                     .push(pred / obs - 1.0);
             }
@@ -462,7 +619,6 @@ fn calibrate_and_predict(
             .or_default()
             .push(pred_sat / sat_backlog - 1.0);
         if label == "measured" {
-            fitted_sat = pred_sat;
             // the fit's own residuals (the plan's E2E rests on them)
             for b in fit["fit"].as_array().unwrap() {
                 let e =
@@ -482,9 +638,15 @@ fn calibrate_and_predict(
                     f(b, "/observed/e2e_ms")
                 );
             }
+            out = Some(Calibrated {
+                profile: profile.clone(),
+                sat: pred_sat,
+                burst_rate: sat,
+                coefficients: fit["coefficients"].clone(),
+            });
         }
     }
-    (profile, fitted_sat)
+    out.expect("the measured fit ran")
 }
 
 /// The completion rate of a benchmark result with a standing backlog, as
@@ -721,56 +883,126 @@ fn plan_and_enforce(
 }
 
 /// Measure → calibrate → predict → plan → enforce → compare on the real
-/// engine (issue 24, items 3 and 4), three repeats on one engine, each
-/// from a fresh measurement: [`calibrate_and_predict`] (the held-out
-/// errors and the fitted profile), then [`plan_and_enforce`] on that
-/// profile.
+/// engine (issue 24, items 3 and 4; issue 42): [`repeats`] repeats on one
+/// engine, each from a fresh measurement: [`calibrate_and_predict`] (the
+/// held-out errors and the fitted profile), then [`plan_and_enforce`] on
+/// that profile.
 ///
 /// **Judged always** (counted outcomes, whatever the machine's speed):
 /// every step succeeds, every attempt of every load is answered 2xx or 429
 /// and counted once, the plan saturates minutes 1–3, and the admitted
 /// requests of all consumers per saturated minute are within 5 % of the
-/// plan's (the capacity).
+/// plan's (the capacity). The test command runs one repeat (the engine
+/// phase within 10 minutes).
 ///
-/// **Judged with `QSIM_ENGINE_JUDGE=1`** (wall-clock timings of a real
-/// engine; reported, not judged, otherwise): medians over the repeats of
-/// mean ITL and E2E within 15 %, mean TTFT within 25 % below saturation,
-/// ITL past it and the saturation throughput within 15 %, the plan's E2E
-/// p50 of admitted requests within 20 % of the observed one; and each
-/// consumer's admitted per saturated minute within 5 % of the plan's (the
-/// race for the unreserved pool, decided by when requests reach the
-/// proxy). Why not always: the project's rule is that no verdict depends
-/// on wall-clock speed (CI is a shared 2-core machine that may be loaded),
-/// and this engine's speed is the machine's. With two niced compilers on
-/// the other core (2026-12-03, AMD EPYC, 2 vCPUs), the burst's saturation
-/// was 6.1, 6.4 and 11.7 req/s in the three repeats and the medians missed
-/// by +24 % (ITL below), +22 % (E2E below) and +30 % (saturation); one
-/// consumer's admitted count by 5.6 %; the counted outcomes held. On a
-/// quiet machine the medians passed (the record in the guide).
+/// **Judged with `QSIM_ENGINE_JUDGE=1`** (`scripts/engine-judge.sh`: three
+/// repeats, six held-out rates from 20 to 120 % of R; wall-clock timings of
+/// a real engine, reported, not judged, otherwise): at every held-out rate
+/// the median over the repeats of |error| of mean ITL and mean E2E within
+/// 10 % and of mean TTFT within 20 % below saturation (rates under R), and
+/// no rate where every repeat errs the same way by more than 5 % (ITL,
+/// E2E); the saturation throughput within 10 %; the three calibrations'
+/// fitted coefficients within each other's 95 % intervals (pairwise
+/// overlap); the plan's E2E p50 of admitted requests within 20 % of the
+/// observed one; and each consumer's admitted per saturated minute within
+/// 5 % of the plan's (the race for the unreserved pool, decided by when
+/// requests reach the proxy). Why not always: the project's rule is that
+/// no verdict depends on wall-clock speed (CI is a shared 2-core machine
+/// that may be loaded), and this engine's speed is the machine's. With two
+/// niced compilers on the other core (2026-12-03, AMD EPYC, 2 vCPUs), the
+/// burst's saturation was 6.1, 6.4 and 11.7 req/s in the three repeats and
+/// the medians missed by +24 % (ITL below), +22 % (E2E below) and +30 %
+/// (saturation); one consumer's admitted count by 5.6 %; the counted
+/// outcomes held.
 ///
-/// Record: `docs/guide/proxy.md`, "On a real engine: llama.cpp's server".
+/// Record: `docs/guide/proxy.md`, "On a real engine: llama.cpp's server",
+/// and `docs/fidelity.md` (issue 42).
 #[test]
 #[ignore = "real engine timing: scripts/test.sh runs it alone (-- --ignored engine::)"]
 fn engine_calibrate_predict_plan_enforce() {
     crate::live!(Engine);
-    let judge = std::env::var_os("QSIM_ENGINE_JUDGE").is_some_and(|v| v != "0");
+    let judged = judge();
     let e = start(1, 8, 8192);
-    let mut errs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    let (mut bad, mut timing) = (Vec::new(), Vec::new());
-    let mut e2e = Vec::new();
-    for rep in 0..3u64 {
+    let mut bad = Vec::new();
+    let mut records = Vec::new();
+    for rep in repeat_from()..repeat_from() + repeats() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, fitted_sat) = calibrate_and_predict(&e.url, dir.path(), rep, &mut errs);
-        let (pe2e, oe2e, b, race) = plan_and_enforce(&e.url, dir.path(), fitted_sat, 1000 + rep);
+        let mut errs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+        let cal = calibrate_and_predict(&e.url, dir.path(), rep, &mut errs);
+        {
+            let mut kept = CALIBRATED.lock().unwrap();
+            if kept.is_none() {
+                let keep = tempfile::tempdir().unwrap().keep();
+                let profile = keep.join("fitted.toml");
+                std::fs::copy(&cal.profile, &profile).unwrap();
+                *kept = Some(Calibrated {
+                    profile,
+                    ..cal.clone()
+                });
+            }
+        }
+        let (pe2e, oe2e, b, race) = plan_and_enforce(&e.url, dir.path(), cal.sat, 1000 + rep);
         eprintln!(
             "repeat {rep}: E2E p50 of admitted requests: plan {pe2e:.3} s, observed {oe2e:.3} s \
              (observed {:+.1} % from the plan)",
             (oe2e / pe2e - 1.0) * 100.0
         );
-        e2e.push(oe2e / pe2e - 1.0);
         bad.extend(b.into_iter().map(|x| format!("repeat {rep}: {x}")));
-        timing.extend(race.into_iter().map(|x| format!("repeat {rep}: {x}")));
+        let record = RepeatRecord {
+            rep,
+            errs: errs
+                .into_iter()
+                .map(|(k, xs)| {
+                    assert_eq!(xs.len(), 1, "{k}: one figure per repeat");
+                    (k, xs[0])
+                })
+                .collect(),
+            coefficients: cal.coefficients.clone(),
+            plan_e2e_p50: oe2e / pe2e - 1.0,
+            race: race
+                .into_iter()
+                .map(|x| format!("repeat {rep}: {x}"))
+                .collect(),
+        };
+        if let Some(path) = record_file() {
+            use std::io::Write;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .unwrap_or_else(|e| panic!("QSIM_ENGINE_RECORD {}: {e}", path.display()));
+            writeln!(file, "{}", serde_json::to_string(&record).unwrap()).unwrap();
+        }
+        records.push(record);
     }
+    // the timing verdicts over every repeat: this run's, or the record's
+    // (which holds this run's and the earlier invocations')
+    if let Some(path) = record_file() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        records = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a repeat's record"))
+            .collect();
+        let reps: Vec<u64> = records.iter().map(|r| r.rep).collect();
+        eprintln!("record {}: repeats {reps:?}", path.display());
+        let mut distinct = reps.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            distinct.len(),
+            reps.len(),
+            "a repeat recorded twice: {reps:?}"
+        );
+    }
+    let mut errs: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for r in &records {
+        for (k, x) in &r.errs {
+            errs.entry(k.clone()).or_default().push(*x);
+        }
+    }
+    let coefs: Vec<Value> = records.iter().map(|r| r.coefficients.clone()).collect();
+    let e2e: Vec<f64> = records.iter().map(|r| r.plan_e2e_p50).collect();
+    let mut timing: Vec<String> = records.iter().flat_map(|r| r.race.clone()).collect();
     for (k, xs) in &errs {
         if !k.starts_with("measured ") {
             eprintln!(
@@ -779,16 +1011,38 @@ fn engine_calibrate_predict_plan_enforce() {
             );
         }
     }
+    // per held-out rate: the median |error| and the sign of every repeat
+    for frac in holdout_fracs() {
+        let pct = (frac * 100.0).round();
+        for (m, bound) in [("itl_ms", 0.10), ("e2e_ms", 0.10), ("ttft_ms", 0.20)] {
+            let xs = &errs[&format!("measured {pct} % {m}")];
+            let med = median(xs.iter().map(|x| x.abs()).collect());
+            eprintln!(
+                "measured {pct} % of R {m}: median |error| {:.1} % over {:+.3?}",
+                med * 100.0,
+                xs
+            );
+            if m == "ttft_ms" && *frac >= 1.0 {
+                continue; // queueing past saturation: reported only
+            }
+            if med > bound {
+                timing.push(format!(
+                    "{pct} % of R {m}: median |error| {:.1} %",
+                    med * 100.0
+                ));
+            }
+            let one_way =
+                xs.len() >= 2 && (xs.iter().all(|&x| x > 0.05) || xs.iter().all(|&x| x < -0.05));
+            if m != "ttft_ms" && one_way {
+                timing.push(format!(
+                    "{pct} % of R {m}: every repeat errs the same way by more than 5 %: {xs:+.3?}"
+                ));
+            }
+        }
+    }
     // the plan's E2E p50: the observed one's error from it (observed / plan - 1)
     errs.insert("measured plan e2e_p50".into(), e2e);
-    for (k, bound) in [
-        ("below ttft_ms", 0.25),
-        ("below itl_ms", 0.15),
-        ("below e2e_ms", 0.15),
-        ("past itl_ms", 0.15),
-        ("saturation", 0.15),
-        ("plan e2e_p50", 0.20),
-    ] {
+    for (k, bound) in [("saturation", 0.10), ("plan e2e_p50", 0.20)] {
         let k = &format!("measured {k}");
         let xs = &errs[k];
         let m = median(xs.clone());
@@ -797,12 +1051,53 @@ fn engine_calibrate_predict_plan_enforce() {
             timing.push(format!("{k}: median error {:+.1} %", m * 100.0));
         }
     }
+    // the calibrations' coefficients: each fitted value against the others'
+    // intervals (reported), and pairwise overlap of the intervals (judged)
+    for (i, a) in coefs.iter().enumerate() {
+        for b in coefs.iter().skip(i + 1) {
+            for (ka, kb) in a.as_array().unwrap().iter().zip(b.as_array().unwrap()) {
+                let name = ka["name"].as_str().unwrap();
+                let (Some(ia), Some(ib)) = (ka["ci95"].as_array(), kb["ci95"].as_array()) else {
+                    eprintln!(
+                        "{name}: {} / {} (a fixed one has no interval)",
+                        ka["status"], kb["status"]
+                    );
+                    continue;
+                };
+                let (a0, a1) = (ia[0].as_f64().unwrap(), ia[1].as_f64().unwrap());
+                let (b0, b1) = (ib[0].as_f64().unwrap(), ib[1].as_f64().unwrap());
+                let (va, vb) = (f(ka, "/fit"), f(kb, "/fit"));
+                eprintln!(
+                    "{name}: {va:.4} in [{a0:.4}, {a1:.4}] and {vb:.4} in [{b0:.4}, {b1:.4}]: {}",
+                    if (b0..=b1).contains(&va) && (a0..=a1).contains(&vb) {
+                        "each inside the other's interval"
+                    } else if a0 <= b1 && b0 <= a1 {
+                        "intervals overlap"
+                    } else {
+                        "intervals disjoint"
+                    }
+                );
+                if a0 > b1 || b0 > a1 {
+                    timing.push(format!(
+                        "{name}: calibrations disagree ({va:.4} in [{a0:.4}, {a1:.4}], {vb:.4} in [{b0:.4}, {b1:.4}])"
+                    ));
+                }
+            }
+        }
+    }
+    // judged once the three repeats are in (one invocation, or a record
+    // filled by several)
+    let complete = records.len() >= JUDGED_REPEATS;
+    let judged = judged && complete;
     eprintln!(
-        "timing verdicts ({}): {}",
-        if judge {
+        "timing verdicts over {} repeat(s) ({}): {}",
+        records.len(),
+        if judged {
             "QSIM_ENGINE_JUDGE set: judged"
+        } else if judge() {
+            "QSIM_ENGINE_JUDGE set, fewer than three repeats yet: reported, judged when the record holds three"
         } else {
-            "reported, not judged: set QSIM_ENGINE_JUDGE=1 to judge them"
+            "reported, not judged: scripts/engine-judge.sh judges them on a quiet machine"
         },
         if timing.is_empty() {
             "all within their bounds".to_string()
@@ -810,7 +1105,7 @@ fn engine_calibrate_predict_plan_enforce() {
             timing.join("; ")
         }
     );
-    if judge {
+    if judged {
         bad.extend(timing);
     }
     assert!(bad.is_empty(), "{}", bad.join("; "));
@@ -829,8 +1124,10 @@ fn drift_alerts(url: &str) -> Vec<(&'static str, f64)> {
 }
 
 /// Drift on the real engine (issue 24, item 4's last part): `qsim proxy
-/// --profile` with the engine's profile fitted minutes before (as in
-/// [`engine_calibrate_predict_plan_enforce`], by [`calibrate_and_predict`]) in front of `llama-server`, a streamed
+/// --profile` with the engine's profile fitted minutes before (the first
+/// calibration of [`engine_calibrate_predict_plan_enforce`] in this run,
+/// [`CALIBRATED`]; run alone, its own [`calibrate_and_predict`]) in front
+/// of `llama-server`, a streamed
 /// open-loop load through it (`qsim calibrate bench` at half the fitted
 /// saturation, prompts as token ids).
 /// - 150 s on the unchanged engine: no alert at any poll;
@@ -878,8 +1175,33 @@ fn engine_drift_alerts_after_a_slower_model_and_not_before() {
     let port = free_port();
     let e = start_at(&model, port, 1, 8, 8192);
     let dir = tempfile::tempdir().unwrap();
-    let (profile, fitted_sat) =
-        calibrate_and_predict(&e.url, dir.path(), 9, &mut Default::default());
+    // the calibration of this run's first test, if the engine still runs
+    // at the speed it was fitted at (a burst within 25 % of its rate: the
+    // machine's load may have moved since); else a calibration of its own
+    let kept = CALIBRATED.lock().unwrap().clone().filter(|c| {
+        let b = bench(&e.url, dir.path(), "drift-burst.json", 1000.0, 48, 7);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&b).unwrap()).unwrap();
+        let r = f(&v, "/request_throughput");
+        eprintln!(
+            "drift: burst {r:.3}/s now, {:.3}/s when the kept profile was fitted",
+            c.burst_rate
+        );
+        (r / c.burst_rate - 1.0).abs() <= 0.25
+    });
+    let Calibrated {
+        profile,
+        sat: fitted_sat,
+        ..
+    } = match kept {
+        Some(c) => {
+            eprintln!(
+                "drift: the profile calibrated earlier in this run ({})",
+                c.profile.display()
+            );
+            c
+        }
+        None => calibrate_and_predict(&e.url, dir.path(), 9, &mut Default::default()),
+    };
     let cfg = dir.path().join("proxy.toml");
     std::fs::write(
         &cfg,

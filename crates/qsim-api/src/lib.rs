@@ -22,6 +22,7 @@
 //! Errors are [`Error`]: a configuration or input problem (exit 2), a
 //! failure at run time (exit 1), or a target that is not met (exit 1).
 
+pub mod figures;
 pub mod load;
 pub mod proxy;
 pub mod replay;

@@ -133,3 +133,102 @@ pub fn png_palette(bytes: &[u8]) -> Result<((u32, u32), Vec<usize>), String> {
         (0..PALETTE.len()).filter(|&i| seen[i]).collect(),
     ))
 }
+
+/// Every `<text>` element: (its content trimmed, fill, x, y).
+pub fn svg_texts(svg: &str) -> Vec<(String, String, f64, f64)> {
+    let mut out = Vec::new();
+    let mut rest = svg;
+    while let Some(i) = rest.find("<text ") {
+        let body = &rest[i..];
+        let Some(end) = body.find("</text>") else {
+            break;
+        };
+        let open_end = body.find('>').unwrap_or(end);
+        let e = elements(&body[..open_end + 1], "text")
+            .into_iter()
+            .next()
+            .unwrap_or_default();
+        let num = |n: &str| attr(&e, n).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+        out.push((
+            body[open_end + 1..end].trim().to_string(),
+            attr(&e, "fill").unwrap_or("").to_string(),
+            num("x"),
+            num("y"),
+        ));
+        rest = &body[end..];
+    }
+    out
+}
+
+/// The legend's entries: (label, swatch colour), each swatch paired with
+/// the text on its line to its right.
+pub fn svg_legend_entries(svg: &str) -> Vec<(String, String)> {
+    let texts = svg_texts(svg);
+    elements(svg, "rect")
+        .iter()
+        .filter(|e| attr(e, "width") == Some("16") && attr(e, "height") == Some("10"))
+        .filter_map(|e| {
+            let x: f64 = attr(e, "x")?.parse().ok()?;
+            let y: f64 = attr(e, "y")?.parse().ok()?;
+            let t = texts
+                .iter()
+                .filter(|t| t.3 == y && t.2 > x)
+                .min_by(|a, b| a.2.total_cmp(&b.2))?;
+            Some((t.0.clone(), attr(e, "fill")?.to_string()))
+        })
+        .collect()
+}
+
+/// Series lines as (stroke colour, number of points), in drawing order
+/// (width-2 `<polyline>`s in a palette colour).
+pub fn svg_series_lines(svg: &str) -> Vec<(String, usize)> {
+    elements(svg, "polyline")
+        .iter()
+        .filter(|e| attr(e, "stroke-width") == Some("2"))
+        .filter_map(|e| {
+            let c = attr(e, "stroke")?;
+            palette_index(c)?;
+            let n = attr(e, "points")?.split_whitespace().count();
+            Some((c.to_string(), n))
+        })
+        .collect()
+}
+
+/// Dashed horizontal lines of width 1 in palette colours (floors): per
+/// pixel row, the colours of its dashes.
+pub fn svg_dash_rows(svg: &str) -> Vec<(i64, Vec<String>)> {
+    let mut rows: std::collections::BTreeMap<i64, Vec<String>> = Default::default();
+    for e in elements(svg, "polyline") {
+        if attr(&e, "stroke-width") != Some("1") {
+            continue;
+        }
+        let (Some(c), Some(p)) = (attr(&e, "stroke"), attr(&e, "points")) else {
+            continue;
+        };
+        if palette_index(c).is_none() {
+            continue;
+        }
+        let ys: Vec<i64> = p
+            .split_whitespace()
+            .filter_map(|xy| xy.split_once(',').and_then(|(_, y)| y.parse().ok()))
+            .collect();
+        if ys.len() == 2 && ys[0] == ys[1] {
+            let r = rows.entry(ys[0]).or_default();
+            if !r.iter().any(|x| x == c) {
+                r.push(c.to_string());
+            }
+        }
+    }
+    rows.into_iter().collect()
+}
+
+/// Filled `<polygon>`s in `color` (the markers of points beyond a cut
+/// axis, and bands in their translucent colour: those have an opacity).
+pub fn svg_markers(svg: &str, color: (u8, u8, u8)) -> usize {
+    let c = hex(color);
+    elements(svg, "polygon")
+        .iter()
+        .filter(|e| attr(e, "fill").is_some_and(|f| f.eq_ignore_ascii_case(&c)))
+        .filter(|e| attr(e, "opacity").is_none_or(|o| o == "1"))
+        .count()
+}

@@ -48,11 +48,24 @@ const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-se
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd}\
 pre{background:#f6f6f6;padding:.8em;overflow-x:auto;font-size:12px;line-height:1.35}\
 table{border-collapse:collapse;margin:1em 0;font-size:13px}\
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}\
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:right}\
+th,td{vertical-align:bottom}th span,td span{white-space:nowrap}\
 div.t{overflow-x:auto}th{background:#eee}\
 td:first-child,th:first-child{text-align:left}\
-figure{margin:1.5em 0}figure svg{max-width:100%;height:auto;border:1px solid #eee}\
+figure{margin:1.5em 0}figure svg{box-sizing:border-box;max-width:100%;height:auto;border:1px solid #eee}\
 figcaption{font-size:13px;color:#555}";
+
+/// A table cell's text that breaks only between its words (a number and
+/// its spread `8.8 [8.4–9.2]`, a header `latency p95 (s)`), never inside
+/// one (`exp2-backoff`, `8.4–9.2`): a wide table fits a narrow window by
+/// taking more lines, not by running past the page's edge.
+fn cell(s: &str) -> String {
+    s.split(' ')
+        .filter(|w| !w.is_empty())
+        .map(|w| format!("<span>{}</span>", escape(w)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// The SVG element of plotters' output, without the XML declaration, sized
 /// by its viewBox so that the page can scale it.
@@ -94,13 +107,13 @@ impl Document {
                 Block::Table { header, rows } => {
                     o.push_str("<div class=\"t\"><table>\n<thead><tr>");
                     for h in header {
-                        o.push_str(&format!("<th>{}</th>", escape(h)));
+                        o.push_str(&format!("<th>{}</th>", cell(h)));
                     }
                     o.push_str("</tr></thead>\n<tbody>\n");
                     for r in rows {
                         o.push_str("<tr>");
                         for c in r {
-                            o.push_str(&format!("<td>{}</td>", escape(c)));
+                            o.push_str(&format!("<td>{}</td>", cell(c)));
                         }
                         o.push_str("</tr>\n");
                     }

@@ -14,6 +14,7 @@
 
 pub mod check;
 pub mod html;
+pub mod robust;
 pub mod scatter;
 
 use plotters::chart::MeshStyle;
@@ -496,23 +497,112 @@ fn legend<'a, DB: DrawingBackend + 'a>(
         .map_err(err)
 }
 
+/// A marker at `at` pointing outwards past the axis' end: up (a cut y
+/// axis), right (a cut x axis), or up and right (both); `px` is the size of
+/// one pixel in data units (x, y).
+fn beyond_mark(
+    at: (f64, f64),
+    up: bool,
+    right: bool,
+    px: (f64, f64),
+    col: RGBColor,
+) -> Polygon<(f64, f64)> {
+    let tip: [(f64, f64); 3] = match (up, right) {
+        (true, false) => [(0.0, 8.0), (-5.0, -1.0), (5.0, -1.0)],
+        (false, true) => [(8.0, 0.0), (-1.0, 5.0), (-1.0, -5.0)],
+        _ => [(7.0, 7.0), (-3.0, 5.0), (5.0, -3.0)],
+    };
+    let pts = tip
+        .iter()
+        .map(|&(dx, dy)| (at.0 + dx * px.0, at.1 + dy * px.1))
+        .collect::<Vec<_>>();
+    Polygon::new(pts, col.filled())
+}
+
+/// A cut axis ([`robust`]): where it ends, and per drawn point whether it
+/// lies beyond.
+#[derive(Clone, Copy)]
+struct Cut(Option<f64>);
+
+impl Cut {
+    fn over(self, v: f64) -> bool {
+        self.0.is_some_and(|c| v > c)
+    }
+    fn clamp(self, v: f64) -> f64 {
+        match self.0 {
+            Some(c) if v > c => c,
+            _ => v,
+        }
+    }
+}
+
+/// The caption of a chart with cut axes: its title, then what was cut.
+/// `xs`/`ys` are the drawn points' coordinates (as drawn), `show_x`/`show_y`
+/// format an axis value as its tick labels do.
+fn cut_title(
+    title: &str,
+    (xc, yc): (Cut, Cut),
+    pts: &[(f64, f64)],
+    show_x: &dyn Fn(f64) -> String,
+    show_y: &dyn Fn(f64) -> String,
+) -> String {
+    let mut notes = Vec::new();
+    for (c, axis, arrow, get, show) in [
+        (
+            xc,
+            "x",
+            "▶",
+            (|p: &(f64, f64)| p.0) as fn(&(f64, f64)) -> f64,
+            show_x,
+        ),
+        (yc, "y", "▲", |p: &(f64, f64)| p.1, show_y),
+    ] {
+        if let Some(at) = c.0 {
+            let beyond: Vec<f64> = pts.iter().map(get).filter(|&v| v > at).collect();
+            let (_, max) = extent(beyond.iter().copied());
+            if !beyond.is_empty() {
+                notes.push(robust::note(
+                    axis,
+                    &show(at),
+                    beyond.len(),
+                    &show(max),
+                    arrow,
+                ));
+            }
+        }
+    }
+    if notes.is_empty() {
+        title.to_string()
+    } else {
+        format!("{title} — {}", notes.join("; "))
+    }
+}
+
 fn draw_lines<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     c: &LineChart,
 ) -> Result<(), PlotError> {
     let log = matches!(c.x_axis, XAxis::Log);
     let tx = |x: f64| if log { x.max(1e-12).log10() } else { x };
-    let xs = c
+    let drawn = &c.series[..c.series.len().min(MAX_SERIES)];
+    let xs: Vec<f64> = c
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0))
         .filter(|x| x.is_finite() && (!log || *x > 0.0))
-        .map(tx);
-    let (mut x0, mut x1) = extent(xs);
+        .map(tx)
+        .collect();
+    let (mut x0, mut x1) = extent(xs.iter().copied());
+    let mut xc = Cut(None);
     if let XAxis::Categories(cats) = &c.x_axis {
         x0 = -0.5;
         x1 = cats.len().max(1) as f64 - 0.5;
     } else {
+        // a few far values do not stretch the axis (robust.rs)
+        xc = Cut(robust::cut(&xs, x0));
+        if let Some(cx) = xc.0 {
+            x1 = cx;
+        }
         (x0, x1) = pad(x0, x1, false);
         if !log
             && x0 < 0.0
@@ -522,10 +612,11 @@ fn draw_lines<DB: DrawingBackend>(
             x0 = 0.0;
         }
     }
+    let mut yc = Cut(None);
     let (y0, y1) = match c.y_range {
         Some(r) => r,
         None => {
-            let ys = c
+            let ys: Vec<f64> = c
                 .series
                 .iter()
                 .flat_map(|s| {
@@ -534,13 +625,18 @@ fn draw_lines<DB: DrawingBackend>(
                         .map(|p| p.1)
                         .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
                 })
-                .chain(c.hlines.iter().map(|h| h.y))
-                .filter(|y| y.is_finite());
-            let (a, b) = extent(ys);
-            pad(a, b, true)
+                .filter(|y| y.is_finite())
+                .collect();
+            let (lo, hi) = extent(ys.iter().copied());
+            let (hlo, hhi) = extent(c.hlines.iter().map(|h| h.y).filter(|y| y.is_finite()));
+            let start = if lo >= 0.0 { 0.0 } else { lo };
+            // the reference lines stay in view
+            yc = Cut(robust::cut(&ys, start)
+                .map(|cy| cy.max(hhi))
+                .filter(|&cy| cy < hi));
+            pad(lo.min(hlo), yc.0.unwrap_or(hi).max(hhi), true)
         }
     };
-    let mut chart = frame(area, &c.title, 20, 72, x0..x1, y0..y1)?;
     let cats = match &c.x_axis {
         XAxis::Categories(v) => v.clone(),
         _ => vec![],
@@ -562,6 +658,22 @@ fn draw_lines<DB: DrawingBackend>(
         }
     };
     let yf = |v: &f64| fmt_num(*v);
+    // every drawn point as drawn, for the caption's note on cut axes
+    let pts_all: Vec<(f64, f64)> = drawn
+        .iter()
+        .flat_map(|s| s.points.iter())
+        .filter(|p| p.0.is_finite() && p.1.is_finite())
+        .map(|p| (tx(p.0), p.1))
+        .collect();
+    let show_x = |v: f64| {
+        if log {
+            fmt_sig(10f64.powf(v))
+        } else {
+            fmt_num(v)
+        }
+    };
+    let title = cut_title(&c.title, (xc, yc), &pts_all, &show_x, &|v| fmt_num(v));
+    let mut chart = frame(area, &title, 20, 72, x0..x1, y0..y1)?;
     let mut mesh = axes(&mut chart, &c.x_label, Some(&c.y_label), [&xf, &yf], CHART);
     if !cats.is_empty() {
         mesh.x_labels(cats.len().max(2) * 2 + 1);
@@ -569,21 +681,28 @@ fn draw_lines<DB: DrawingBackend>(
         mesh.x_labels(8);
     }
     mesh.draw().map_err(err)?;
-    for (i, s) in c.series.iter().enumerate().take(MAX_SERIES) {
+    let clamp = |(x, y): (f64, f64)| (xc.clamp(x), yc.clamp(y));
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let px = (
+        (x1 - x0) / (xr.end - xr.start).max(1) as f64,
+        (y1 - y0) / (yr.end - yr.start).max(1) as f64,
+    );
+    for (i, s) in drawn.iter().enumerate() {
         let col = color(i);
         if !s.band.is_empty() {
-            let mut poly: Vec<(f64, f64)> = s.band.iter().map(|b| (tx(b.0), b.2)).collect();
-            poly.extend(s.band.iter().rev().map(|b| (tx(b.0), b.1)));
+            let mut poly: Vec<(f64, f64)> = s.band.iter().map(|b| clamp((tx(b.0), b.2))).collect();
+            poly.extend(s.band.iter().rev().map(|b| clamp((tx(b.0), b.1))));
             chart
                 .draw_series(std::iter::once(Polygon::new(poly, col.mix(0.18).filled())))
                 .map_err(err)?;
         }
-        let pts: Vec<(f64, f64)> = s
+        let raw: Vec<(f64, f64)> = s
             .points
             .iter()
             .filter(|p| p.0.is_finite() && p.1.is_finite())
             .map(|p| (tx(p.0), p.1))
             .collect();
+        let pts: Vec<(f64, f64)> = raw.iter().map(|&p| clamp(p)).collect();
         chart
             .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
             .map_err(err)?
@@ -591,33 +710,78 @@ fn draw_lines<DB: DrawingBackend>(
             .legend(key(col));
         if c.markers {
             chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 3, col.filled())))
+                .draw_series(
+                    raw.iter()
+                        .filter(|p| !xc.over(p.0) && !yc.over(p.1))
+                        .map(|&p| Circle::new(p, 3, col.filled())),
+                )
                 .map_err(err)?;
         }
+        chart
+            .draw_series(
+                raw.iter()
+                    .filter(|p| xc.over(p.0) || yc.over(p.1))
+                    .map(|&p| beyond_mark(clamp(p), yc.over(p.1), xc.over(p.0), px, col)),
+            )
+            .map_err(err)?;
     }
-    for h in &c.hlines {
-        let col = match h.series {
-            Some(i) => color(i),
-            None => rgb(REFERENCE),
+    // the series' floors and the reference lines; series lines at the same
+    // height (consumers sharing a floor) are one line whose dashes take
+    // each one's colour in turn, its label in the reference ink
+    let span = x1 - x0;
+    let mut done = vec![false; c.hlines.len()];
+    for (k, h) in c.hlines.iter().enumerate() {
+        if done[k] {
+            continue;
+        }
+        let group: Vec<usize> = match h.series {
+            None => vec![k],
+            Some(_) => (k..c.hlines.len())
+                .filter(|&j| c.hlines[j].series.is_some() && c.hlines[j].y == h.y)
+                .collect(),
         };
+        for &j in &group {
+            done[j] = true;
+        }
+        let cols: Vec<RGBColor> = group
+            .iter()
+            .map(|&j| match c.hlines[j].series {
+                Some(i) => color(i),
+                None => rgb(REFERENCE),
+            })
+            .collect();
         let w = if h.series.is_none() { 2 } else { 1 };
         // dashes as one path per dash: 12 px on, 6 px off
-        let span = x1 - x0;
         let on = span / 80.0;
         let mut x = x0;
         let mut dashes = Vec::new();
         while x < x1 {
-            dashes.push(vec![(x, h.y), ((x + on).min(x1), h.y)]);
+            let style = cols[dashes.len() % cols.len()].stroke_width(w);
+            dashes.push(PathElement::new(
+                vec![(x, h.y), ((x + on).min(x1), h.y)],
+                style,
+            ));
             x += on * 1.5;
         }
-        let style = col.stroke_width(w);
-        chart
-            .draw_series(dashes.into_iter().map(move |d| PathElement::new(d, style)))
-            .map_err(err)?;
-        if !h.label.is_empty() {
-            let label = h.label.clone();
+        chart.draw_series(dashes).map_err(err)?;
+        let label = group
+            .iter()
+            .map(|&j| c.hlines[j].label.as_str())
+            .find(|l| !l.is_empty());
+        if let Some(label) = label {
+            let ink = if cols.len() == 1 {
+                cols[0]
+            } else {
+                rgb(REFERENCE)
+            };
             let anchor = (x0 + span * 0.01, h.y);
-            let text = anchored(label, anchor, 12, col, (HPos::Left, VPos::Bottom));
+            let text = anchored(
+                label.to_string(),
+                anchor,
+                12,
+                ink,
+                (HPos::Left, VPos::Bottom),
+            );
             chart.draw_series([text]).map_err(err)?;
         }
     }
@@ -830,43 +994,74 @@ fn draw_pareto<DB: DrawingBackend>(
         .iter()
         .filter(|p| p.x.is_finite() && p.y.is_finite())
         .collect();
-    let (x0, x1) = extent(fin.iter().map(|p| p.x));
-    let (y0, y1) = extent(fin.iter().map(|p| p.y));
-    let (x0, x1) = pad(x0, x1, false);
-    let (y0, y1) = pad(y0, y1, false);
-    let mut chart = frame(area, &s.title, 20, 72, x0..x1, y0..y1)?;
+    let xs: Vec<f64> = fin.iter().map(|p| p.x).collect();
+    let ys: Vec<f64> = fin.iter().map(|p| p.y).collect();
+    let (x0, x1) = extent(xs.iter().copied());
+    let (y0, y1) = extent(ys.iter().copied());
+    // a few far configurations do not stretch the axes (robust.rs)
+    let (xc, yc) = (Cut(robust::cut(&xs, x0)), Cut(robust::cut(&ys, y0)));
+    let (x0, x1) = pad(x0, xc.0.unwrap_or(x1), false);
+    let (y0, y1) = pad(y0, yc.0.unwrap_or(y1), false);
+    let all: Vec<(f64, f64)> = fin.iter().map(|p| (p.x, p.y)).collect();
+    let show = |v: f64| fmt_num(v);
+    let title = cut_title(&s.title, (xc, yc), &all, &show, &show);
+    let mut chart = frame(area, &title, 20, 72, x0..x1, y0..y1)?;
     let f = |v: &f64| fmt_num(*v);
     axes(&mut chart, &s.x_label, Some(&s.y_label), [&f, &f], CHART)
         .draw()
         .map_err(err)?;
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let px = (
+        (x1 - x0) / (xr.end - xr.start).max(1) as f64,
+        (y1 - y0) / (yr.end - yr.start).max(1) as f64,
+    );
+    let inside = |p: &(f64, f64)| !xc.over(p.0) && !yc.over(p.1);
+    let clamp = |p: (f64, f64)| (xc.clamp(p.0), yc.clamp(p.1));
+    // points beyond a cut axis: a marker at the edge, pointing outwards
+    let beyond = |pts: &[(f64, f64)], col: RGBColor| -> Vec<Polygon<(f64, f64)>> {
+        pts.iter()
+            .filter(|p| !inside(p))
+            .map(|&p| beyond_mark(clamp(p), yc.over(p.1), xc.over(p.0), px, col))
+            .collect()
+    };
     let grey = rgb(DOMINATED);
     let front = pareto_front(&s.points);
     chart
         .draw_series(
-            fin.iter()
-                .map(|p| Circle::new((p.x, p.y), 4, grey.filled())),
+            all.iter()
+                .filter(|p| inside(p))
+                .map(|&p| Circle::new(p, 4, grey.filled())),
         )
         .map_err(err)?
         .label(format!("all configurations ({})", fin.len()))
         .legend(key(grey));
+    chart.draw_series(beyond(&all, grey)).map_err(err)?;
     let col = color(0);
     let fp: Vec<(f64, f64)> = front
         .iter()
         .map(|&i| (s.points[i].x, s.points[i].y))
         .collect();
     chart
-        .draw_series(LineSeries::new(fp.clone(), col.stroke_width(2)))
+        .draw_series(LineSeries::new(
+            fp.iter().map(|&p| clamp(p)).collect::<Vec<_>>(),
+            col.stroke_width(2),
+        ))
         .map_err(err)?
         .label(format!("Pareto front ({})", fp.len()))
         .legend(key(col));
     chart
-        .draw_series(fp.iter().map(|&p| Circle::new(p, 6, col.filled())))
+        .draw_series(
+            fp.iter()
+                .filter(|p| inside(p))
+                .map(|&p| Circle::new(p, 6, col.filled())),
+        )
         .map_err(err)?;
+    chart.draw_series(beyond(&fp, col)).map_err(err)?;
     let corner = (HPos::Left, VPos::Bottom);
     chart
         .draw_series(front.iter().take(PARETO_LABELS).map(|&i| {
             let p = &s.points[i];
-            anchored(p.label.clone(), (p.x, p.y), 12, BLACK, corner)
+            anchored(p.label.clone(), clamp((p.x, p.y)), 12, BLACK, corner)
         }))
         .map_err(err)?;
     legend(&mut chart, SeriesLabelPosition::UpperRight)
@@ -897,13 +1092,38 @@ fn draw_scatter<DB: DrawingBackend>(
     let (lx, ly) = (log_axis(&xs), log_axis(&ys));
     let tx = move |x: f64| if lx { x.log10() } else { x };
     let ty = move |y: f64| if ly { y.log10() } else { y };
-    let (x0, x1) = extent(xs.iter().map(|&x| tx(x)));
-    let (y0, y1) = extent(ys.iter().map(|&y| ty(y)));
-    let (x0, x1) = pad(x0, x1, !lx);
+    let txs: Vec<f64> = xs.iter().map(|&x| tx(x)).collect();
+    let tys: Vec<f64> = ys.iter().map(|&y| ty(y)).collect();
+    let (x0, x1) = extent(txs.iter().copied());
+    let (y0, y1) = extent(tys.iter().copied());
+    // a few far points do not stretch the axes (robust.rs); the target
+    // line stays in view
+    let start = |lo: f64, log: bool| if !log && lo >= 0.0 { 0.0 } else { lo };
+    let vx = s
+        .vline
+        .as_ref()
+        .filter(|v| v.x.is_finite())
+        .map_or(f64::NEG_INFINITY, |v| tx(v.x));
+    let xc = Cut(robust::cut(&txs, start(x0, lx))
+        .map(|c| c.max(vx))
+        .filter(|&c| c < x1));
+    let yc = Cut(robust::cut(&tys, start(y0, ly)));
+    let (x0, x1) = pad(x0, xc.0.unwrap_or(x1), !lx);
     // room above the highest point for its label
-    let (y0, y1) = pad(y0, y1, !ly);
+    let (y0, y1) = pad(y0, yc.0.unwrap_or(y1), !ly);
     let y1 = y1 + (y1 - y0) * 0.05;
-    let mut chart = frame(area, &s.title, 18, 72, x0..x1, y0..y1)?;
+    let drawn: Vec<(f64, f64)> = pts.iter().map(|p| (tx(p.x), ty(p.y))).collect();
+    let show = |log: bool| {
+        move |v: f64| {
+            if log {
+                fmt_sig(10f64.powf(v))
+            } else {
+                fmt_num(v)
+            }
+        }
+    };
+    let title = cut_title(&s.title, (xc, yc), &drawn, &show(lx), &show(ly));
+    let mut chart = frame(area, &title, 18, 72, x0..x1, y0..y1)?;
     let xf = |v: &f64| {
         if lx {
             fmt_sig(10f64.powf(*v))
@@ -953,23 +1173,49 @@ fn draw_scatter<DB: DrawingBackend>(
     let grey = rgb(DOMINATED);
     let blue = color(0);
     let red = rgb(scatter::CHOSEN);
-    let at = |p: &scatter::ScatterPoint| (tx(p.x), ty(p.y));
+    let (xr, yr) = chart.plotting_area().get_pixel_range();
+    let px = (
+        (x1 - x0) / (xr.end - xr.start).max(1) as f64,
+        (y1 - y0) / (yr.end - yr.start).max(1) as f64,
+    );
+    let inside = |p: &scatter::ScatterPoint| !xc.over(tx(p.x)) && !yc.over(ty(p.y));
+    // a point beyond a cut axis is drawn at the edge, as a marker pointing
+    // outwards
+    let at = |p: &scatter::ScatterPoint| (xc.clamp(tx(p.x)), yc.clamp(ty(p.y)));
+    let beyond = |ps: &[&&scatter::ScatterPoint], col: RGBColor| -> Vec<Polygon<(f64, f64)>> {
+        ps.iter()
+            .filter(|p| !inside(p))
+            .map(|p| beyond_mark(at(p), yc.over(ty(p.y)), xc.over(tx(p.x)), px, col))
+            .collect()
+    };
     let count = |m: &[scatter::Mark]| pts.iter().filter(|p| m.contains(&p.mark)).count();
     let misses: Vec<_> = pts
         .iter()
         .filter(|p| p.mark == scatter::Mark::Misses)
         .collect();
     chart
-        .draw_series(misses.iter().map(|p| Circle::new(at(p), 5, grey.filled())))
+        .draw_series(
+            misses
+                .iter()
+                .filter(|p| inside(p))
+                .map(|p| Circle::new(at(p), 5, grey.filled())),
+        )
         .map_err(err)?
         .label(format!("misses a target ({})", misses.len()))
         .legend(key(grey));
+    chart.draw_series(beyond(&misses, grey)).map_err(err)?;
     let meets: Vec<_> = pts
         .iter()
         .filter(|p| p.mark != scatter::Mark::Misses)
         .collect();
+    chart.draw_series(beyond(&meets, blue)).map_err(err)?;
     chart
-        .draw_series(meets.iter().map(|p| Circle::new(at(p), 5, blue.filled())))
+        .draw_series(
+            meets
+                .iter()
+                .filter(|p| inside(p))
+                .map(|p| Circle::new(at(p), 5, blue.filled())),
+        )
         .map_err(err)?
         .label(format!(
             "meets the targets ({})",
@@ -1079,14 +1325,16 @@ pub fn heatmap(h: Heatmap) -> Figure {
 
 /// Latency CDFs, one per policy: `series` are (name, [(latency s, fraction
 /// of rows ≤ it)]). The x axis is logarithmic when latencies span more than
-/// a factor of 20.
+/// a factor of 20 — up to the axis' robust end ([`robust`]: a few far
+/// latencies are drawn at the edge and do not decide the scale).
 pub fn latency_cdf(title: &str, x_label: &str, series: Vec<(String, Vec<(f64, f64)>)>) -> Figure {
-    let (lo, hi) = extent(
-        series
-            .iter()
-            .flat_map(|s| s.1.iter().map(|p| p.0))
-            .filter(|x| *x > 0.0 && x.is_finite()),
-    );
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .filter(|x| *x > 0.0 && x.is_finite())
+        .collect();
+    let (lo, hi) = extent(xs.iter().copied());
+    let hi = robust::cut(&xs, lo).unwrap_or(hi);
     let log = lo.is_finite() && hi / lo > 20.0;
     Figure::single(Panel::Lines(LineChart {
         title: title.into(),

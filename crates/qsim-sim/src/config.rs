@@ -207,9 +207,23 @@ pub fn read_toml(path: &Path) -> Result<toml::Value, ConfigError> {
         return parse_toml(&src, text);
     }
     let text = crate::input::read_text(path, crate::input::Kind::Config)
-        .map_err(|e| ConfigError::new(&src, "", e))?;
+        .map_err(|e| ConfigError::new(&src, "", builtin_hint(path, e)))?;
     note_read(&src, &text);
     parse_toml(&src, &text)
+}
+
+/// A reason for not reading `path`, with the `builtin:` name of the
+/// embedded copy when nothing is at the path and it names a shipped file
+/// (the README's paths, run outside the repository).
+pub fn builtin_hint(path: &Path, reason: String) -> String {
+    let s = path.display().to_string();
+    match crate::embedded::suggest(&s) {
+        Some(n) if !path.exists() && !s.starts_with(crate::embedded::PREFIX) => format!(
+            "{reason}; the shipped copy is embedded: use {}{n}",
+            crate::embedded::PREFIX
+        ),
+        _ => reason,
+    }
 }
 
 /// Does a file (or embedded file) exist?
@@ -235,7 +249,7 @@ pub fn source_problem(what: &str, path: &Path) -> Option<String> {
     }
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Some(format!("{what} not found: {s}"))
+            Some(builtin_hint(path, format!("{what} not found: {s}")))
         }
         _ => crate::input::check(path)
             .err()
@@ -340,13 +354,28 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
     let (path, raw) = assignment
         .split_once('=')
         .ok_or_else(|| ConfigError::new(&flag, "", "expected PATH=VALUE"))?;
+    set_at(root, &flag, path, parse_scalar(raw.trim()))
+}
+
+/// Set the scalar at a dotted `path` of a parsed file, as [`apply_set`]
+/// does (`source` names where the assignment comes from in errors).
+pub fn set_at(
+    root: &mut toml::Value,
+    source: &str,
+    path: &str,
+    value: toml::Value,
+) -> Result<(), ConfigError> {
+    let flag = source;
     let path = path.trim();
     if path.is_empty() {
-        return Err(ConfigError::new(&flag, "", "empty path"));
+        return Err(ConfigError::new(flag, "", "empty path"));
     }
     // `option[2].replicas` (as errors name fields) is `option.2.replicas`
     let path = path.replace('[', ".").replace(']', "");
     let segs: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
+    if segs.is_empty() {
+        return Err(ConfigError::new(flag, "", "empty path"));
+    }
     let mut cur = root;
     for (i, seg) in segs.iter().enumerate() {
         let last = i + 1 == segs.len();
@@ -357,17 +386,17 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                     if let Some(old) = t.get(*seg) {
                         if old.is_table() || old.is_array() {
                             return Err(ConfigError::new(
-                                &flag,
+                                flag,
                                 &here,
                                 "is a table or array, not a scalar",
                             ));
                         }
                     }
-                    t.insert(seg.to_string(), parse_scalar(raw.trim()));
+                    t.insert(seg.to_string(), value);
                     return Ok(());
                 }
                 t.get_mut(*seg)
-                    .ok_or_else(|| ConfigError::new(&flag, &here, "no such field in the file"))?
+                    .ok_or_else(|| ConfigError::new(flag, &here, "no such field in the file"))?
             }
             toml::Value::Array(a) => {
                 // an index, or the `name` of a table in the array
@@ -378,7 +407,7 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                         .position(|x| x.get("name").and_then(|n| n.as_str()) == Some(*seg))
                         .ok_or_else(|| {
                             ConfigError::new(
-                                &flag,
+                                flag,
                                 &here,
                                 "expected an array index or the name of an item",
                             )
@@ -387,7 +416,7 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                 let len = a.len();
                 let slot = a.get_mut(idx).ok_or_else(|| {
                     ConfigError::new(
-                        &flag,
+                        flag,
                         &here,
                         format!("index out of range (array has {len} elements)"),
                     )
@@ -395,19 +424,19 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
                 if last {
                     if slot.is_table() || slot.is_array() {
                         return Err(ConfigError::new(
-                            &flag,
+                            flag,
                             &here,
                             "is a table or array, not a scalar",
                         ));
                     }
-                    *slot = parse_scalar(raw.trim());
+                    *slot = value;
                     return Ok(());
                 }
                 slot
             }
             _ => {
                 return Err(ConfigError::new(
-                    &flag,
+                    flag,
                     segs[..i].join("."),
                     "is a scalar, it has no fields",
                 ))
@@ -417,8 +446,12 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
     unreachable!("loop returns on the last segment")
 }
 
-/// Resolve a path written in a file relative to that file's directory.
+/// Resolve a path written in a file relative to that file's directory
+/// (`builtin:NAME` names an embedded file wherever the file is).
 pub fn resolve_relative(base_file: &Path, p: &str) -> PathBuf {
+    if p.starts_with(crate::embedded::PREFIX) {
+        return PathBuf::from(p);
+    }
     let base = base_file.display().to_string();
     if let Some(name) = base.strip_prefix(crate::embedded::PREFIX) {
         if !p.starts_with(crate::embedded::PREFIX) && !Path::new(p).is_absolute() {
@@ -435,6 +468,36 @@ pub fn resolve_relative(base_file: &Path, p: &str) -> PathBuf {
     } else {
         base_file.parent().unwrap_or(Path::new(".")).join(p)
     }
+}
+
+/// Apply `--set PREFIX.PATH=VALUE` to a document that PREFIX names in
+/// another (the endpoint profile an experiment file references:
+/// `--set endpoint.limits.OTPM.limit=50000` sets `limits.OTPM.limit` of the
+/// profile `endpoint` points to). `what` describes the document in errors,
+/// which name the flag as given and the field under PREFIX.
+pub fn apply_set_under(
+    root: &mut toml::Value,
+    prefix: &str,
+    what: &str,
+    assignment: &str,
+) -> Result<(), ConfigError> {
+    let flag = format!("--set {assignment}");
+    let rest = assignment
+        .split_once('=')
+        .and_then(|(path, value)| {
+            let inner = path.trim().strip_prefix(prefix)?.strip_prefix('.')?;
+            Some(format!("{inner}={value}"))
+        })
+        .ok_or_else(|| ConfigError::new(&flag, prefix, format!("expected {prefix}.PATH=VALUE")))?;
+    apply_set(root, &rest).map_err(|e| {
+        let reason = if e.reason.contains("in the file") {
+            e.reason.replace("in the file", &format!("in {what}"))
+        } else {
+            format!("{} (in {what})", e.reason)
+        };
+        let e = ConfigError::new(&flag, e.field, reason);
+        e.under(prefix)
+    })
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`sweep`]: grids of overrides run in parallel;
+//! - [`calibrate`]: a server profile fitted to serving benchmarks, with intervals;
 //! - [`report`]: records, tables and JSON;
 //! - [`work`]: the work meter (budgets by counted units).
 

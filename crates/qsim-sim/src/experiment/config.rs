@@ -168,6 +168,10 @@ pub struct HostedSuite {
     pub description: String,
     pub profile: Arc<HostedProfile>,
     pub profile_path: String,
+    /// The profile's fields the file's `[endpoint]` table and `--set
+    /// endpoint.…` override, as `PATH=VALUE` in the order applied (the
+    /// report's header names them).
+    pub profile_overrides: Vec<String>,
     pub cooldown: Nanos,
     pub input_tokens: Sampler,
     pub output_tokens: Sampler,
@@ -366,6 +370,53 @@ impl PoolLayers<'_> {
     }
 }
 
+/// An `[endpoint]` table in place of the profile's path: replace it by its
+/// `profile` (the path) and return the other fields, flattened to dotted
+/// paths of the profile with their values (None when `endpoint` is a path).
+fn inline_endpoint(
+    f: &str,
+    v: &mut toml::Value,
+) -> Result<Option<Vec<(String, toml::Value)>>, ConfigError> {
+    let Some(toml::Value::Table(t)) = v.get_mut("endpoint") else {
+        return Ok(None);
+    };
+    let mut t = std::mem::take(t);
+    let profile = match t.remove("profile") {
+        Some(toml::Value::String(p)) => p,
+        Some(_) => {
+            return Err(ConfigError::new(
+                f,
+                "endpoint.profile",
+                "must be a string: the endpoint profile's path or builtin:NAME",
+            ))
+        }
+        None => return Err(ConfigError::new(
+            f,
+            "endpoint.profile",
+            "missing: the endpoint profile the [endpoint] table overrides (a path or builtin:NAME)",
+        )),
+    };
+    fn leaves(prefix: &str, t: toml::Table, out: &mut Vec<(String, toml::Value)>) {
+        for (k, x) in t {
+            let path = if prefix.is_empty() {
+                k
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match x {
+                toml::Value::Table(inner) => leaves(&path, inner, out),
+                x => out.push((path, x)),
+            }
+        }
+    }
+    let mut fields = Vec::new();
+    leaves("", t, &mut fields);
+    v.as_table_mut()
+        .expect("a TOML document is a table")
+        .insert("endpoint".into(), toml::Value::String(profile));
+    Ok(Some(fields))
+}
+
 impl HostedSuite {
     /// The names of the limits whose 429s are counted: the endpoint's, or
     /// with several upstreams each upstream's (`upstream.LIMIT`).
@@ -412,11 +463,28 @@ impl HostedSuite {
     /// Validate a parsed experiment file (`file` is its path, used to
     /// resolve the endpoint profile and in error messages).
     pub fn from_value(file: &Path, v: toml::Value) -> Result<Self, ConfigError> {
+        Self::from_value_with(file, v, &[])
+    }
+
+    /// [`HostedSuite::from_value`] with `--set endpoint.PATH=VALUE`
+    /// overrides applied to the endpoint profile the file names
+    /// (`endpoint.limits.OTPM.limit=50000` sets the profile's
+    /// `limits.OTPM.limit`); errors name the flag and the path. The file
+    /// may name its profile with an `[endpoint]` table instead of a path:
+    /// `profile = "PATH"` and fields of the profile to override
+    /// (`limits.OTPM.limit = 50000`), applied before the flags.
+    pub fn from_value_with(
+        file: &Path,
+        mut v: toml::Value,
+        profile_sets: &[&String],
+    ) -> Result<Self, ConfigError> {
         let fname = file.display().to_string();
         let f = fname.as_str();
+        let inline = inline_endpoint(f, &mut v)?;
         let raw: RawHostedSuite = from_value(f, v)?;
         crate::config::expect_kind(f, &raw.kind, "hosted", "a hosted experiment file")?;
         let routed = !raw.upstream.is_empty() || !raw.route.is_empty();
+        let mut overrides = Vec::new();
         let (mut profile, ppath, routes) = match (&raw.endpoint, routed) {
             (Some(_), true) => {
                 return Err(ConfigError::new(
@@ -435,11 +503,39 @@ impl HostedSuite {
             (Some(ep), false) => {
                 let ppath = resolve_relative(file, ep);
                 if let Some(why) = crate::config::source_problem("endpoint profile", &ppath) {
-                    return Err(ConfigError::new(f, "endpoint", why));
+                    let field = if inline.is_some() {
+                        "endpoint.profile"
+                    } else {
+                        "endpoint"
+                    };
+                    return Err(ConfigError::new(f, field, why));
                 }
-                let pv = read_toml(&ppath)?;
-                let profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
-                (profile, ppath.display().to_string(), None)
+                let mut pv = read_toml(&ppath)?;
+                let pname = ppath.display().to_string();
+                let what = format!("the endpoint profile {pname}");
+                let mut after = Vec::new();
+                if let Some(fields) = &inline {
+                    for (path, value) in fields {
+                        overrides.push(format!("{path}={value}"));
+                        crate::config::set_at(&mut pv, f, path, value.clone()).map_err(|e| {
+                            let reason = e.reason.replace("in the file", &format!("in {what}"));
+                            ConfigError::new(f, e.field, reason).under("endpoint")
+                        })?;
+                    }
+                    after.push(format!("{f}'s [endpoint] table"));
+                }
+                for s in profile_sets {
+                    crate::config::apply_set_under(&mut pv, "endpoint", &what, s)?;
+                    after.push(format!("--set {s}"));
+                    overrides.push(s.trim().trim_start_matches("endpoint.").to_string());
+                }
+                let profile = HostedProfile::from_value(&pname, pv).map_err(|mut e| {
+                    if !after.is_empty() {
+                        e.reason = format!("{} (after {})", e.reason, after.join(", "));
+                    }
+                    e
+                })?;
+                (profile, pname, None)
             }
             (None, true) => {
                 for (field, set) in [
@@ -607,6 +703,7 @@ impl HostedSuite {
             description: raw.description.unwrap_or_default(),
             profile,
             profile_path: ppath,
+            profile_overrides: overrides,
             cooldown: secs(raw.cooldown_s),
             input_tokens: dist("input_tokens", &raw.input_tokens)?,
             output_tokens: dist("output_tokens", &raw.output_tokens)?,

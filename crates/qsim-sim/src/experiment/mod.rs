@@ -99,11 +99,21 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
         crate::plan::build(&args)?;
         return Ok(ExperimentFile::Shared(args));
     }
+    // `--set endpoint.PATH=V` reaches into the profile a hosted file's
+    // `endpoint` names (applied after the file's own overrides, so to the
+    // profile `--set endpoint=…` may have chosen)
+    let (into_profile, sets): (Vec<&String>, Vec<&String>) = sets
+        .iter()
+        .partition(|s| kind == "hosted" && sets_profile(&v, s));
     for s in sets {
         apply_set(&mut v, s)?;
     }
     match kind.as_str() {
-        "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value(path, v)?)),
+        "hosted" => Ok(ExperimentFile::Hosted(HostedSuite::from_value_with(
+            path,
+            v,
+            &into_profile,
+        )?)),
         "server" => Ok(ExperimentFile::Server(ServerSuite::from_value(path, v)?)),
         "options" => Err(ConfigError::new(
             &src,
@@ -117,6 +127,21 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
                 "unknown experiment kind {other:?}; expected \"hosted\", \"server\" or \"shared\""
             ),
         )),
+    }
+}
+
+/// Does `--set PATH=VALUE` reach into the profile the file's `endpoint`
+/// names (a path below `endpoint`, which is a path or an `[endpoint]`
+/// table, whose `profile` is the file's own)?
+fn sets_profile(v: &toml::Value, assignment: &str) -> bool {
+    let path = assignment
+        .split_once('=')
+        .map_or(assignment, |(p, _)| p)
+        .trim();
+    match v.get("endpoint") {
+        Some(toml::Value::String(_)) => path.starts_with("endpoint."),
+        Some(toml::Value::Table(_)) => path.starts_with("endpoint.") && path != "endpoint.profile",
+        _ => false,
     }
 }
 

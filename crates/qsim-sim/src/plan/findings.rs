@@ -2,6 +2,7 @@
 //! the simulation), one line of reason each; and the decision flow.
 
 use super::config::SharedFile;
+use super::sim::ScenarioOutcome;
 use super::{floor_met, ScenarioPair};
 use crate::limiter::admission::{Limit, Semantics, BP_FULL};
 
@@ -295,6 +296,7 @@ pub fn sim_findings(file: &SharedFile, runs: &[ScenarioPair]) -> Vec<Finding> {
                 ));
             }
         }
+        v.extend(crowded_out(file, o));
         let capdeny: u64 = o
             .consumers
             .iter()
@@ -365,4 +367,218 @@ pub fn decision_flow(file: &SharedFile) -> Vec<String> {
         );
     }
     out
+}
+
+/// Max-min fair shares ("water filling") of `left` units among `claims`:
+/// nobody gets more than it claims, and whatever a small claim leaves goes
+/// in equal parts to the larger ones.
+pub fn water_fill(left: f64, claims: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..claims.len()).filter(|&i| claims[i] > 0.0).collect();
+    order.sort_by(|&a, &b| claims[a].total_cmp(&claims[b]).then(a.cmp(&b)));
+    let mut out = vec![0.0; claims.len()];
+    let mut left = left.max(0.0);
+    let n = order.len();
+    for (k, &i) in order.iter().enumerate() {
+        let give = claims[i].min(left / (n - k) as f64);
+        out[i] = give;
+        left -= give;
+    }
+    out
+}
+
+/// Each consumer's fair share of one saturated minute beyond the floors in
+/// use, given its demand `d` (units that minute) — max-min fair among the
+/// consumers the semantics lets draw on it: under rate-limit-only, the whole
+/// capacity among everyone; under partitioned, the unreserved pool among
+/// the unreserved consumers; otherwise, what the floors in use leave (the
+/// pool and idle floors) among the unreserved consumers and the reserved
+/// ones' demand beyond their floors. Returns (what is left to share, the
+/// shares).
+pub fn fair_shares(
+    capacity: f64,
+    semantics: Semantics,
+    floors: &[f64],
+    d: &[f64],
+) -> (f64, Vec<f64>) {
+    let reserved = |i: usize| floors[i] > 0.0;
+    let n = d.len();
+    let (left, claims): (f64, Vec<f64>) = match semantics {
+        Semantics::RateLimitOnly => (capacity, d.to_vec()),
+        Semantics::Partitioned => (
+            capacity - floors.iter().sum::<f64>(),
+            (0..n)
+                .map(|i| if reserved(i) { 0.0 } else { d[i] })
+                .collect(),
+        ),
+        Semantics::StrictFloors | Semantics::LitellmPriority => (
+            capacity - (0..n).map(|i| d[i].min(floors[i])).sum::<f64>(),
+            (0..n)
+                .map(|i| {
+                    if reserved(i) {
+                        (d[i] - floors[i]).max(0.0)
+                    } else {
+                        d[i]
+                    }
+                })
+                .collect(),
+        ),
+    };
+    let left = left.max(0.0);
+    (left, water_fill(left, &claims))
+}
+
+/// A consumer that gets far less (under half) than it is entitled to over a
+/// scenario's saturated minutes — its demand up to its floor where the
+/// semantics enforces floors, plus its fair share ([`fair_shares`]) of the
+/// rest — while another consumer takes more than its own: why (first come,
+/// first served) and what would change it. Unreserved consumers under any
+/// semantics; reserved ones under rate-limit-only (elsewhere the floor
+/// findings speak for them).
+fn crowded_out(file: &SharedFile, o: &ScenarioOutcome) -> Vec<Finding> {
+    let l = &file.limiter;
+    let u = l.unit.name().to_uppercase();
+    let n = o.consumers.len();
+    let floors: Vec<f64> = o.consumers.iter().map(|c| c.floor_rpm).collect();
+    let rlo = l.semantics == Semantics::RateLimitOnly;
+    let cap = l.capacity as f64;
+    // per consumer, summed over the saturated minutes: demand, admitted and
+    // entitlement; and over the minutes it asked in: (minutes, demand,
+    // admitted, entitlement, what was left to share)
+    let mut demand = vec![0.0; n];
+    let mut got = vec![0.0; n];
+    let mut entitled = vec![0.0; n];
+    let mut asked = vec![(0u32, 0.0, 0.0, 0.0, 0.0); n];
+    for (m, _) in o.saturated.iter().enumerate().filter(|(_, &s)| s) {
+        let d: Vec<f64> = o
+            .consumers
+            .iter()
+            .map(|c| c.offered_units_per_min[m] as f64)
+            .collect();
+        let (left, fair) = fair_shares(cap, l.semantics, &floors, &d);
+        for i in 0..n {
+            let a = o.consumers[i].admitted_units_per_min[m] as f64;
+            let e = if rlo { 0.0 } else { d[i].min(floors[i]) } + fair[i];
+            demand[i] += d[i];
+            got[i] += a;
+            entitled[i] += e;
+            if d[i] > 0.0 {
+                let x = &mut asked[i];
+                *x = (x.0 + 1, x.1 + d[i], x.2 + a, x.3 + e, x.4 + left);
+            }
+        }
+    }
+    let sat = o.saturated.iter().filter(|&&s| s).count() as f64;
+    let mut v = Vec::new();
+    for (i, c) in o.consumers.iter().enumerate() {
+        let (mins, d, a, fair, left) = asked[i];
+        let reserved = floors[i] > 0.0;
+        if mins == 0 || (reserved && !rlo) {
+            continue;
+        }
+        let k = mins as f64;
+        let (d, a, fair, left) = (d / k, a / k, fair / k, left / k);
+        // far less: under half of an entitlement of at least one unit a minute
+        if fair < 1.0 || a >= 0.5 * fair {
+            continue;
+        }
+        // who took it: the most admitted beyond its own entitlement (under
+        // partitioned only the unreserved draw on the pool)
+        let Some(t) = (0..n)
+            .filter(|&j| j != i)
+            .filter(|&j| l.semantics != Semantics::Partitioned || floors[j] == 0.0)
+            .max_by(|&x, &y| {
+                (got[x] - entitled[x])
+                    .total_cmp(&(got[y] - entitled[y]))
+                    .then(y.cmp(&x))
+            })
+            .filter(|&j| got[j] > entitled[j])
+        else {
+            continue;
+        };
+        let (name, taker) = (&c.name, &o.consumers[t].name);
+        let took = got[t] / sat;
+        let t_floor = if floors[t] > 0.0 {
+            format!("floor {:.0}", floors[t])
+        } else {
+            "no floor".to_string()
+        };
+        let rate = demand[t] / sat;
+        let (of, why) = match l.semantics {
+            Semantics::RateLimitOnly => (
+                format!("of the {left:.0} {u} capacity"),
+                format!("one ceiling is first come, first served (reservations are not enforced), so {taker}'s {rate:.0} {u} took capacity in proportion to its rate"),
+            ),
+            Semantics::Partitioned => (
+                format!("of the {left:.0} {u} unreserved pool"),
+                format!("the unreserved pool is first come, first served among the unreserved consumers, so {taker}'s {rate:.0} {u} took it in proportion to its rate"),
+            ),
+            _ => (
+                format!("of the {left:.0} {u} the floors in use leave"),
+                format!("the unreserved pool and idle floors are first come, first served among everyone past their floor, so {taker}'s {rate:.0} {u} took them in proportion to its rate"),
+            ),
+        };
+        let cap_taker = format!("cap {taker} with a rate limit ([consumer.limits] rpm)");
+        let fix = match l.semantics {
+            Semantics::RateLimitOnly if reserved => format!(
+                "to protect {name}, enforce its floor of {:.0} {u} (--semantics strict-floors) or {cap_taker}",
+                floors[i]
+            ),
+            Semantics::RateLimitOnly => format!(
+                "to protect {name}, reserve it a share (reserved_pct) under a semantics that enforces it (--semantics strict-floors), use --semantics partitioned (the pool only for unreserved consumers) or {cap_taker}"
+            ),
+            Semantics::Partitioned => {
+                format!("to protect {name}, reserve it a share (reserved_pct) or {cap_taker}")
+            }
+            _ => format!(
+                "to protect {name}, reserve it a share (reserved_pct), use --semantics partitioned (the pool only for unreserved consumers) or {cap_taker}"
+            ),
+        };
+        v.push(f(
+            Level::Warn,
+            format!(
+                "{}: {name} got {a:.0} {u} under contention, less than half its fair share ({fair:.0} {of}; it asked for {d:.0}), while {taker} took {took:.0} ({t_floor}): {why}; {fix}",
+                o.name
+            ),
+        ));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn water_fill_gives_small_claims_all_and_splits_the_rest() {
+        // 460 among 2760 and 200: the small claim whole, the rest to the big
+        assert_eq!(water_fill(460.0, &[2760.0, 200.0]), vec![260.0, 200.0]);
+        // four equal large claims split evenly; a zero claim gets nothing
+        assert_eq!(
+            water_fill(200.0, &[1000.0, 0.0, 1000.0, 1000.0, 1000.0]),
+            vec![50.0, 0.0, 50.0, 50.0, 50.0]
+        );
+        // more than enough: every claim whole
+        assert_eq!(water_fill(1000.0, &[10.0, 20.0]), vec![10.0, 20.0]);
+        // nothing to share
+        assert_eq!(water_fill(-5.0, &[10.0]), vec![0.0]);
+    }
+
+    #[test]
+    fn fair_shares_follow_each_semantics() {
+        // 1,200 per minute; floors 300, 300, 240 and an unreserved consumer;
+        // demand 250, 250, 3000, 200
+        let floors = [300.0, 300.0, 240.0, 0.0];
+        let d = [250.0, 250.0, 3000.0, 200.0];
+        // floors in use 250 + 250 + 240 leave 460: D's 200 whole, C 260 more
+        let (left, s) = fair_shares(1200.0, Semantics::StrictFloors, &floors, &d);
+        assert_eq!((left, s), (460.0, vec![0.0, 0.0, 260.0, 200.0]));
+        let (left, s) = fair_shares(1200.0, Semantics::LitellmPriority, &floors, &d);
+        assert_eq!((left, s), (460.0, vec![0.0, 0.0, 260.0, 200.0]));
+        // partitioned: the pool (360) for D alone
+        let (left, s) = fair_shares(1200.0, Semantics::Partitioned, &floors, &d);
+        assert_eq!((left, s), (360.0, vec![0.0, 0.0, 0.0, 200.0]));
+        // rate-limit-only: capacity among all, floors ignored
+        let (left, s) = fair_shares(1200.0, Semantics::RateLimitOnly, &floors, &d);
+        assert_eq!((left, s), (1200.0, vec![250.0, 250.0, 500.0, 200.0]));
+    }
 }

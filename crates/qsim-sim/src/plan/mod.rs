@@ -48,7 +48,8 @@ pub struct PlanSpec {
     pub threshold: Option<String>,
     /// Names of the reserved consumers (then the unreserved ones): A,B,C[,dev].
     pub names: Option<String>,
-    /// Reservation semantics: rate-limit-only, strict-floors, litellm-priority.
+    /// Reservation semantics: rate-limit-only, strict-floors, litellm-priority,
+    /// partitioned ([`crate::limiter::admission::Semantics::NAMES`]).
     pub semantics: Option<String>,
     /// Capacity unit: rpm or tpm.
     pub unit: Option<String>,
@@ -72,7 +73,7 @@ pub struct PlanSpec {
     pub seeds: u64,
     /// `--set PATH=VALUE` overrides of the scenario file (from `qsim run`/`sweep`).
     pub sets: Vec<String>,
-    /// Scenarios to run (from `qsim run --only`); empty: all.
+    /// Scenarios to run (`qsim plan --only`, `qsim run --only`); empty: all.
     pub only: Vec<String>,
 }
 

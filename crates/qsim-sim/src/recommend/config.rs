@@ -3,13 +3,22 @@
 
 use super::constraint::fmt_num;
 use crate::client::managed::AimdParams;
-use crate::client::policy::{Backoff, RetryPolicy};
+use crate::client::policy::{Backoff, RetryPolicy, SdkRetry};
 use crate::client::presets::{self, ClientPolicy};
 use crate::experiment::config::{client_with, ClientKind, Experiment};
 use crate::experiment::HostedSuite;
 use crate::report::round;
 
 // ------------------------------------------------------------ configurations
+
+/// The factors (numerator, denominator) by which the refinement widens
+/// max_tokens while truncation binds.
+pub const WIDEN_MAX_TOKENS: [(u64, u64); 3] = [(5, 4), (3, 2), (2, 1)];
+/// The factors (numerator, denominator) of the file's max_tokens the
+/// search probes when truncation binds after the grid.
+pub const WIDEN_PROBES: [(u64, u64); 6] = [(9, 8), (5, 4), (3, 2), (2, 1), (3, 1), (4, 1)];
+/// The largest max_tokens the search tries (an experiment file's ceiling).
+pub const MAX_TOKENS_CEILING: u64 = 10_000_000;
 
 /// One client configuration the search evaluates.
 #[derive(Debug, Clone)]
@@ -163,8 +172,104 @@ impl Config {
         }
     }
 
-    /// Every configuration one knob away (see the module docs).
-    pub(crate) fn neighbours(&self) -> Vec<Config> {
+    /// Is this the managed executor's adaptive window (`aimd`)?
+    pub fn is_managed(&self) -> bool {
+        self.window.is_some()
+    }
+
+    /// The settings a thread pool needs to run this configuration, as
+    /// (setting, value) lines: workers, max_tokens, the retry policy with
+    /// its parameters, the shared layers and the SDK's hidden retries (`sdk`
+    /// as the file sets it). None for the managed executor (`aimd`), which
+    /// has no fixed pool.
+    pub fn pool_settings(&self, sdk: Option<&SdkRetry>) -> Option<Vec<(String, String)>> {
+        let ClientPolicy::Pool { retry, shared } = &self.client else {
+            return None;
+        };
+        if self.window.is_some() {
+            return None;
+        }
+        let n = |x: f64| fmt_num(x, 3);
+        let mut v = vec![
+            ("workers".to_string(), self.workers.to_string()),
+            (
+                "max_tokens".to_string(),
+                format!("{} (per request)", self.max_tokens),
+            ),
+        ];
+        let after = "after failed attempt k = 1, 2, …";
+        let how = match retry.backoff {
+            Backoff::None => "none: a row whose call fails is failed".to_string(),
+            Backoff::Constant { delay } => format!("constant: sleep {} s between attempts", n(delay)),
+            Backoff::Exponential { base, cap, jitter } => format!(
+                "exponential: {after}, sleep min({}·2^(k−1), {}) + U[0, {}) s",
+                n(base),
+                n(cap),
+                n(jitter)
+            ),
+            Backoff::FullJitter { base, cap } => format!(
+                "full jitter: {after}, sleep U(0, min({}·2^(k−1), {})) s",
+                n(base),
+                n(cap)
+            ),
+            Backoff::EqualJitter { base, cap } => format!(
+                "equal jitter: {after}, sleep v/2 + U(0, v/2) s with v = min({}·2^(k−1), {})",
+                n(base),
+                n(cap)
+            ),
+            Backoff::Decorrelated { base, cap } => format!(
+                "decorrelated jitter: sleep min({}, U({}, 3 × the previous sleep)) s, the first from {}",
+                n(cap),
+                n(base),
+                n(base)
+            ),
+        };
+        v.push(("retry".into(), how));
+        if retry.backoff != Backoff::None {
+            v.push((
+                "retry on".into(),
+                format!(
+                    "HTTP 429 and 5xx, at most {} attempts per row (the first included); {}",
+                    retry.max_attempts,
+                    if retry.honor_hint {
+                        "a retry hint (Retry-After, retry-after-ms, body retry_after) replaces the sleep"
+                    } else {
+                        "retry hints ignored"
+                    }
+                ),
+            ));
+        }
+        if shared.quota.is_some() {
+            let (c, k, i) = presets::AWS_QUOTA;
+            v.push((
+                "retry quota".into(),
+                format!("shared by the workers: {c} tokens, {k} per retry, +{i} per success; no retry when empty"),
+            ));
+        }
+        if shared.throttle.is_some() {
+            let (k, w) = presets::SRE_THROTTLE;
+            v.push((
+                "throttle".into(),
+                format!("client-side adaptive throttling, shared: reject locally with probability max(0, (requests − {k}·accepts)/(requests + 1)) over {w} s"),
+            ));
+        }
+        v.push((
+            "SDK retries".into(),
+            match sdk {
+                Some(s) => format!(
+                    "on, as in the file (the OpenAI SDK's max_retries={}, hidden inside each attempt)",
+                    s.max_retries
+                ),
+                None => "off, as in the file (max_retries=0)".into(),
+            },
+        ));
+        Some(v)
+    }
+
+    /// Every configuration one knob away (see the module docs); with
+    /// `widen_max_tokens` (truncation binds) also max_tokens × 5/4, 3/2
+    /// and 2.
+    pub(crate) fn neighbours(&self, widen_max_tokens: bool) -> Vec<Config> {
         let mut out = Vec::new();
         let w = self.workers as i64;
         for d in [-4i64, -2, -1, 1, 2, 4] {
@@ -183,6 +288,16 @@ impl Config {
                 let mut c = self.clone();
                 c.max_tokens = mt as u64;
                 out.push(c);
+            }
+        }
+        if widen_max_tokens {
+            for (num, den) in WIDEN_MAX_TOKENS {
+                let mt = (self.max_tokens * num / den).min(MAX_TOKENS_CEILING);
+                if mt > self.max_tokens + 16 {
+                    let mut c = self.clone();
+                    c.max_tokens = mt;
+                    out.push(c);
+                }
             }
         }
         if self.window.is_some() {

@@ -4,12 +4,51 @@
 use crate::config::ConfigError;
 use crate::report::Spread;
 
-/// The constraints that apply unless one on the same metric is given.
+/// The constraints that apply unless one on the same metric is given (or
+/// `--no-default-constraints` drops them).
 pub const DEFAULT_CONSTRAINTS: &[&str] = &[
     "ok>=rows in 95% of seeds",
     "p95<=2*p50",
     "truncated<=0.01*rows",
 ];
+
+/// `--zero-failed`: every row succeeds, in every seed.
+pub const ZERO_FAILED: &str = "ok>=rows in 100% of seeds";
+
+/// Where a constraint comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `--constraint EXPR`.
+    Given,
+    /// One of [`DEFAULT_CONSTRAINTS`].
+    Default,
+    /// `--zero-failed` ([`ZERO_FAILED`]).
+    ZeroFailed,
+}
+
+impl Origin {
+    /// How the report marks it ("" for a given one).
+    pub fn mark(self) -> &'static str {
+        match self {
+            Origin::Given => "",
+            Origin::Default => "default",
+            Origin::ZeroFailed => "--zero-failed",
+        }
+    }
+}
+
+/// One constraint's outcome for one configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    pub holds: bool,
+    /// How: the medians compared, or in how many seeds it holds.
+    pub detail: String,
+    /// How far it misses, relative (0 when it holds, in (0, 1] for
+    /// non-negative metrics): |lhs − rhs| / max(|lhs|, |rhs|), on the
+    /// medians, or in the seed that must hold for the share to be met
+    /// (the share-th smallest miss over seeds).
+    pub gap: f64,
+}
 
 /// A configuration's figures over the seeds.
 #[derive(Debug, Clone)]
@@ -18,6 +57,9 @@ pub struct Evidence {
     pub per_seed: Vec<Vec<f64>>,
     /// Per metric, the median and 90 % interval over seeds.
     pub spreads: Vec<Spread>,
+    /// The median over seeds of the 429s each endpoint limit returned
+    /// (limit name, count), in the profile's order.
+    pub limit_429: Vec<(String, f64)>,
 }
 
 pub(crate) fn fmt_num(x: f64, d: usize) -> String {
@@ -124,7 +166,7 @@ impl Op {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Constraint {
     pub text: String,
-    pub default: bool,
+    pub origin: Origin,
     lhs: Term,
     op: Op,
     rhs: Term,
@@ -241,7 +283,7 @@ impl Constraint {
         }
         Ok(Constraint {
             text: text.trim().to_string(),
-            default: false,
+            origin: Origin::Given,
             lhs,
             op,
             rhs,
@@ -264,53 +306,116 @@ impl Constraint {
         }
     }
 
-    /// Does it hold for these per-seed metrics, and how (for the evidence)?
-    pub(crate) fn check(&self, ev: &Evidence, rows: f64) -> (bool, String) {
+    /// The key of the metric on the left (`ok`, `truncated`, `elapsed_s`, …).
+    pub fn metric(&self) -> &'static str {
+        metric_keys().nth(self.lhs_metric()).unwrap_or_default()
+    }
+
+    /// Both sides for one seed's metrics.
+    fn sides(&self, rows: f64, m: &[f64]) -> (f64, f64) {
+        (
+            Self::value(&self.lhs, rows, |i| m[i]),
+            Self::value(&self.rhs, rows, |i| m[i]),
+        )
+    }
+
+    /// The relative miss of `a OP b`: 0 when it holds, else
+    /// |a − b| / max(|a|, |b|) (at least 1e-12: a strict comparison of
+    /// equals misses too).
+    fn miss(&self, a: f64, b: f64) -> f64 {
+        if self.op.holds(a, b) {
+            return 0.0;
+        }
+        let scale = a.abs().max(b.abs());
+        if scale == 0.0 {
+            return 1.0;
+        }
+        ((a - b).abs() / scale).max(1e-12)
+    }
+
+    /// Does it hold for these per-seed metrics, how (for the evidence), and
+    /// by how much does it miss?
+    pub(crate) fn check(&self, ev: &Evidence, rows: f64) -> Check {
         match self.share {
             Some(share) => {
                 let n = ev.per_seed.len();
-                let held = ev
+                let mut misses: Vec<f64> = ev
                     .per_seed
                     .iter()
-                    .filter(|m| {
-                        let a = Self::value(&self.lhs, rows, |i| m[i]);
-                        let b = Self::value(&self.rhs, rows, |i| m[i]);
-                        self.op.holds(a, b)
+                    .map(|m| {
+                        let (a, b) = self.sides(rows, m);
+                        self.miss(a, b)
                     })
-                    .count();
+                    .collect();
+                let held = misses.iter().filter(|&&x| x == 0.0).count();
                 let frac = held as f64 / n as f64;
-                (
-                    frac + 1e-9 >= share,
-                    format!(
+                misses.sort_by(f64::total_cmp);
+                // the seeds that must hold: ceil(share × n), at least one
+                let need = ((share * n as f64) - 1e-9).ceil().max(1.0) as usize;
+                let holds = frac + 1e-9 >= share;
+                Check {
+                    holds,
+                    detail: format!(
                         "holds in {held} of {n} seeds ({}%, needs {}%)",
                         fmt_num(frac * 100.0, 1),
                         fmt_num(share * 100.0, 1)
                     ),
-                )
+                    gap: if holds { 0.0 } else { misses[need.min(n) - 1] },
+                }
             }
             None => {
                 let a = Self::value(&self.lhs, rows, |i| ev.spreads[i].median);
                 let b = Self::value(&self.rhs, rows, |i| ev.spreads[i].median);
-                (
-                    self.op.holds(a, b),
-                    format!("medians: {} vs {}", fmt_num(a, 3), fmt_num(b, 3)),
-                )
+                let holds = self.op.holds(a, b);
+                Check {
+                    holds,
+                    detail: format!("medians: {} vs {}", fmt_num(a, 3), fmt_num(b, 3)),
+                    gap: if holds { 0.0 } else { self.miss(a, b) },
+                }
             }
         }
     }
+
+    /// The seed where it misses most: (seed index, lhs, rhs), for a
+    /// constraint checked seed by seed that misses somewhere.
+    pub(crate) fn worst_seed(&self, ev: &Evidence, rows: f64) -> Option<(usize, f64, f64)> {
+        self.share?;
+        ev.per_seed
+            .iter()
+            .enumerate()
+            .map(|(k, m)| {
+                let (a, b) = self.sides(rows, m);
+                (k, a, b, self.miss(a, b))
+            })
+            .filter(|x| x.3 > 0.0)
+            .max_by(|x, y| x.3.total_cmp(&y.3).then(y.0.cmp(&x.0)))
+            .map(|(k, a, b, _)| (k, a, b))
+    }
 }
 
-/// The user's constraints, plus each default whose metric they leave alone.
-pub fn constraints(given: &[String]) -> Result<Vec<Constraint>, ConfigError> {
+/// The user's constraints, then [`ZERO_FAILED`] if `zero_failed`, then
+/// (unless `no_defaults`) each default whose metric they leave alone.
+pub fn constraints(
+    given: &[String],
+    zero_failed: bool,
+    no_defaults: bool,
+) -> Result<Vec<Constraint>, ConfigError> {
     let mut out: Vec<Constraint> = given
         .iter()
         .map(|c| Constraint::parse(c))
         .collect::<Result<_, _>>()?;
-    for d in DEFAULT_CONSTRAINTS {
-        let mut c = Constraint::parse(d).expect("the defaults parse");
-        if !out.iter().any(|u| u.lhs_metric() == c.lhs_metric()) {
-            c.default = true;
-            out.push(c);
+    if zero_failed {
+        let mut c = Constraint::parse(ZERO_FAILED).expect("--zero-failed parses");
+        c.origin = Origin::ZeroFailed;
+        out.push(c);
+    }
+    if !no_defaults {
+        for d in DEFAULT_CONSTRAINTS {
+            let mut c = Constraint::parse(d).expect("the defaults parse");
+            if !out.iter().any(|u| u.lhs_metric() == c.lhs_metric()) {
+                c.origin = Origin::Default;
+                out.push(c);
+            }
         }
     }
     Ok(out)
@@ -400,8 +505,56 @@ mod tests {
             assert!(Constraint::parse(bad).is_err(), "{bad}");
         }
         // a given constraint replaces the default on its metric
-        let all = constraints(&["p95<=3*p50".into()]).unwrap();
+        let all = constraints(&["p95<=3*p50".into()], false, false).unwrap();
         assert_eq!(all.len(), 3);
-        assert!(!all[0].default && all[1].default && all[2].default);
+        let origins: Vec<Origin> = all.iter().map(|c| c.origin).collect();
+        assert_eq!(origins, [Origin::Given, Origin::Default, Origin::Default]);
+        // --zero-failed replaces the default on ok; --no-default-constraints
+        // drops the defaults
+        let all = constraints(&[], true, false).unwrap();
+        assert_eq!(all[0].text, ZERO_FAILED);
+        assert_eq!(all[0].origin, Origin::ZeroFailed);
+        assert_eq!(all.len(), 3);
+        assert!(all.iter().all(|c| c.text != DEFAULT_CONSTRAINTS[0]));
+        assert!(constraints(&[], false, true).unwrap().is_empty());
+        let all = constraints(&["elapsed<=60".into()], true, true).unwrap();
+        let texts: Vec<&str> = all.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(texts, ["elapsed<=60", ZERO_FAILED]);
+    }
+
+    fn ev(per_seed: Vec<Vec<f64>>) -> Evidence {
+        crate::recommend::evidence(per_seed)
+    }
+
+    fn seed_with(ok: f64, truncated: f64) -> Vec<f64> {
+        let mut m = vec![0.0; metric_keys().count()];
+        m[OK] = ok;
+        m[TRUNCATED] = truncated;
+        m
+    }
+
+    #[test]
+    fn a_miss_measures_how_far_not_how_many() {
+        // 100 rows; ok >= rows in 100% of seeds
+        let c = Constraint::parse(ZERO_FAILED).unwrap();
+        let one_lost = ev(vec![seed_with(100.0, 0.0), seed_with(99.0, 0.0)]);
+        let most_lost = ev(vec![seed_with(100.0, 0.0), seed_with(3.0, 0.0)]);
+        let (a, b) = (c.check(&one_lost, 100.0), c.check(&most_lost, 100.0));
+        assert!(!a.holds && !b.holds);
+        assert!((a.gap - 0.01).abs() < 1e-12, "{}", a.gap);
+        assert!((b.gap - 0.97).abs() < 1e-12, "{}", b.gap);
+        // in 50% of seeds: the better seed is the one that must hold
+        let c = Constraint::parse("ok>=rows in 50% of seeds").unwrap();
+        assert!(c.check(&most_lost, 100.0).holds);
+        assert_eq!(c.check(&most_lost, 100.0).gap, 0.0);
+        // on the medians: truncated 60 vs 1 allowed misses by 59/60
+        let c = Constraint::parse("truncated<=0.01*rows").unwrap();
+        let t = ev(vec![seed_with(100.0, 60.0)]);
+        let k = c.check(&t, 100.0);
+        assert!(!k.holds && (k.gap - 59.0 / 60.0).abs() < 1e-12);
+        // the worst seed of a seed-by-seed constraint
+        let c = Constraint::parse(ZERO_FAILED).unwrap();
+        assert_eq!(c.worst_seed(&most_lost, 100.0), Some((1, 3.0, 100.0)));
+        assert_eq!(c.worst_seed(&ev(vec![seed_with(100.0, 0.0)]), 100.0), None);
     }
 }

@@ -187,8 +187,14 @@ pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregat
     let mut out = super::header(
         &suite.title,
         &format!(
-            "file {file}, endpoint {} ({})",
-            suite.profile.name, suite.profile_path
+            "file {file}, endpoint {} ({}{})",
+            suite.profile.name,
+            suite.profile_path,
+            if suite.profile_overrides.is_empty() {
+                String::new()
+            } else {
+                format!("; overridden: {}", suite.profile_overrides.join(", "))
+            }
         ),
         seed,
         runs,

@@ -9,6 +9,10 @@
 //!        + K · kv_bytes_per_token / (hbm_bandwidth · kv_bandwidth_efficiency)
 //! comp = (2 · active_params · (P + D) + attn_flops_per_pair · A) / (peak_flops · compute_efficiency)
 //! gpu  = gpu_fixed + max(mem, comp)
+//! gpu  = gpu_fixed + max(mem_weights, comp_tokens) + max(mem_kv, comp_attn)
+//!                                        (`attention_separate`: the matrix
+//!                                         products and attention as two
+//!                                         rooflines, their kernels in turn)
 //! cpu  = cpu_overhead + cpu_per_seq · (number of scheduled sequences)
 //! t    = cpu + gpu                       (synchronous scheduling, the default)
 //! t    = max(cpu, gpu)                   (`async_scheduling`, a step that
@@ -126,6 +130,14 @@ struct RawIteration {
     #[serde(default)]
     attention_span: AttentionSpan,
     attention_pad_tokens: Option<i64>,
+    /// Attention as a roofline of its own, added to the matrix products'
+    /// (each layer runs its GEMMs and its attention kernel in turn, so a
+    /// step's KV reads do not hide behind its prefill compute, nor its
+    /// attention FLOPs behind the weights' reads): `gpu = gpu_fixed +
+    /// max(weights_read time, token compute) + max(KV read time, attention
+    /// compute)`. Default false: one roofline over the step's totals.
+    #[serde(default)]
+    attention_separate: bool,
     /// With `attention_span = "cache"`: a finished request's cells stay in
     /// the buffer, and in every step's attention, until the engine starts
     /// its next request (llama-server keeps an idle slot's KV and clears
@@ -216,6 +228,9 @@ pub struct IterationModel {
     /// until the next request is first scheduled (llama-server's idle
     /// slots, cleared when it launches a task).
     pub finished_cells_held: bool,
+    /// Attention as its own roofline, added to the matrix products'
+    /// (`attention_separate`).
+    pub attention_separate: bool,
 }
 
 impl IterationModel {
@@ -252,10 +267,16 @@ impl IterationModel {
             );
         }
         let kv_tokens = kv_tokens + self.cached_prefix_tokens * seqs;
-        let mem = self.mem_base_ns + self.mem_per_kv_token_ns * kv_tokens as f64;
-        let comp =
-            self.comp_per_token_ns * tokens as f64 + self.comp_per_attn_pair_ns * attn_pairs as f64;
-        let gpu = self.gpu_fixed_ns + mem.max(comp);
+        let kv = self.mem_per_kv_token_ns * kv_tokens as f64;
+        let (tok, attn) = (
+            self.comp_per_token_ns * tokens as f64,
+            self.comp_per_attn_pair_ns * attn_pairs as f64,
+        );
+        let gpu = if self.attention_separate {
+            self.gpu_fixed_ns + self.mem_base_ns.max(tok) + kv.max(attn)
+        } else {
+            self.gpu_fixed_ns + (self.mem_base_ns + kv).max(tok + attn)
+        };
         let cpu = self.cpu_base_ns + self.cpu_per_seq_ns * seqs as f64;
         let gpu = round_ns(gpu);
         let cpu = round_ns(cpu);
@@ -363,9 +384,12 @@ impl DecodeCost<'_> {
         }
         // K = A = ctx + cached·n; below 2^63, so i64 converts the same
         let x = (ctx + self.cached) as i64 as f64;
-        let mem = m.mem_base_ns + m.mem_per_kv_token_ns * x;
-        let comp = self.comp_tokens + m.comp_per_attn_pair_ns * x;
-        let gpu = round_ns(m.gpu_fixed_ns + mem.max(comp));
+        let (kv, attn) = (m.mem_per_kv_token_ns * x, m.comp_per_attn_pair_ns * x);
+        let gpu = round_ns(if m.attention_separate {
+            m.gpu_fixed_ns + m.mem_base_ns.max(self.comp_tokens) + kv.max(attn)
+        } else {
+            m.gpu_fixed_ns + (m.mem_base_ns + kv).max(self.comp_tokens + attn)
+        });
         let total = if m.async_scheduling {
             gpu.max(self.cpu)
         } else {
@@ -655,6 +679,7 @@ impl ServerProfile {
                 }
             },
             finished_cells_held: it.finished_cells_held,
+            attention_separate: it.attention_separate,
         };
         if iteration.finished_cells_held && iteration.attention_pad == 0 {
             return Err(ConfigError::new(
@@ -841,24 +866,27 @@ mod tests {
                 (0, false, t(), slope(), 0),
                 (0, false, t(), slope(), 256),
             ] {
-                let mut m = p.iteration.clone();
-                m.cached_prefix_tokens = cached;
-                m.async_scheduling = asynchronous;
-                m.decode_step_ns = table;
-                m.decode_step_slope_ns = slope;
-                m.decode_step_ctx = 40.0;
-                m.attention_pad = pad;
-                for n in [1u64, 2, 3, 7, 64, 255, 1000] {
-                    let c = m.decode_cost(n);
-                    for ctx in [n, n * 17 + 5, n * 1000 + 3, n * 100_000 + 11] {
-                        let want = m.duration(0, n, ctx, ctx, n, true);
-                        assert_eq!(c.duration(ctx), want, "{} n {n} ctx {ctx}", p.name);
-                        checked += 1;
+                for separate in [false, true] {
+                    let mut m = p.iteration.clone();
+                    m.attention_separate = separate;
+                    m.cached_prefix_tokens = cached;
+                    m.async_scheduling = asynchronous;
+                    m.decode_step_ns = table.clone();
+                    m.decode_step_slope_ns = slope.clone();
+                    m.decode_step_ctx = 40.0;
+                    m.attention_pad = pad;
+                    for n in [1u64, 2, 3, 7, 64, 255, 1000] {
+                        let c = m.decode_cost(n);
+                        for ctx in [n, n * 17 + 5, n * 1000 + 3, n * 100_000 + 11] {
+                            let want = m.duration(0, n, ctx, ctx, n, true);
+                            assert_eq!(c.duration(ctx), want, "{} n {n} ctx {ctx}", p.name);
+                            checked += 1;
+                        }
                     }
                 }
             }
         }
-        assert!(checked >= 5 * 10 * 7 * 4, "{checked}");
+        assert!(checked >= 5 * 10 * 7 * 4 * 2, "{checked}");
     }
 
     /// `kv_bandwidth_efficiency` sets the KV reads' own fraction of the
@@ -919,6 +947,46 @@ mod tests {
         assert!((gpu as f64 - want).abs() < 1.0, "{gpu} vs {want}");
     }
 
+    /// `attention_separate`: the matrix products' roofline and
+    /// attention's, added; off (every shipped profile), one roofline over
+    /// the totals, as before.
+    #[test]
+    fn attention_as_its_own_roofline_adds_to_the_matrix_products() {
+        let p = load_profile(&models().join("llama-3.1-8b-h100-vllm.toml")).unwrap();
+        assert!(!p.iteration.attention_separate);
+        let mut m = p.iteration.clone();
+        m.async_scheduling = false;
+        m.cpu_base_ns = 0.0;
+        m.cpu_per_seq_ns = 0.0;
+        // a 2,000-token prefill chunk (compute-bound GEMMs) beside 40
+        // decodes at 2,000 tokens of context (memory-bound attention)
+        let (pf, d) = (2000u64, 40u64);
+        let (k, a) = (d * 2000 + pf, d * 2000 + pf * (pf + 1) / 2);
+        let one = m.duration(pf, d, k, a, d + 1, true).0 as f64;
+        m.attention_separate = true;
+        let two = m.duration(pf, d, k, a, d + 1, true).0 as f64;
+        let tok = m.comp_per_token_ns * (pf + d) as f64;
+        let kv = m.mem_per_kv_token_ns * k as f64;
+        let attn = m.comp_per_attn_pair_ns * a as f64;
+        assert!(tok > m.mem_base_ns && kv > attn);
+        let want = m.gpu_fixed_ns + tok + kv.max(attn);
+        assert!((two - want).abs() <= 1.0, "{two} vs {want}");
+        assert!(two > one, "the KV reads no longer hide behind the prefill");
+        let text = std::fs::read_to_string(models().join("llama-3.1-8b-h100-vllm.toml")).unwrap();
+        let v: toml::Value = toml::from_str(&text.replacen(
+            "[iteration]",
+            "[iteration]\nattention_separate = true",
+            1,
+        ))
+        .unwrap();
+        assert!(
+            ServerProfile::from_value("p.toml", v)
+                .unwrap()
+                .iteration
+                .attention_separate
+        );
+    }
+
     #[test]
     fn the_roofline_takes_the_larger_term_not_the_sum() {
         let m = IterationModel {
@@ -936,6 +1004,7 @@ mod tests {
             decode_step_ctx: 0.0,
             attention_pad: 0,
             finished_cells_held: false,
+            attention_separate: false,
         };
         // memory-bound: mem 1000 + 200 = 1200 > comp 10 × 20 + 0.5 × 40 = 220
         assert_eq!(
@@ -974,6 +1043,7 @@ mod tests {
             decode_step_ctx: 0.0,
             attention_pad: 0,
             finished_cells_held: false,
+            attention_separate: false,
         };
         let m = IterationModel {
             cached_prefix_tokens: 96,
@@ -1015,6 +1085,7 @@ mod tests {
             decode_step_ctx: 0.0,
             attention_pad: 0,
             finished_cells_held: false,
+            attention_separate: false,
         };
         // gpu 100 + 1000 + 200 = 1300 > cpu 600 + 30 × 20 = 1200: GPU-bound
         assert_eq!(m.duration(0, 20, 200, 40, 20, true), (1300, 1300));
@@ -1042,6 +1113,7 @@ mod tests {
             decode_step_ctx: 0.0,
             attention_pad: 0,
             finished_cells_held: false,
+            attention_separate: false,
         }
     }
 
@@ -1146,6 +1218,7 @@ mod tests {
             mem_per_kv_token_ns: 0.0,
             attention_pad: 256,
             finished_cells_held: false,
+            attention_separate: false,
             ..table_model()
         };
         // 100 prompt tokens + 2 decodes over 600 used cells (→ 768): 102 ×

@@ -1272,6 +1272,7 @@ mod tests {
                 decode_step_ctx: 0.0,
                 attention_pad: 0,
                 finished_cells_held: false,
+                attention_separate: false,
             };
             let reqs: Vec<_> = reqs.iter().map(|&(at, output)| (at, 1, output)).collect();
             run_dry(p, &reqs)

@@ -220,6 +220,13 @@ impl Data {
     }
 }
 
+/// Coefficients from a file of the shipped file's form (`qsim sim2real
+/// --coefficients FILE`: another fit's result, to compare).
+pub fn read_coefficients(path: &std::path::Path) -> Result<Coefficients, ConfigError> {
+    let file = path.display().to_string();
+    crate::config::from_value(&file, crate::config::read_toml(path)?)
+}
+
 /// The shipped coefficients.
 pub fn shipped_coefficients() -> Result<Coefficients, ConfigError> {
     crate::config::from_value(

@@ -6,15 +6,22 @@
 //! bandwidth, FLOP/s and memory: the weights and the KV cache are split
 //! evenly (Megatron-style column/row splits, vLLM's), so a step reads
 //! `weights / tp` per GPU at the same time. Each layer's two all-reduces add
-//! a latency per step (`tp_sync_us_per_layer` × layers × log2(tp), fitted:
-//! of a constant, `log2(tp)` and `tp − 1`, the scaling that fitted the
-//! training experiments best) and move
+//! a latency per step (`tp_sync_us_per_layer` × layers × (tp − 1), fitted:
+//! of a constant, `log2(tp)` and `tp − 1`, the scaling that fits the
+//! training experiments best; `log2(tp)` did up to round 4 of issue 23,
+//! `tp − 1` since attention became its own roofline, round 5 of
+//! docs/fidelity.md) and move
 //! `2 · hidden · 2 B · (tp − 1)/tp` per token over the GPU's link (its
 //! stated bandwidth; folded into the per-token compute term, where it
 //! counts in prefill-heavy steps). MoE: a step reads every expert's weights
 //! (at the batches of these runs, ≥ 8 tokens with 2 of 8 experts each, an
 //! expert is idle with probability (6/8)^8 ≈ 10 % at most, and far less at
 //! the usual batches of 20–100), and computes with the active parameters.
+//! A step's matrix products and its attention are two rooflines, added
+//! (`attention_separate`): each layer runs its GEMMs and its attention
+//! kernel in turn, so the decodes' KV reads do not hide behind a prefill
+//! chunk's compute, nor the prefill's attention FLOPs behind the weights'
+//! reads.
 //! KV cache: `memory × gpu_memory_utilization − weights − reserved`, the
 //! reserved part (activations at `max_num_batched_tokens`, CUDA graphs,
 //! NCCL buffers) 2 GiB per GPU, an estimate. FP8 models compute at the
@@ -96,7 +103,7 @@ pub fn profile_toml(e: &Experiment, m: &Model, g: &Gpu, c: &Coefficients) -> Str
     let comm_params = comm_s_per_token * tp * flops * COMPUTE_EFFICIENCY / 2.0;
     let active_b = (m.params_per_token_active + comm_params) / 1e9;
     let sync_ms = if e.tp > 1 {
-        m.layers as f64 * c.tp_sync_us_per_layer * tp.log2() / 1e3
+        m.layers as f64 * c.tp_sync_us_per_layer * (tp - 1.0) / 1e3
     } else {
         0.0
     };
@@ -156,6 +163,7 @@ pub fn profile_toml(e: &Experiment, m: &Model, g: &Gpu, c: &Coefficients) -> Str
     let _ = writeln!(w, "cpu_per_seq_us = {:?}", c.cpu_per_seq_us);
     let _ = writeln!(w, "ingress_ms = {:?}", c.ingress_ms);
     let _ = writeln!(w, "async_scheduling = true");
+    let _ = writeln!(w, "attention_separate = true");
     let _ = writeln!(w, "cached_prefix_tokens = {}", cached_prefix_tokens(e));
     s
 }
