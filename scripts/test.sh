@@ -8,6 +8,9 @@ export CARGO_TERM_COLOR=never
 cargo fmt --check
 # no module imports a module that imports it back, in any crate
 python3 scripts/module-cycles.py
+# the house's size rules: src/ under 5,000 lines, no file in src/commands/
+# over 400, no clap in the libraries (issue 37)
+python3 scripts/house-rules.py
 # the live proxy tests' real parts (llmock upstream, openai SDK client): fails loudly if they cannot be installed
 scripts/live-deps.sh
 # Chromium (Debian) for the HTML report's headless-browser test: fails loudly if it cannot be installed

@@ -9,14 +9,41 @@ import pytest
 from conftest import ROOT, qsim_bin
 
 GUIDE = ROOT / "docs" / "guide" / "python.md"
+README = ROOT / "README.md"
 
 
-def blocks():
-    return re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
+def blocks(doc=GUIDE):
+    return re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)
 
 
 def test_the_guide_has_its_examples():
     assert len(blocks()) >= 2
+
+
+def test_the_readmes_example_runs(tmp_path, monkeypatch):
+    pytest.importorskip("openai")
+    monkeypatch.chdir(tmp_path)
+    (code,) = blocks(README)
+    p = subprocess.Popen(
+        [qsim_bin(), "serve", str(ROOT / "models" / "databricks-claude-haiku-4-5.toml"),
+         "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = p.stdout.readline().split("listening on ", 1)[1].split()[0]
+        ns = {
+            "BASE_URL": url if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1",
+            "TOKEN": "local",
+            "MODEL": "databricks-claude-haiku-4-5",
+            "PROMPTS": [f"Summarise review {i} in three sentences" for i in range(20)],
+        }
+        exec(compile(code, str(README), "exec"), ns)
+        assert len(ns["results"]) == 20
+        assert not [r for r in ns["results"] if isinstance(r, Exception)]
+        assert ns["pacer"].max_tokens == 240
+        assert (tmp_path / "run1" / "attempts.csv").exists()
+    finally:
+        p.kill()
+        p.wait(10)
 
 
 def test_the_guides_examples_run(tmp_path, monkeypatch):

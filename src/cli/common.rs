@@ -99,14 +99,25 @@ pub fn emit(text: &str, out: Option<&Path>, force: bool) -> Result<(), CliError>
 /// A clap usage error as one line (without the usage block): exit 2.
 pub fn usage_error_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
-    let mut parts: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| {
-            !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
-        })
-        .map(|l| l.strip_prefix("error: ").unwrap_or(l).to_string())
-        .collect();
+    // a line ending in ':' introduces the lines after it (clap's "the
+    // following required arguments were not provided:" and its list)
+    let mut parts: Vec<String> = Vec::new();
+    let mut listing = false;
+    for l in text.lines().map(str::trim).filter(|l| {
+        !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information")
+    }) {
+        let l = l.strip_prefix("error: ").unwrap_or(l);
+        match parts.last_mut() {
+            Some(p) if listing => {
+                p.push_str(if p.ends_with(':') { " " } else { ", " });
+                p.push_str(l);
+            }
+            _ => {
+                parts.push(l.to_string());
+                listing = l.ends_with(':');
+            }
+        }
+    }
     parts.push("try --help".into());
     parts.join("; ")
 }

@@ -190,7 +190,8 @@ pub enum Cmd {
         args: crate::commands::whatif::WhatifArgs,
     },
     /// Request traces (Azure, BurstGPT, Mooncake, a proxy's decision log, a
-    /// CSV with named columns): `qsim trace stats FILE`.
+    /// CSV with named columns): `qsim trace stats FILE` (rates, burstiness,
+    /// lengths, a fitted workload), `qsim trace plan FILE` (replicas for a trace).
     Trace {
         #[command(subcommand)]
         cmd: crate::commands::trace::TraceCmd,
@@ -210,9 +211,18 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::commands::compare::CompareArgs,
     },
-    /// Fit a profile to observations (`hosted`: a replay's attempt log).
+    /// Fit a profile to observations: `calibrate hosted` (a replay's attempt
+    /// log), `calibrate server` (vLLM benchmark results), `calibrate bench`
+    /// (measure a server as vLLM's benchmark_serving does).
     #[command(subcommand)]
     Calibrate(crate::commands::calibrate::CalibrateCmd),
+    /// The files embedded in the binary (every shipped experiment, model,
+    /// measured data set and trace), usable anywhere as `builtin:PATH`;
+    /// `qsim examples PATH` prints one to copy and edit.
+    Examples {
+        #[command(flatten)]
+        args: crate::commands::examples::ExamplesArgs,
+    },
 }
 
 /// Refuse a bad `--out` (file or directory) before any simulation runs.
@@ -285,7 +295,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             if let Some(p) = &emit_proxy_config {
                 output::check_target_as("--emit-proxy-config", p, force)?;
                 let (f, _) = qsim_sim::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
-                let text = crate::commands::proxy::emit_config(&f.limiter, &f.source);
+                let text = qsim_api::proxy::emit_config(&f.limiter, &f.source);
                 output::write_file_as("--emit-proxy-config", p, &text, force)?;
             }
             let (text, records) = if format == Format::Csv {
@@ -334,13 +344,14 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Cmd::Options { args } => crate::commands::options::run_cli(&args),
         Cmd::Sim2real { args } => crate::commands::sim2real::run_cli(&args),
         Cmd::Proxy { args } => {
-            let cfg = crate::commands::proxy::load_checked(&args)
-                .map_err(|e| name_fields(e, Some(&args.config), &[]))?;
-            let file = args.config.display().to_string();
+            let spec = args.spec();
+            let cfg = qsim_api::proxy::load_checked(&spec)
+                .map_err(|e| name_fields(e, Some(&spec.config), &[]))?;
+            let file = spec.config.display().to_string();
             let proxy = qsim_live::Proxy::new(cfg)
                 .map_err(|r| CliError::Config(ConfigError::new(file, "deployment", r)))?
-                .with_reload(Box::new(move || crate::commands::proxy::reload(&args)))
-                .with_log_encoder(crate::commands::whatif::encoder());
+                .with_reload(Box::new(move || qsim_api::proxy::reload(&spec)))
+                .with_log_encoder(qsim_api::whatif::encoder());
             proxy.run().map_err(CliError::Io)
         }
         Cmd::Serve { args } => crate::commands::serve::run(&args),
@@ -354,6 +365,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         Cmd::Replay { args } => crate::commands::replay::run_cli(args),
         Cmd::Compare { args } => crate::commands::compare::run_cli(args),
         Cmd::Calibrate(cmd) => crate::commands::calibrate::run_cli(cmd),
+        Cmd::Examples { args } => crate::commands::examples::run(args),
         Cmd::Run { file, opts } => {
             let RunOpts {
                 seed,

@@ -1,8 +1,9 @@
 //! One module per subcommand: each turns its arguments into plain specs for
-//! `qsim-sim` or `qsim-live` and renders what they return.
+//! `qsim-sim` or `qsim-api` and renders what they return.
 
 pub mod calibrate;
 pub mod compare;
+pub mod examples;
 pub mod load;
 pub mod options;
 pub mod proxy;

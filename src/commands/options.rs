@@ -38,6 +38,11 @@ pub struct OptionsArgs {
     /// Replace the batch's row count (e.g. 1000000).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub rows: Option<u64>,
+    /// Write a proxy config (kind = "proxy") whose routes are the cheapest
+    /// hybrid's that meets the targets (else the cheapest option's; a
+    /// [workload] file), with the per-consumer limiter in front.
+    #[arg(long, value_name = "FILE")]
+    pub emit_proxy_config: Option<PathBuf>,
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -88,10 +93,15 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
         .num_threads(a.threads.map_or(0, usize::from))
         .build()
         .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
+    if let Some(p) = &a.emit_proxy_config {
+        crate::output::check_target(p, a.force)?;
+    }
     let n = file.options.len();
     let mut unmet = None;
-    let (text, points) = if a.fewest {
-        let found = each(&pool, n, |i| fewest::search(&file, i, a.seed, &targets));
+    let (text, points, emitted) = if a.fewest {
+        let found = each(&pool, n, |i| {
+            qsim_sim::options::search::search(&file, i, a.seed, &targets)
+        });
         // a run the work budget stopped decided nothing
         qsim_sim::work::check(&fname)?;
         if !found.iter().any(|f| f.meets(&targets)) {
@@ -101,6 +111,11 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
             ));
         }
         let text = render::render_fewest(&file, &found, a.seed, &targets);
+        let rows: Vec<_> = (0..n)
+            .filter(|&i| found[i].meets(&targets))
+            .map(|i| (i, found[i].count, &found[i].outcome))
+            .collect();
+        let emitted = qsim_sim::options::emit::chosen(&file, &rows, &targets);
         let points: Vec<(String, Outcome)> = found
             .into_iter()
             .filter(|f| f.knob.is_none() || f.count.is_some())
@@ -112,15 +127,21 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
                 (label, f.outcome)
             })
             .collect();
-        (text, points)
+        (text, points, emitted)
     } else {
         let outcomes = each(&pool, n, |i| {
             qsim_sim::options::run_option(&file, i, a.seed)
         });
         qsim_sim::work::check(&fname)?;
         let text = render::render(&file, &outcomes, a.seed, &targets);
+        let rows: Vec<_> = outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (i, None, o))
+            .collect();
+        let emitted = qsim_sim::options::emit::chosen(&file, &rows, &targets);
         let points = outcomes.into_iter().map(|o| (o.name.clone(), o)).collect();
-        (text, points)
+        (text, points, emitted)
     };
     if plots.wanted() {
         let intro = format!(
@@ -136,6 +157,23 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
             &[cost_figure(&file.title, &points, &targets)],
             Some(&text),
         )?;
+    }
+    if let Some(p) = &a.emit_proxy_config {
+        let Some(o) = emitted else {
+            return Err(CliError::Config(ConfigError::new(
+                "--emit-proxy-config",
+                "",
+                format!("no route option of {fname} meets the targets: nothing to emit"),
+            )));
+        };
+        let source = format!(
+            "{fname}, seed {}{}",
+            a.seed,
+            if a.fewest { ", --fewest" } else { "" }
+        );
+        let cfg = qsim_sim::options::emit::proxy_config(&file, &o, &source)
+            .map_err(|e| ConfigError::new("--emit-proxy-config", "", e))?;
+        crate::cli::common::emit(&cfg, Some(p), a.force)?;
     }
     crate::cli::common::emit(&text, a.out.as_deref(), a.force)?;
     match unmet {

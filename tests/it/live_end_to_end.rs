@@ -105,6 +105,12 @@ fn proxy_config(listen: SocketAddr, upstream: SocketAddr, rpm: Option<u64>) -> P
         drain_timeout: Duration::from_secs(1),
         log: None,
         drift: None,
+        routes: qsim_live::Routes::single(
+            &format!("http://{upstream}"),
+            None,
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+        ),
     }
 }
 

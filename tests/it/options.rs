@@ -99,6 +99,8 @@ fn outcome(name: &str, elapsed_s: u64, failed: u64, cost: Option<f64>) -> Outcom
         ttft_p95_s: None,
         e2e_p95_s: 1.0,
         cost_usd: cost,
+        spilled: None,
+        profiles: Vec::new(),
     }
 }
 

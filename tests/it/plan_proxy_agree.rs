@@ -115,12 +115,12 @@ fn one_plan(
         };
         CHECKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // the config as `--emit-proxy-config` writes it, keys filled in
-        let text = qsim::commands::proxy::emit_config(&f.limiter, "property")
-            .replace("[\"key-", "[\"secret-");
+        let text =
+            qsim_api::proxy::emit_config(&f.limiter, "property").replace("[\"key-", "[\"secret-");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("proxy.toml");
         std::fs::write(&path, &text).unwrap();
-        let cfg = qsim::commands::proxy::load(&qsim::commands::proxy::ProxyArgs {
+        let cfg = qsim_api::proxy::load(&qsim_api::proxy::Spec {
             config: path,
             ..Default::default()
         })

@@ -76,7 +76,7 @@ fn a_parquet_decision_log_replays_exactly() {
     let rs = records();
     let d = tempfile::tempdir().unwrap();
     let pq = d.path().join("decisions.parquet");
-    std::fs::write(&pq, (qsim::commands::whatif::encoder())(&rs).unwrap()).unwrap();
+    std::fs::write(&pq, (qsim_api::whatif::encoder())(&rs).unwrap()).unwrap();
     let jl = d.path().join("decisions.jsonl");
     let text: String = rs
         .iter()
@@ -164,7 +164,7 @@ fn refused(file: &Path, want: &str) {
 #[test]
 fn bad_parquet_traces_are_one_line_errors_with_exit_2() {
     let d = tempfile::tempdir().unwrap();
-    let good = (qsim::commands::whatif::encoder())(&records()[..100]).unwrap();
+    let good = (qsim_api::whatif::encoder())(&records()[..100]).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         // the magic bytes and garbage
         (

@@ -277,7 +277,7 @@ fn the_log_is_bounded_and_survives_kill_9() {
         let _ = std::fs::remove_dir_all(&one);
         std::fs::create_dir(&one).unwrap();
         std::fs::copy(logc.join(n), one.join(n)).unwrap();
-        let recs = qsim::commands::whatif::read_log(&one).unwrap_or_else(|e| panic!("{n}: {e}"));
+        let recs = qsim_api::whatif::read_log(&one).unwrap_or_else(|e| panic!("{n}: {e}"));
         assert!(!recs.is_empty(), "{n}");
         let json = serde_json::to_string(&recs).unwrap();
         let raw = std::fs::read(logc.join(n)).unwrap();
@@ -371,7 +371,7 @@ print(json.dumps({{"ok": ok}}))
     )
     .unwrap();
     stop(p);
-    let recs = qsim::commands::whatif::read_log(&log).unwrap();
+    let recs = qsim_api::whatif::read_log(&log).unwrap();
     let retries = recs
         .iter()
         .filter(|r| r.retry_count.unwrap_or(0) > 0)

@@ -4,7 +4,7 @@
 //! not treat the log as one limiter. Runs on a shared-state clock (Redis)
 //! kept their state and are replayed as one limiter.
 
-use qsim::commands::whatif::{replay, runs_note};
+use qsim_api::whatif::{replay, runs_note};
 use qsim_core::limiter::admission::{
     ConsumerPolicy, ConsumerSpec, LimiterConfig, Params, Semantics, Unit,
 };

@@ -15,7 +15,7 @@
 //! Each request's decision (admitted at t / waited until t / refused at t
 //! with which outcome and retry hint) must be the same.
 
-use qsim::commands::whatif::{replay, Replayed};
+use qsim_api::whatif::{replay, Replayed};
 use qsim_core::limiter::admission::{
     complete, decide, ConsumerPolicy, ConsumerSpec, Decision, Grant, Limit, LimiterConfig, Params,
     Request, Semantics, State, Unit,

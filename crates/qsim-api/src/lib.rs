@@ -12,12 +12,22 @@
 //!   (`qsim load`), beside the plan's prediction;
 //! - [`replay`]: a hosted experiment's client side run for real against an
 //!   endpoint (`qsim replay`): attempts, rows, the summary records;
+//! - [`proxy`]: `qsim proxy`'s configuration (the limiter tables, `[proxy]`,
+//!   the routes of several upstreams) → a validated `qsim_live::ProxyConfig`,
+//!   and the config `qsim plan --emit-proxy-config` writes;
+//! - [`whatif`] (feature `polars`: the logs are Parquet): a proxy's decision log replayed under a proposed policy
+//!   (`qsim whatif`): the limiter per consumer and minute, and the admitted
+//!   requests through proposed routes;
 //!
 //! Errors are [`Error`]: a configuration or input problem (exit 2), a
 //! failure at run time (exit 1), or a target that is not met (exit 1).
 
+pub mod figures;
 pub mod load;
+pub mod proxy;
 pub mod replay;
+#[cfg(feature = "polars")]
+pub mod whatif;
 
 use qsim_sim::config::ConfigError;
 

@@ -384,6 +384,7 @@ pub fn records(out: &mut Records, seed: u64, scenario: &str, duration: Nanos, r:
         }
         out.push(seed, &s, "rows", co.rows as f64);
         out.push(seed, &s, "limited", co.limited as f64);
+        out.push(seed, &s, "upstream_limited", co.upstream_limited as f64);
         out.push(seed, &s, "unanswered", co.unanswered as f64);
         let other: u64 = co.other_status.iter().map(|(_, n)| n).sum();
         out.push(seed, &s, "other_status", other as f64);
@@ -544,6 +545,7 @@ fn json_report(
                 "offered": c.offered,
                 "admitted": c.admitted,
                 "limited": c.limited,
+                "upstream_limited": c.upstream_limited,
                 "other_status": c.other_status.iter().map(|(s, n)| json!({"status": s, "count": n})).collect::<Vec<_>>(),
                 "unanswered": c.unanswered,
                 "failed": c.failed,
@@ -625,6 +627,23 @@ fn json_report(
     v
 }
 
+/// A warning when the upstream's 429s (those without a qsim proxy's
+/// [`qsim_live::LIMITED_BY`] mark) outnumber the proxy's own and are at
+/// least 1 % of the attempts: the comparison with the plan then measures
+/// the upstream's limits, not the proxy's policy.
+pub fn upstream_warning(r: &LoadReport) -> Option<String> {
+    let all: u64 = r.consumers.iter().map(|c| c.limited).sum();
+    let up: u64 = r.consumers.iter().map(|c| c.upstream_limited).sum();
+    (up > all - up && up * 100 >= r.attempts && up > 0).then(|| {
+        format!(
+            "\nwarning: {up} of the {all} 429s came from the upstream, not from a qsim proxy's \
+             limiter (no {} header): the upstream limits below the plan's capacity, so the \
+             admitted counts below measure the upstream, not the proxy's policy\n",
+            qsim_live::LIMITED_BY
+        )
+    })
+}
+
 /// The plan's E2E p50 of admitted requests: for the seed, and its spread
 /// over the simulated seeds.
 fn plan_e2e_p50(p: &Prepared, sim: &Predicted) -> Option<(f64, qsim_sim::report::Spread)> {
@@ -672,7 +691,8 @@ fn table(
         "rows",
         "attempts",
         "admitted (2xx)",
-        "limited (429)",
+        "429 by proxy",
+        "429 upstream",
         "other status",
         "unanswered",
         "failed rows",
@@ -689,7 +709,8 @@ fn table(
             c.rows.to_string(),
             c.offered.to_string(),
             c.admitted.to_string(),
-            c.limited.to_string(),
+            (c.limited - c.upstream_limited).to_string(),
+            c.upstream_limited.to_string(),
             if other.is_empty() {
                 "0".into()
             } else {
@@ -705,6 +726,9 @@ fn table(
         ]);
     }
     out.push_str(&t.render());
+    if let Some(w) = upstream_warning(r) {
+        out.push_str(&w);
+    }
     let e2e = r.e2e_ok_s();
     if !e2e.is_empty() {
         out.push_str(&format!(

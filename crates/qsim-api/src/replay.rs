@@ -247,6 +247,9 @@ pub fn observed(run: &Run, client: &'static str) -> HostedResult {
         quota_denied: 0,
         limit_hits: vec![],
         final_concurrency: run.final_window,
+        upstreams: Vec::new(),
+        gateway_refused: [0; 2],
+        upstream_cost: None,
     };
     for row in &run.rows {
         let Some(status) = row.status else { continue };
@@ -703,6 +706,8 @@ pub fn run(a: &Spec, log: &mut dyn FnMut(&str)) -> Result<Replayed, crate::Error
     let records = records(a.seed, &runs);
     // the report: `qsim run`'s, about the target instead of a profile
     let mut view = suite.clone();
+    // the target as one endpoint (a routed file's gateway is the target's)
+    view.routes = None;
     let mut profile = (*suite.profile).clone();
     profile.name = model;
     profile.limits.clear();

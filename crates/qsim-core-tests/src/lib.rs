@@ -7,13 +7,16 @@
 //!   LiteLLM's window);
 //! - [`traffic`]: a deterministic traffic driver for the limiter (Poisson
 //!   and greedy consumers, late settlement);
-//! - the property tests (`limiter_props`, `caller_props`), test-only.
+//! - the property tests (`limiter_props`, `caller_props`, `rates_props`,
+//!   `gateway_props`), test-only.
 
 pub mod reference;
 pub mod traffic;
 
 #[cfg(test)]
 mod caller_props;
+#[cfg(test)]
+mod gateway_props;
 #[cfg(test)]
 mod limiter_props;
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //! - [`client`]: retry policies, the SDK's hidden retry layer, client-side
 //!   throttles, the managed executor's AIMD window and the caller state
 //!   machine that combines them;
+//! - [`gateway`]: upstreams behind routes (spillover, weights, fallback,
+//!   cooldowns, circuit breakers, probes, retries across upstreams);
 //! - [`route`]: which target (replica, pool, upstream) takes a request:
 //!   first open, round robin, weighted, least outstanding, least KV,
 //!   spillover thresholds, llm-d-style scorers;
@@ -25,6 +27,7 @@
 
 pub mod autoscale;
 pub mod client;
+pub mod gateway;
 pub mod limiter;
 pub mod model;
 pub mod route;

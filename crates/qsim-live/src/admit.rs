@@ -12,6 +12,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The result of one admission decision.
+// a boxed `Settle` would cost an allocation per admitted request
+#[allow(clippy::large_enum_variant)]
 pub enum Outcome {
     /// Admitted (or forwarded unlimited, fail open: a guard without grant).
     Admit(Settle),

@@ -110,6 +110,8 @@ pub struct App {
     pub log: Option<Arc<DecisionLog>>,
     /// `--profile`: the shadow model's channel (drift.rs).
     pub drift: Option<Drift>,
+    /// The upstreams and routes behind the limiter (gateway.rs).
+    pub gateway: crate::gateway::LiveGateway,
 }
 
 impl App {

@@ -53,6 +53,9 @@ pub struct Settle {
     pub decided: qsim_core::time::Nanos,
     /// Set when the request is sent upstream if `--profile` is on (drift.rs).
     pub drift: Option<Track>,
+    /// The request's place in the gateway (its attempt in progress, or its
+    /// answer's upstream): ended when the request is settled.
+    pub gw: Option<crate::gateway::Hold>,
 }
 
 impl Settle {
@@ -79,6 +82,7 @@ impl Settle {
             drift: None,
             rec: None,
             decided: 0,
+            gw: None,
         }
     }
     fn note_prompt_tokens(&mut self, v: &serde_json::Value) {
@@ -113,6 +117,9 @@ impl Drop for Settle {
     fn drop(&mut self) {
         let out = self.usage.unwrap_or(self.partial);
         let app = &self.app;
+        if let Some(h) = &mut self.gw {
+            app.gateway.end(app.now(), h, out);
+        }
         if let (Some(d), Some(t)) = (&app.drift, &self.drift) {
             d.end_request(self.id, t, app.now(), out);
         }

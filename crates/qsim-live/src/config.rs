@@ -5,6 +5,7 @@
 use crate::drift::DriftConfig;
 use crate::record::LogConfig;
 use crate::store::StateBackend;
+use qsim_core::gateway::Config as GatewayConfig;
 use qsim_core::limiter::admission::LimiterConfig;
 use qsim_core::time::Nanos;
 use std::fmt;
@@ -39,6 +40,89 @@ impl LimitShape {
             "openai" => Some(LimitShape::OpenAi),
             "fmapi" => Some(LimitShape::Fmapi),
             _ => None,
+        }
+    }
+}
+
+/// Where and as whom one upstream is called.
+#[derive(Clone, PartialEq)]
+pub struct UpstreamHttp {
+    /// Base URL, `http[s]://host[:port][/prefix]` (no trailing slash).
+    pub url: String,
+    /// Sent as `Authorization: Bearer …`; never logged or printed.
+    pub credential: Option<String>,
+    /// Longest silence inside an answer's body.
+    pub stream_idle_timeout: Duration,
+    /// What a health probe GETs (under `url`).
+    pub probe_path: String,
+}
+
+impl fmt::Debug for UpstreamHttp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamHttp")
+            .field("url", &self.url)
+            .field(
+                "credential",
+                &self.credential.as_ref().map(|_| "<redacted>"),
+            )
+            .field("stream_idle_timeout", &self.stream_idle_timeout)
+            .field("probe_path", &self.probe_path)
+            .finish()
+    }
+}
+
+/// The gateway's routes: the core's config (`qsim_core::gateway`, the one
+/// the simulation drives) and each upstream's HTTP side (`http[i]` is
+/// `core.upstreams[i]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routes {
+    pub core: GatewayConfig,
+    pub http: Vec<UpstreamHttp>,
+    /// From `[[upstream]]`/`[[route]]` tables (reloaded on SIGHUP); else
+    /// the single `upstream` (fixed at start, as that setting is).
+    pub from_tables: bool,
+}
+
+impl Routes {
+    /// One upstream behind the route for every model: one attempt, no
+    /// limits, cooldown or breaker — a proxy in front of one upstream.
+    pub fn single(
+        url: &str,
+        credential: Option<String>,
+        timeout: Duration,
+        stream_idle_timeout: Duration,
+    ) -> Routes {
+        use qsim_core::gateway::{Breaker, Route, Tier, Upstream, ANY_MODEL};
+        Routes {
+            core: GatewayConfig {
+                upstreams: vec![Upstream {
+                    name: "upstream".into(),
+                    limits: Vec::new(),
+                    max_in_flight: None,
+                    timeout: timeout.as_nanos().min(u64::MAX as u128) as Nanos,
+                    cooldown: 0,
+                    breaker: Breaker {
+                        failures: 0,
+                        ..Breaker::default()
+                    },
+                    probe_every: None,
+                }],
+                routes: vec![Route {
+                    model: ANY_MODEL.into(),
+                    tiers: vec![Tier {
+                        upstreams: vec![0],
+                        policy: qsim_core::route::Policy::First,
+                    }],
+                    max_attempts: 1,
+                }],
+            },
+            http: vec![UpstreamHttp {
+                url: url.to_string(),
+                credential,
+                stream_idle_timeout,
+                probe_path: "/v1/models".into(),
+            }],
+            from_tables: false,
         }
     }
 }
@@ -109,6 +193,9 @@ pub struct ProxyConfig {
     pub log: Option<LogConfig>,
     /// `--profile`: predict the upstream from its profile and flag drift.
     pub drift: Option<DriftConfig>,
+    /// The upstreams behind the limiter and the routes to them (one
+    /// upstream, `upstream`, when the file has no `[[upstream]]` tables).
+    pub routes: Routes,
 }
 
 impl fmt::Debug for ProxyConfig {
@@ -141,6 +228,7 @@ impl fmt::Debug for ProxyConfig {
             .field("drain_timeout", &self.drain_timeout)
             .field("log", &self.log)
             .field("drift", &self.drift)
+            .field("routes", &self.routes)
             .finish()
     }
 }

@@ -7,9 +7,13 @@ use crate::admit::{decide_once, Outcome};
 use crate::app::{App, Gen};
 use crate::body::{Settle, Tracked};
 use crate::config::OnLimit;
+use crate::config::UpstreamHttp;
 use crate::estimate;
+use crate::gateway::Outcome as Attempted;
 use crate::http::{self, error, RespBody};
-use crate::metrics::{PhaseLabel, ReasonLabel, RejectLabel, RouteLabel, StatusLabel};
+use crate::metrics::{
+    PhaseLabel, ReasonLabel, RejectLabel, RouteLabel, StatusLabel, UpstreamLabel,
+};
 use crate::record::Pending;
 use crate::respond::{limited, wait_ms};
 use crate::store::FailMode;
@@ -18,11 +22,14 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use qsim_core::gateway::{Refused, Step};
 use qsim_core::limiter::admission::Request as LimRequest;
+use qsim_core::limiter::rates::Cost;
 use qsim_core::model::GenRequest;
-use qsim_core::time::NEVER;
+use qsim_core::time::{Nanos, NEVER};
 use qsim_core::units::Units;
 use serde_json::{json, Value};
+use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +61,7 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<RespBody>
     let resp = match (route(req.uri().path()), req.method()) {
         (Some(Route::Health), &Method::GET) => Response::new(http::full("ok\n")),
         (Some(Route::Metrics), &Method::GET) => {
+            upstream_gauges(&app);
             let mut r = Response::new(http::full(app.metrics.encode()));
             r.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -507,7 +515,10 @@ async fn admission(
     Ok((guard, held))
 }
 
-/// Send an admitted request upstream; its answer, wrapped in the guard.
+/// Send an admitted request upstream — to the upstream the gateway
+/// chooses, and on to the next one after a 429 or a failure while the
+/// route allows (`gateway.rs`) — and hand back its answer wrapped in the
+/// guard, or the gateway's refusal.
 #[allow(clippy::too_many_arguments)]
 async fn forward(
     app: &Arc<App>,
@@ -531,9 +542,131 @@ async fn forward(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
+    // the model a route is chosen by: the body's, else a serving endpoint's
+    // name (looked up only when a route names a model)
+    let model = if app.gateway.by_model() {
+        body.get("model")
+            .and_then(Value::as_str)
+            .or_else(|| http::invocations(parts.uri.path()))
+            .unwrap_or("")
+    } else {
+        ""
+    };
+    if let Some(d) = &app.drift {
+        let req = GenRequest {
+            input_tokens,
+            max_tokens: Some(max_tokens),
+            prompt_hash: crate::serve::prompt_hash(&body),
+            output_tokens: None,
+        };
+        guard.drift = Some(d.start_request(id, app.now(), req));
+    }
+    // the proxy's own time before forwarding (a request held by on_limit =
+    // wait counts from its admission)
+    let own = arrived.elapsed().saturating_sub(held);
+    app.metrics.overhead.observe(own.as_secs_f64());
+    let cost = Cost {
+        input_tokens,
+        max_tokens,
+    };
+    if let Some(r) = guard.rec.as_mut() {
+        r.model = (!model.is_empty()).then(|| model.to_string());
+    }
+    let mut sent = app.now();
+    let Some((hold, mut step)) = app.gateway.start(sent, model, cost) else {
+        return no_route(app, &mut guard, model);
+    };
+    guard.gw = Some(hold);
+    let scale = app.clock.scale();
+    let logging = guard.rec.is_some();
+    let mut trail = String::new();
+    let mut attempts = 0u32;
+    loop {
+        let (u, deadline) = match step {
+            Step::Send { upstream, deadline } => (upstream, deadline),
+            Step::Refuse { why, retry_at } => {
+                return refused(app, gen, &mut guard, why, retry_at, attempts, trail)
+            }
+            Step::Answer => unreachable!("a step after a send or a reply"),
+        };
+        attempts += 1;
+        let routes = guard.gw.as_ref().expect("held").routes.clone();
+        let uh = &routes.http[u];
+        let up = match request(gen, parts, uh, pq, forward.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "bad_request",
+                    &format!("cannot forward: {e}"),
+                )
+            }
+        };
+        if attempts > 1 {
+            sent = app.now();
+        }
+        // the attempt's deadline, in real time (rounded up)
+        let timeout = Duration::from_nanos(
+            (deadline.saturating_sub(sent) as f64 / scale)
+                .ceil()
+                .min(1e18) as u64,
+        );
+        // a pooled connection the upstream had closed: sent again (`http::send`)
+        let (outcome, resp) = match tokio::time::timeout(timeout, http::send(&app.client, up)).await
+        {
+            Err(_) => (Attempted::Timeout, None),
+            Ok((Err(e), _)) => (Attempted::Unreachable, Some(Err(e))),
+            Ok((Ok(r), _)) => (
+                Attempted::of_head(r.status().as_u16(), r.headers(), scale),
+                Some(Ok(r)),
+            ),
+        };
+        let now = app.now();
+        let hold = guard.gw.as_mut().expect("held");
+        let next = app.gateway.reply(now, hold, outcome);
+        let result = outcome.reply().name();
+        if logging {
+            let name = routes.core.upstreams[u].name.as_str();
+            let arrival = guard.rec.as_ref().map_or(0, |r| r.arrival_ns);
+            if !trail.is_empty() {
+                trail.push(';');
+            }
+            let _ = write!(
+                trail,
+                "{name},{result},{},{}",
+                sent.saturating_sub(arrival),
+                now.saturating_sub(arrival)
+            );
+        }
+        if !matches!(next, Step::Answer) {
+            // on to the next upstream (or refused): this answer is dropped
+            tracing::debug!(id, upstream = %routes.core.upstreams[u].name, result, "attempt failed over");
+            step = next;
+            continue;
+        }
+        if let Some(r) = guard.rec.as_mut() {
+            r.upstream = Some(routes.core.upstreams[u].name.clone());
+            r.attempts = Some(attempts);
+            r.trail = logging.then_some(trail);
+        }
+        return answer(app, gen, guard, outcome, resp, timeout, id, uh);
+    }
+}
+
+/// The request to upstream `uh`: the client's path and query under its
+/// base URL, the client's headers minus hop-by-hop ones, `host`,
+/// `authorization` and the consumer header; its credential.
+fn request(
+    gen: &Gen,
+    parts: &hyper::http::request::Parts,
+    uh: &UpstreamHttp,
+    pq: &str,
+    body: Bytes,
+) -> Result<Request<Full<Bytes>>, hyper::http::Error> {
     let mut up = Request::builder()
         .method(Method::POST)
-        .uri(http::upstream_url(&gen.cfg.upstream, pq));
+        .uri(http::upstream_url(&uh.url, pq));
     let h = up.headers_mut().expect("fresh builder");
     for (k, v) in parts.headers.iter() {
         let n = k.as_str();
@@ -548,7 +681,7 @@ async fn forward(
         }
         h.append(k.clone(), v.clone());
     }
-    if let Some(c) = &gen.cfg.credential {
+    if let Some(c) = &uh.credential {
         if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {c}")) {
             v.set_sensitive(true);
             h.insert(hyper::header::AUTHORIZATION, v);
@@ -559,17 +692,52 @@ async fn forward(
         hyper::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let up = match up.body(Full::new(forward)) {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "bad_request",
-                &format!("cannot forward: {e}"),
-            )
+    up.body(Full::new(body))
+}
+
+/// Each upstream's cooldown and circuit as of now (set at a scrape).
+fn upstream_gauges(app: &App) {
+    use qsim_core::gateway::Circuit;
+    let now = app.now();
+    app.gateway.with(|l| {
+        for (u, name) in l.names.iter().enumerate() {
+            let s = l.gw.upstream(u);
+            let label = UpstreamLabel {
+                upstream: name.clone(),
+            };
+            let m = &app.metrics;
+            m.upstream_cooling_down
+                .get_or_create(&label)
+                .set((now < s.cooldown_until()) as i64);
+            m.upstream_circuit
+                .get_or_create(&label)
+                .set(match s.circuit(now) {
+                    Circuit::Closed => 0,
+                    Circuit::Open { .. } => 1,
+                    Circuit::HalfOpen { .. } => 2,
+                });
+            m.upstream_in_flight
+                .get_or_create(&label)
+                .set(s.in_flight() as i64);
         }
-    };
+    });
+}
+
+/// The answer of the attempt that ended the request: the upstream's
+/// answer passed on (wrapped in the guard), or a 504 / 502 when it never
+/// came.
+#[allow(clippy::too_many_arguments)]
+fn answer(
+    app: &Arc<App>,
+    gen: &Gen,
+    mut guard: Settle,
+    outcome: Attempted,
+    resp: Option<Result<Response<Incoming>, hyper_util::client::legacy::Error>>,
+    timeout: Duration,
+    id: u64,
+    uh: &UpstreamHttp,
+) -> Response<RespBody> {
+    let _ = gen;
     let upstream_error = |reason: &str, status: StatusCode, msg: String| {
         app.metrics
             .upstream_errors
@@ -580,29 +748,14 @@ async fn forward(
         tracing::warn!(id, reason, error = %msg, "upstream failed");
         error(status, "upstream_error", reason, &msg)
     };
-    let timeout = gen.cfg.upstream_timeout;
-    if let Some(d) = &app.drift {
-        let req = GenRequest {
-            input_tokens,
-            max_tokens: Some(max_tokens),
-            prompt_hash: crate::serve::prompt_hash(&body),
-            output_tokens: None,
-        };
-        guard.drift = Some(d.start_request(id, app.now(), req));
-    }
     let mut failed = |reason: &'static str, status: StatusCode| {
         if let Some(r) = guard.rec.as_mut() {
             r.error = Some(reason.into());
             r.status = status.as_u16();
         }
     };
-    // the proxy's own time before forwarding (a request held by on_limit =
-    // wait counts from its admission)
-    let own = arrived.elapsed().saturating_sub(held);
-    app.metrics.overhead.observe(own.as_secs_f64());
-    // a pooled connection the upstream had closed: sent again (`http::send`)
-    let resp = match tokio::time::timeout(timeout, http::send(&app.client, up)).await {
-        Err(_) => {
+    let resp = match (outcome, resp) {
+        (Attempted::Timeout, _) | (_, None) => {
             failed("upstream_timeout", StatusCode::GATEWAY_TIMEOUT);
             return upstream_error(
                 "upstream_timeout",
@@ -610,12 +763,12 @@ async fn forward(
                 format!("the upstream did not answer within {timeout:?}"),
             );
         }
-        Ok((Err(e), _)) => {
+        (_, Some(Err(e))) => {
             let msg = format!("the upstream could not be reached: {}", http::chain(&e));
             failed("upstream_unreachable", StatusCode::BAD_GATEWAY);
             return upstream_error("upstream_unreachable", StatusCode::BAD_GATEWAY, msg);
         }
-        Ok((Ok(r), _)) => r,
+        (_, Some(Ok(r))) => r,
     };
     let status = resp.status();
     if let Some(r) = guard.rec.as_mut() {
@@ -641,9 +794,85 @@ async fn forward(
         guard,
         status.is_success(),
         sse,
-        gen.cfg.stream_idle_timeout,
+        uh.stream_idle_timeout,
     );
     Response::from_parts(rparts, tracked.boxed_unsync())
+}
+
+/// No route serves the request's model: 404 (the reservation is returned
+/// as the guard drops).
+fn no_route(app: &App, guard: &mut Settle, model: &str) -> Response<RespBody> {
+    app.metrics
+        .gateway_refused
+        .get_or_create(&ReasonLabel {
+            reason: "no_route".into(),
+        })
+        .inc();
+    if let Some(r) = guard.rec.as_mut() {
+        r.error = Some("no_route".into());
+        r.status = 404;
+    }
+    error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        "model_not_found",
+        &format!("no route serves the model {model:?}"),
+    )
+}
+
+/// No upstream of the route can take the request now: a 429 (`limited`)
+/// or a 503 (`unavailable`), with the time the first one opens as a retry
+/// hint when the gateway knows it.
+#[allow(clippy::too_many_arguments)]
+fn refused(
+    app: &App,
+    gen: &Gen,
+    guard: &mut Settle,
+    why: Refused,
+    retry_at: Option<Nanos>,
+    attempts: u32,
+    trail: String,
+) -> Response<RespBody> {
+    let _ = gen;
+    let now = app.now();
+    app.metrics
+        .gateway_refused
+        .get_or_create(&ReasonLabel {
+            reason: why.name().into(),
+        })
+        .inc();
+    let (status, code, msg) = match why {
+        Refused::Limited => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "upstreams_limited",
+            "every upstream of the route is at its own limit or cooling down after a 429",
+        ),
+        Refused::Unavailable => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstreams_unavailable",
+            "no upstream of the route is available (failing, cooling down or circuit open)",
+        ),
+    };
+    let ms = retry_at.map(|t| wait_ms(t, now));
+    if let Some(r) = guard.rec.as_mut() {
+        r.error = Some(format!("gateway_{}", why.name()).into());
+        r.status = status.as_u16();
+        r.attempts = Some(attempts);
+        r.retry_after_ms = ms;
+        if !trail.is_empty() {
+            r.trail = Some(trail);
+        }
+    }
+    let mut resp = error(status, "upstream_error", code, msg);
+    let h = resp.headers_mut();
+    // a retry hint in real time: the core's time divided by the time scale
+    let real_ms = ms.map_or(1000, |m| (m as f64 / app.clock.scale()).ceil() as u64);
+    h.insert(
+        "retry-after",
+        HeaderValue::from(real_ms.div_ceil(1000).max(1)),
+    );
+    h.insert("retry-after-ms", HeaderValue::from(real_ms));
+    resp
 }
 
 #[cfg(test)]

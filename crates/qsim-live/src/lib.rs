@@ -47,6 +47,7 @@ mod clock;
 mod config;
 pub mod drift;
 pub mod estimate;
+pub mod gateway;
 mod handler;
 mod http;
 pub mod load;
@@ -69,14 +70,15 @@ pub use app::compile as compile_limiter;
 /// The one clock (model time ↔ real time) and the one retry-hint reader,
 /// for drivers outside this crate (the Python package's Pacer).
 pub use clock::Clock;
-pub use config::{LimitShape, OnLimit, ProxyConfig};
+pub use config::{LimitShape, OnLimit, ProxyConfig, Routes, UpstreamHttp};
 pub use drift::{DriftConfig, ShadowFactory};
 /// The output tokens the proxy reserves for a request body.
 pub use handler::output_bound;
 pub use http::retry_hint;
+pub use hyper::header::HeaderMap;
 pub use hyper::Uri;
 /// The retry hint the proxy announces (whole milliseconds, rounded up);
 /// `qsim whatif` replays callers with it.
-pub use respond::wait_ms;
+pub use respond::{wait_ms, LIMITED_BY};
 pub use server::Proxy;
 pub use store::{FailMode, StateBackend};

@@ -48,6 +48,17 @@ pub struct PhaseLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: Arc<String>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamResultLabel {
+    pub upstream: Arc<String>,
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabel {
     pub result: String,
 }
@@ -73,6 +84,15 @@ pub struct Metrics {
     pub reloads: Family<ResultLabel, Counter>,
     pub read_timeouts: Family<PhaseLabel, Counter>,
     pub generation: Gauge,
+    pub upstream_attempts: Family<UpstreamResultLabel, Counter>,
+    pub upstream_answered: Family<UpstreamLabel, Counter>,
+    pub upstream_in_flight: Family<UpstreamLabel, Gauge>,
+    pub upstream_cooldowns: Family<UpstreamLabel, Counter>,
+    pub upstream_circuit_opened: Family<UpstreamLabel, Counter>,
+    pub upstream_probes: Family<UpstreamResultLabel, Counter>,
+    pub upstream_cooling_down: Family<UpstreamLabel, Gauge>,
+    pub upstream_circuit: Family<UpstreamLabel, Gauge>,
+    pub gateway_refused: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -99,6 +119,15 @@ impl Metrics {
             reloads: Family::default(),
             read_timeouts: Family::default(),
             generation: Gauge::default(),
+            upstream_attempts: Family::default(),
+            upstream_answered: Family::default(),
+            upstream_in_flight: Family::default(),
+            upstream_cooldowns: Family::default(),
+            upstream_circuit_opened: Family::default(),
+            upstream_probes: Family::default(),
+            upstream_cooling_down: Family::default(),
+            upstream_circuit: Family::default(),
+            gateway_refused: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -195,6 +224,51 @@ impl Metrics {
             "policy_generation",
             "Generation of the policy in force (1 at start, +1 per successful reload)",
             m.generation.clone(),
+        );
+        registry.register(
+            "upstream_attempts",
+            "Attempts sent to each upstream, by its reply (ok, rate_limited, server_error, timeout, refused, client_error)",
+            m.upstream_attempts.clone(),
+        );
+        registry.register(
+            "upstream_answered",
+            "Requests whose answer (any status) came from each upstream",
+            m.upstream_answered.clone(),
+        );
+        registry.register(
+            "upstream_in_flight",
+            "Attempts sent to each upstream and not yet answered (a success until its answer ends)",
+            m.upstream_in_flight.clone(),
+        );
+        registry.register(
+            "upstream_cooldowns",
+            "Cooldowns each upstream started (after a 429, or a 5xx, timeout or refused connection)",
+            m.upstream_cooldowns.clone(),
+        );
+        registry.register(
+            "upstream_circuit_opened",
+            "Times each upstream's circuit breaker opened",
+            m.upstream_circuit_opened.clone(),
+        );
+        registry.register(
+            "upstream_probes",
+            "Health probes of each upstream, by result (ok, failed)",
+            m.upstream_probes.clone(),
+        );
+        registry.register(
+            "upstream_cooling_down",
+            "1 while an upstream cools down, else 0 (at the scrape)",
+            m.upstream_cooling_down.clone(),
+        );
+        registry.register(
+            "upstream_circuit",
+            "Each upstream's circuit at the scrape: 0 closed, 1 open, 2 half-open",
+            m.upstream_circuit.clone(),
+        );
+        registry.register(
+            "gateway_refused",
+            "Admitted requests no upstream could take, by reason (limited: at their own limits or cooling down after 429s; unavailable: failing or circuit open; no_route: no route for the model)",
+            m.gateway_refused.clone(),
         );
         Metrics { registry, ..m }
     }

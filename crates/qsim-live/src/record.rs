@@ -92,6 +92,20 @@ pub struct Record {
     pub error: Option<Cow<'static, str>>,
     /// The policy generation (1 at start, +1 per reload).
     pub generation: u64,
+    /// The request's `model` (the route it took), when it names one.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The upstream whose answer the client got (or the last one tried).
+    #[serde(default)]
+    pub upstream: Option<String>,
+    /// Attempts sent to upstreams (retries across upstreams included).
+    #[serde(default)]
+    pub attempts: Option<u32>,
+    /// Each attempt, `;`-separated: `upstream,result,sent,replied` (the
+    /// result as the gateway took it: ok, rate_limited, server_error,
+    /// timeout, refused, client_error; times in core ns after arrival).
+    #[serde(default)]
+    pub trail: Option<String>,
 }
 
 /// Encodes a batch of records as one file's bytes (Parquet).

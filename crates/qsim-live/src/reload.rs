@@ -16,8 +16,11 @@
 //! follow their consumer. An unchanged limiter keeps its state as is.
 //!
 //! Fixed at start (a change is logged and ignored until a restart): the
-//! listen address, the upstream and its CA file, the state backend, the
-//! worker threads. With a state shared in Redis the limiter itself cannot
+//! listen address, a single `upstream` (routes of `[[upstream]]` and
+//! `[[route]]` tables are reloaded: upstreams keep their health and
+//! buckets by name, requests in flight finish on the upstream they were
+//! sent to and are translated to the new routes for any further attempt)
+//! and the CA file, the state backend, the worker threads. With a state shared in Redis the limiter itself cannot
 //! be reloaded (its key names the configuration, and every replica must
 //! switch together): such a reload is refused and logged; the other
 //! settings (keys, shapes, waiting, timeouts) are reloaded.
@@ -71,9 +74,12 @@ pub async fn on_sighup(app: Arc<App>) {
 /// Put a validated config in force; the new generation's id.
 pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
     let old = app.current();
+    // routes from [[upstream]]/[[route]] tables are reloaded; a single
+    // `upstream` is fixed at start
+    let tables = cfg.routes.from_tables && old.cfg.routes.from_tables;
     let fixed = [
         ("listen", cfg.listen != old.cfg.listen),
-        ("upstream", cfg.upstream != old.cfg.upstream),
+        ("upstream", !tables && cfg.routes != old.cfg.routes),
         (
             "upstream_ca_file",
             cfg.upstream_ca_file != old.cfg.upstream_ca_file,
@@ -90,7 +96,13 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
         }
     }
     cfg.listen = old.cfg.listen;
-    cfg.upstream = old.cfg.upstream.clone();
+    if !tables {
+        cfg.upstream = old.cfg.upstream.clone();
+        cfg.routes = old.cfg.routes.clone();
+    }
+    // upstreams keep their health and buckets by name; requests in flight
+    // are translated to the new routes by names (gateway.rs)
+    let routes = (cfg.routes != old.cfg.routes).then(|| cfg.routes.clone());
     cfg.upstream_ca_file = old.cfg.upstream_ca_file.clone();
     cfg.upstream_ca_pem = old.cfg.upstream_ca_pem.clone();
     cfg.state = old.cfg.state.clone();
@@ -107,12 +119,18 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
             if !same {
                 return Err("the limiter changed but its state is shared in Redis: restart every replica with the new config".into());
             }
+            if let Some(r) = routes {
+                app.gateway.reconfigure(r, app.now(), Some(&app.metrics))?;
+            }
             let gen = Arc::new(Gen::new(old.id + 1, cfg, params));
             app.set_current(gen.clone());
             app.waits.wake_heads();
             Ok(gen.id)
         }
         Store::Local(m) => {
+            if let Some(r) = routes {
+                app.gateway.reconfigure(r, app.now(), Some(&app.metrics))?;
+            }
             let mut l = lock(m);
             let gen = Arc::new(Gen::new(l.gen.id.max(old.id) + 1, cfg, params));
             if !same {

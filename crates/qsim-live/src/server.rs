@@ -34,12 +34,21 @@ impl Proxy {
     /// configuration errors: nothing is bound yet).
     pub fn new(cfg: ProxyConfig) -> Result<Proxy, String> {
         let params = Arc::new(compile(&cfg)?);
+        // TLS roots when an upstream is https (with tables: always, a reload
+        // may add one)
+        let tls = cfg.routes.from_tables
+            || cfg
+                .routes
+                .http
+                .iter()
+                .any(|h| h.url.starts_with("https://"));
+        let base = if tls { "https://" } else { "http://" };
         let name = cfg
             .upstream_ca_file
             .as_ref()
             .map_or(String::new(), |p| p.display().to_string());
         let client = http::client(
-            &cfg.upstream,
+            base,
             cfg.upstream_ca_pem
                 .as_deref()
                 .map(|pem| (name.as_str(), pem)),
@@ -141,7 +150,13 @@ impl Proxy {
                 Some(Arc::new(l))
             }
         };
+        // the weighted draws' seed: the clock (the proxy's choices need not repeat)
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let gateway = crate::gateway::LiveGateway::new(gen.cfg.routes.clone(), clock.now(), seed)?;
         let app = Arc::new(App {
+            gateway,
             gen: RwLock::new(gen.clone()),
             store,
             clock,
@@ -156,10 +171,14 @@ impl Proxy {
             drift,
         });
         app.metrics.generation.set(1);
+        app.gateway.attach(&app.metrics);
         println!("qsim proxy: listening on http://{addr}");
-        tracing::info!(%addr, upstream = %http::redact_userinfo(&gen.cfg.upstream), consumers = gen.names.len(), "listening");
+        tracing::info!(%addr, upstream = %http::redact_userinfo(&gen.cfg.upstream),
+            upstreams = gen.cfg.routes.http.len(), routes = gen.cfg.routes.core.routes.len(),
+            consumers = gen.names.len(), "listening");
         drop(gen);
         tokio::spawn(crate::reload::on_sighup(app.clone()));
+        tokio::spawn(probes(app.clone()));
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let a = app.clone();
         let m = app.clone();
@@ -213,6 +232,62 @@ impl Proxy {
             );
         }
         Ok(())
+    }
+}
+
+/// Health probes (`probe_interval_s`): sleep until the gateway's next
+/// probe is due (at most 250 ms, so a probe scheduled meanwhile is not
+/// missed), GET each due upstream's probe path with its credential within
+/// its timeout, and report healthy (a 2xx) or not.
+async fn probes(app: Arc<App>) {
+    const TICK: Duration = Duration::from_millis(250);
+    loop {
+        let wake = match app.gateway.poll_timeout() {
+            Some(t) => app
+                .clock
+                .instant_at(t)
+                .min(tokio::time::Instant::now() + TICK),
+            None => tokio::time::Instant::now() + TICK,
+        };
+        tokio::time::sleep_until(wake).await;
+        while let Some((u, h)) = app.gateway.due_probe(app.now()) {
+            let a = app.clone();
+            tokio::spawn(async move {
+                let timeout = a
+                    .gateway
+                    .with(|l| l.gw.config().upstreams.get(u).map(|x| x.timeout))
+                    .unwrap_or(0);
+                let real = Duration::from_nanos((timeout as f64 / a.clock.scale()) as u64);
+                let mut req = hyper::Request::builder()
+                    .method(hyper::Method::GET)
+                    .uri(format!("{}{}", h.url, h.probe_path));
+                if let Some(c) = &h.credential {
+                    if let Ok(mut v) = hyper::header::HeaderValue::from_str(&format!("Bearer {c}"))
+                    {
+                        v.set_sensitive(true);
+                        req = req.header(hyper::header::AUTHORIZATION, v);
+                    }
+                }
+                let ok = match req.body(http_body_util::Full::new(bytes::Bytes::new())) {
+                    Err(_) => false,
+                    Ok(r) => matches!(
+                        tokio::time::timeout(real, http::send(&a.client, r)).await,
+                        Ok((Ok(resp), _)) if resp.status().is_success()
+                    ),
+                };
+                a.gateway.on_probe(a.now(), u, ok);
+                if let Some(name) = a.gateway.name(u) {
+                    a.metrics
+                        .upstream_probes
+                        .get_or_create(&crate::metrics::UpstreamResultLabel {
+                            upstream: name,
+                            result: if ok { "ok" } else { "failed" },
+                        })
+                        .inc();
+                }
+                tracing::info!(upstream = u, ok, "health probe");
+            });
+        }
     }
 }
 

@@ -873,6 +873,9 @@ impl PacerCore {
                 Mode::Managed { exec, .. } => Some(exec.window()),
                 _ => None,
             },
+            upstreams: Vec::new(),
+            gateway_refused: [0; 2],
+            upstream_cost: None,
         };
         for row in &c.rows {
             let Some(status) = row.status else { continue };

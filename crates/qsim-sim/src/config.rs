@@ -207,9 +207,23 @@ pub fn read_toml(path: &Path) -> Result<toml::Value, ConfigError> {
         return parse_toml(&src, text);
     }
     let text = crate::input::read_text(path, crate::input::Kind::Config)
-        .map_err(|e| ConfigError::new(&src, "", e))?;
+        .map_err(|e| ConfigError::new(&src, "", builtin_hint(path, e)))?;
     note_read(&src, &text);
     parse_toml(&src, &text)
+}
+
+/// A reason for not reading `path`, with the `builtin:` name of the
+/// embedded copy when nothing is at the path and it names a shipped file
+/// (the README's paths, run outside the repository).
+pub fn builtin_hint(path: &Path, reason: String) -> String {
+    let s = path.display().to_string();
+    match crate::embedded::suggest(&s) {
+        Some(n) if !path.exists() && !s.starts_with(crate::embedded::PREFIX) => format!(
+            "{reason}; the shipped copy is embedded: use {}{n}",
+            crate::embedded::PREFIX
+        ),
+        _ => reason,
+    }
 }
 
 /// Does a file (or embedded file) exist?
@@ -235,7 +249,7 @@ pub fn source_problem(what: &str, path: &Path) -> Option<String> {
     }
     match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Some(format!("{what} not found: {s}"))
+            Some(builtin_hint(path, format!("{what} not found: {s}")))
         }
         _ => crate::input::check(path)
             .err()
@@ -419,6 +433,9 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
 
 /// Resolve a path written in a file relative to that file's directory.
 pub fn resolve_relative(base_file: &Path, p: &str) -> PathBuf {
+    if p.starts_with(crate::embedded::PREFIX) {
+        return PathBuf::from(p);
+    }
     let base = base_file.display().to_string();
     if let Some(name) = base.strip_prefix(crate::embedded::PREFIX) {
         if !p.starts_with(crate::embedded::PREFIX) && !Path::new(p).is_absolute() {

@@ -18,6 +18,8 @@ pub mod component {
     pub const ROUTER: u64 = 7;
     /// `qsim calibrate bench`'s prompt token ids (scope: the request's index).
     pub const PROMPT: u64 = 8;
+    /// The gateway's weighted choices among upstreams (`hosted::routed`).
+    pub const GATEWAY: u64 = 9;
 }
 
 /// A deterministic random stream for `(seed, scope, component)`.

@@ -77,7 +77,13 @@ struct RawHostedSuite {
     kind: String,
     title: Option<String>,
     description: Option<String>,
-    endpoint: String,
+    /// The endpoint profile (or several upstreams: `[[upstream]]` and
+    /// `[[route]]`, see `plan::routes`).
+    endpoint: Option<String>,
+    #[serde(default)]
+    upstream: Vec<crate::plan::routes::RawUpstream>,
+    #[serde(default)]
+    route: Vec<crate::plan::routes::RawRoute>,
     rows: i64,
     max_tokens: i64,
     workers: i64,
@@ -167,6 +173,10 @@ pub struct HostedSuite {
     pub output_tokens: Sampler,
     pub experiments: Vec<Experiment>,
     pub base: SuiteBase,
+    /// Several upstreams behind a route (`[[upstream]]`, `[[route]]`): the
+    /// experiments call the gateway (`hosted::routed`); `profile` is then
+    /// the route's first upstream's.
+    pub routes: Option<Arc<crate::plan::routes::Routes>>,
 }
 
 fn positive_int(file: &str, field: &str, v: i64, max: i64) -> Result<u64, ConfigError> {
@@ -357,6 +367,26 @@ impl PoolLayers<'_> {
 }
 
 impl HostedSuite {
+    /// The names of the limits whose 429s are counted: the endpoint's, or
+    /// with several upstreams each upstream's (`upstream.LIMIT`).
+    pub fn limit_names(&self) -> Vec<String> {
+        match &self.routes {
+            None => self.profile.limits.iter().map(|l| l.name.clone()).collect(),
+            Some(r) => r
+                .core
+                .upstreams
+                .iter()
+                .zip(&r.extra)
+                .flat_map(|(u, x)| {
+                    x.profile
+                        .iter()
+                        .flat_map(|p| p.limits.iter())
+                        .map(move |l| format!("{}.{}", u.name, l.name))
+                })
+                .collect(),
+        }
+    }
+
     /// Keep only the named experiments (`--only`); empty keeps all.
     pub fn retain_only(&mut self, names: &[String]) -> Result<(), ConfigError> {
         if names.is_empty() {
@@ -386,12 +416,63 @@ impl HostedSuite {
         let f = fname.as_str();
         let raw: RawHostedSuite = from_value(f, v)?;
         crate::config::expect_kind(f, &raw.kind, "hosted", "a hosted experiment file")?;
-        let ppath = resolve_relative(file, &raw.endpoint);
-        if let Some(why) = crate::config::source_problem("endpoint profile", &ppath) {
-            return Err(ConfigError::new(f, "endpoint", why));
-        }
-        let pv = read_toml(&ppath)?;
-        let mut profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
+        let routed = !raw.upstream.is_empty() || !raw.route.is_empty();
+        let (mut profile, ppath, routes) = match (&raw.endpoint, routed) {
+            (Some(_), true) => {
+                return Err(ConfigError::new(
+                    f,
+                    "endpoint",
+                    "give either endpoint or [[upstream]] and [[route]] tables, not both",
+                ))
+            }
+            (None, false) => {
+                return Err(ConfigError::new(
+                    f,
+                    "endpoint",
+                    "missing field `endpoint` (the endpoint profile; or [[upstream]] and [[route]] tables)",
+                ))
+            }
+            (Some(ep), false) => {
+                let ppath = resolve_relative(file, ep);
+                if let Some(why) = crate::config::source_problem("endpoint profile", &ppath) {
+                    return Err(ConfigError::new(f, "endpoint", why));
+                }
+                let pv = read_toml(&ppath)?;
+                let profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;
+                (profile, ppath.display().to_string(), None)
+            }
+            (None, true) => {
+                for (field, set) in [
+                    ("provisioned", raw.provisioned.is_some()),
+                    ("price", raw.price.is_some()),
+                ] {
+                    if set {
+                        return Err(ConfigError::new(
+                            f,
+                            field,
+                            "with several upstreams, set it on the [[upstream]] (its `provisioned`) or in its profile",
+                        ));
+                    }
+                }
+                let r = crate::plan::routes::parse(
+                    file,
+                    &raw.upstream,
+                    &raw.route,
+                    crate::plan::routes::Door::Sim,
+                    crate::plan::routes::Defaults::default(),
+                )?;
+                let route = &r.core.routes[crate::hosted::routed::sim_route(&r.core)];
+                let first = route.tiers[0].upstreams[0];
+                let x = &r.extra[first];
+                let p = (**x
+                    .profile
+                    .as_ref()
+                    .expect("simulated upstreams have profiles"))
+                .clone();
+                let path = x.profile_path.clone().unwrap_or_default();
+                (p, path, Some(Arc::new(r)))
+            }
+        };
         if let Some(o) = &raw.provisioned {
             profile.override_provisioned(f, o)?;
         }
@@ -525,7 +606,7 @@ impl HostedSuite {
             title: raw.title.unwrap_or_default(),
             description: raw.description.unwrap_or_default(),
             profile,
-            profile_path: ppath.display().to_string(),
+            profile_path: ppath,
             cooldown: secs(raw.cooldown_s),
             input_tokens: dist("input_tokens", &raw.input_tokens)?,
             output_tokens: dist("output_tokens", &raw.output_tokens)?,
@@ -538,6 +619,7 @@ impl HostedSuite {
                 managed: managed_base,
                 policy: raw.policy,
             },
+            routes,
         })
     }
 }

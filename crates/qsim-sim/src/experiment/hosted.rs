@@ -9,10 +9,14 @@ use crate::client::{
 };
 use crate::engine::rng::{component, draws, stream};
 use crate::engine::{DurationHist, EventQueue, NoDeadlines, Rng, Sampler, Timed};
+use crate::hosted::routed::{
+    Attempt as UpAttempt, AttemptReply, ClientReply, Next as GwNext, Upstreams,
+};
 use crate::hosted::{HostedEndpoint, Reply};
 use crate::limiter::rates::Cost;
 use crate::time::{Nanos, NEVER};
 use crate::work::Tally;
+use qsim_core::gateway::Ticket;
 
 /// What one experiment measured (the article's `show()` plus more).
 #[derive(Debug, Clone)]
@@ -57,6 +61,31 @@ pub struct HostedResult {
     pub limit_hits: Vec<(String, u64)>,
     /// Managed executor only: final and minimum concurrency window, decreases.
     pub final_concurrency: Option<f64>,
+    /// Several upstreams behind a route: what each did in this experiment.
+    pub upstreams: Vec<UpstreamStats>,
+    /// Requests the gateway refused (no upstream open): limited, unavailable.
+    pub gateway_refused: [u64; 2],
+    /// Several upstreams: the run's cost over all of them (pay-per-token
+    /// tokens × prices, provisioned units × elapsed hours), if every one
+    /// is priced.
+    pub upstream_cost: Option<f64>,
+}
+
+/// One upstream's share of an experiment (several upstreams behind a route).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpstreamStats {
+    pub name: String,
+    /// Attempts sent to it, its 429s, its failures (5xx, timeouts, refused
+    /// connections), the requests it answered 200, their tokens.
+    pub sent: u64,
+    pub http_429: u64,
+    pub failures: u64,
+    pub ok: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Cooldowns started and times its circuit opened.
+    pub cooldowns: u64,
+    pub opened: u64,
 }
 
 impl HostedResult {
@@ -73,8 +102,17 @@ impl HostedResult {
             own_wait: 0,
             output_tokens: 0,
             input_tokens: 0,
-            price: suite.profile.price,
-            provisioned: suite.profile.provisioned,
+            // several upstreams: priced per upstream (`upstream_cost`)
+            price: suite
+                .routes
+                .is_none()
+                .then_some(suite.profile.price)
+                .flatten(),
+            provisioned: suite
+                .routes
+                .is_none()
+                .then_some(suite.profile.provisioned)
+                .flatten(),
             truncated: 0,
             retried: 0,
             max_attempts: 0,
@@ -84,13 +122,11 @@ impl HostedResult {
             sdk_retries: 0,
             local_rejects: 0,
             quota_denied: 0,
-            limit_hits: suite
-                .profile
-                .limits
-                .iter()
-                .map(|l| (l.name.clone(), 0))
-                .collect(),
+            limit_hits: suite.limit_names().into_iter().map(|n| (n, 0)).collect(),
             final_concurrency: None,
+            upstreams: Vec::new(),
+            gateway_refused: [0; 2],
+            upstream_cost: None,
         }
     }
 
@@ -162,50 +198,235 @@ pub fn run_suite_observed(
     seed: u64,
     observe: &mut dyn FnMut(&Attempt),
 ) -> Vec<HostedResult> {
-    let mut endpoint = HostedEndpoint::new(
-        suite.profile.clone(),
-        0,
-        stream(seed, 0, component::ENDPOINT),
-    );
+    let mut target = match &suite.routes {
+        None => Target::One(Box::new(HostedEndpoint::new(
+            suite.profile.clone(),
+            0,
+            stream(seed, 0, component::ENDPOINT),
+        ))),
+        Some(r) => Target::Routed(Box::new(Upstreams::new(r, 0, seed, 0))),
+    };
     let mut t0: Nanos = 0;
     let mut out = Vec::with_capacity(suite.experiments.len());
     for e in &suite.experiments {
         let client_rng = stream(seed, 1 + e.index, component::CLIENT);
-        endpoint.reseed(stream(seed, 1 + e.index, component::ENDPOINT));
-        let r = run_one(suite, e, &mut endpoint, t0, seed, client_rng, observe);
+        match &mut target {
+            Target::One(ep) => ep.reseed(stream(seed, 1 + e.index, component::ENDPOINT)),
+            Target::Routed(u) => u.reseed(seed, 1 + e.index),
+        }
+        let before = target.snapshot();
+        let mut r = run_one(suite, e, &mut target, t0, seed, client_rng, observe);
+        target.account(suite, &before, &mut r);
         t0 = t0 + r.elapsed + suite.cooldown;
         out.push(r);
     }
     out
 }
 
+/// Where an experiment's HTTP requests go: the endpoint, or the gateway
+/// and its upstreams (`[[upstream]]` and `[[route]]`), whose state carries
+/// over between experiments as one endpoint's buckets do.
+enum Target {
+    One(Box<HostedEndpoint>),
+    Routed(Box<Upstreams>),
+}
+
+/// The routed counts at an experiment's start.
+type Snapshot = Vec<(qsim_core::gateway::Counts, crate::hosted::routed::Served)>;
+
+impl Target {
+    fn snapshot(&self) -> (Snapshot, [u64; 2]) {
+        match self {
+            Target::One(_) => (Vec::new(), [0; 2]),
+            Target::Routed(u) => (
+                (0..u.served.len())
+                    .map(|i| (u.gw.upstream(i).counts, u.served[i]))
+                    .collect(),
+                u.refused,
+            ),
+        }
+    }
+
+    /// The experiment's share of the upstreams' counts, and its cost.
+    fn account(&self, suite: &HostedSuite, before: &(Snapshot, [u64; 2]), r: &mut HostedResult) {
+        let (Target::Routed(u), Some(routes)) = (self, &suite.routes) else {
+            return;
+        };
+        let hours = crate::time::to_secs(r.elapsed) / 3600.0;
+        let mut cost = Some(0.0);
+        for (i, (c0, s0)) in before.0.iter().enumerate() {
+            let c = u.gw.upstream(i).counts;
+            let s = u.served[i];
+            let st = UpstreamStats {
+                name: routes.core.upstreams[i].name.clone(),
+                sent: c.sent - c0.sent,
+                http_429: c.rate_limited - c0.rate_limited,
+                failures: (c.server_error + c.timeout + c.refused)
+                    - (c0.server_error + c0.timeout + c0.refused),
+                ok: s.ok - s0.ok,
+                input_tokens: s.input_tokens - s0.input_tokens,
+                output_tokens: s.output_tokens - s0.output_tokens,
+                cooldowns: c.cooldowns - c0.cooldowns,
+                opened: c.opened - c0.opened,
+            };
+            let p = u.endpoint(i).profile();
+            let this = match (p.provisioned, p.price) {
+                (Some(pr), _) => Some(pr.cost(hours)),
+                (None, Some(pr)) => Some(
+                    st.input_tokens as f64 * pr.input_per_m_usd / 1e6
+                        + st.output_tokens as f64 * pr.output_per_m_usd / 1e6,
+                ),
+                (None, None) => None,
+            };
+            cost = cost.zip(this).map(|(a, b)| a + b);
+            r.upstreams.push(st);
+        }
+        r.gateway_refused = [u.refused[0] - before.1[0], u.refused[1] - before.1[1]];
+        r.upstream_cost = cost;
+    }
+
+    /// Send the request for `row` at `now` (slot `slot`): its reply is an
+    /// event at the time it arrives; the gateway's ticket, if routed.
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        q: &mut EventQueue<Ev>,
+        res: &mut HostedResult,
+        e: &Experiment,
+        slot: u32,
+        row: &Row,
+        now: Nanos,
+    ) -> Option<Ticket> {
+        match self {
+            Target::One(ep) => {
+                send(ep, q, res, e, slot, row, now);
+                None
+            }
+            Target::Routed(u) => {
+                u.probes(now);
+                let (t, next) = u.start(now, cost(e, row), row.natural);
+                routed_next(u, q, res, slot, now, next);
+                Some(t)
+            }
+        }
+    }
+
+    /// The reply event `p` for the row in `slot` arrived at `now`: what
+    /// the caller sees (None: the gateway sent the request on; its reply is
+    /// a new event).
+    #[allow(clippy::too_many_arguments)]
+    fn arrived(
+        &mut self,
+        q: &mut EventQueue<Ev>,
+        res: &mut HostedResult,
+        e: &Experiment,
+        slot: u32,
+        a: &mut Active,
+        p: Packed,
+        now: Nanos,
+    ) -> Option<Packed> {
+        match self {
+            Target::One(ep) => {
+                if p.status == 200 {
+                    ep.complete(now, cost(e, &a.row), p.val);
+                }
+                Some(p)
+            }
+            Target::Routed(u) => {
+                u.probes(now);
+                if p.up == Packed::CLIENT {
+                    return Some(p);
+                }
+                let attempt = UpAttempt {
+                    at: now,
+                    upstream: p.up as usize,
+                    reply: p.attempt_reply(),
+                    limit: None,
+                };
+                let t = a.ticket.as_mut().expect("a routed row has a ticket");
+                let next = u.reply(t, attempt, cost(e, &a.row), a.row.natural);
+                match next {
+                    GwNext::Answer(c) => Some(Packed::client(c)),
+                    again => {
+                        routed_next(u, q, res, slot, now, again);
+                        None
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Schedule a routed request's next event: an attempt's reply, or the
+/// client's answer (a gateway refusal) at once.
+fn routed_next(
+    u: &Upstreams,
+    q: &mut EventQueue<Ev>,
+    res: &mut HostedResult,
+    slot: u32,
+    now: Nanos,
+    next: GwNext,
+) {
+    match next {
+        GwNext::Again(a) => {
+            res.http_requests += 1;
+            if let (AttemptReply::Status { status: 429, .. }, Some(limit)) = (a.reply, a.limit) {
+                res.http_429 += 1;
+                let name = format!(
+                    "{}.{}",
+                    u.gw.config().upstreams[a.upstream].name,
+                    u.endpoint(a.upstream).profile().limits[limit].name
+                );
+                if let Some(h) = res.limit_hits.iter_mut().find(|(n, _)| *n == name) {
+                    h.1 += 1;
+                }
+            }
+            q.schedule(
+                a.at,
+                Ev::Reply {
+                    slot,
+                    reply: Packed::attempt(&a),
+                },
+            );
+        }
+        // the gateway's refusal, at once
+        GwNext::Answer(c) => q.schedule(
+            now,
+            Ev::Reply {
+                slot,
+                reply: Packed::client(c),
+            },
+        ),
+    }
+}
+
 fn run_one(
     suite: &HostedSuite,
     e: &Experiment,
-    endpoint: &mut HostedEndpoint,
+    target: &mut Target,
     t0: Nanos,
     seed: u64,
     rng: Rng,
     observe: &mut dyn FnMut(&Attempt),
 ) -> HostedResult {
     match &e.client {
-        ClientKind::Pool { .. } => run_pool(suite, e, endpoint, t0, seed, rng, observe),
-        ClientKind::Managed(p) => run_managed(suite, e, endpoint, t0, seed, rng, p),
+        ClientKind::Pool { .. } => run_pool(suite, e, target, t0, seed, rng, observe),
+        ClientKind::Managed(p) => run_managed(suite, e, target, t0, seed, rng, p),
     }
 }
 
-/// One row being worked on: the row and its call state (the core's caller
-/// state machine).
+/// One row being worked on: the row, its call state (the core's caller
+/// state machine) and, routed, its gateway ticket.
 #[derive(Debug, Clone, Copy)]
 struct Active {
     row: Row,
     call: Call,
+    ticket: Option<Ticket>,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     Send(u32),
-    /// The reply to slot's attempt arrives (`out`: output tokens of a success).
     /// The reply to slot's attempt arrives (packed small: the queue moves
     /// every event several times).
     Reply {
@@ -214,28 +435,71 @@ enum Ev {
     },
 }
 
-/// A reply in 16 bytes: status 200 carries the output tokens, an error
-/// status its retry hint (`NEVER`: none), status 0 a local rejection.
+/// A reply in 16 bytes. For the caller (`up == CLIENT`): status 200
+/// carries the output tokens, an error status its retry hint (`NEVER`:
+/// none), status 0 a local rejection. An upstream's attempt (routed: `up`
+/// is the upstream): 200 and its output, an error status and its hint,
+/// `REFUSED` or `TIMEOUT`.
 #[derive(Debug, Clone, Copy)]
 struct Packed {
     status: u16,
+    up: u16,
     val: u64,
 }
 
 impl Packed {
+    const CLIENT: u16 = u16::MAX;
+    const REFUSED: u16 = 1;
+    const TIMEOUT: u16 = 2;
     fn ok(out: u64) -> Self {
         Packed {
             status: 200,
+            up: Self::CLIENT,
             val: out,
         }
     }
     fn error(status: u16, hint: Option<Nanos>) -> Self {
         Packed {
             status,
+            up: Self::CLIENT,
             val: hint.unwrap_or(NEVER),
         }
     }
-    const LOCAL_REJECT: Packed = Packed { status: 0, val: 0 };
+    const LOCAL_REJECT: Packed = Packed {
+        status: 0,
+        up: Self::CLIENT,
+        val: 0,
+    };
+    fn client(c: ClientReply) -> Self {
+        match c.status {
+            200 => Packed::ok(c.output),
+            s => Packed::error(s, c.hint),
+        }
+    }
+    fn attempt(a: &UpAttempt) -> Self {
+        let (status, val) = match a.reply {
+            AttemptReply::Ok { output } => (200, output),
+            AttemptReply::Status { status, hint } => (status, hint.unwrap_or(NEVER)),
+            AttemptReply::Refused => (Self::REFUSED, 0),
+            AttemptReply::Timeout => (Self::TIMEOUT, 0),
+        };
+        Packed {
+            status,
+            up: a.upstream as u16,
+            val,
+        }
+    }
+    fn attempt_reply(self) -> AttemptReply {
+        match self.status {
+            200 => AttemptReply::Ok { output: self.val },
+            Self::REFUSED => AttemptReply::Refused,
+            Self::TIMEOUT => AttemptReply::Timeout,
+            status => AttemptReply::Status {
+                status,
+                hint: (self.val != NEVER).then_some(self.val),
+            },
+        }
+    }
     /// The reply as the caller sees it, and the output tokens of a success.
     fn unpack(self) -> (CallReply, u64) {
         match self.status {
@@ -313,7 +577,7 @@ fn finish_row(res: &mut HostedResult, row: &Row, o: &Outcome, out: u64) {
 fn run_pool(
     suite: &HostedSuite,
     e: &Experiment,
-    endpoint: &mut HostedEndpoint,
+    target: &mut Target,
     t0: Nanos,
     seed: u64,
     mut rng: Rng,
@@ -340,6 +604,7 @@ fn run_pool(
             *s = Some(Active {
                 row,
                 call: Call::start(t0),
+                ticket: None,
             });
             q.schedule(t0, Ev::Send(w as u32));
         }
@@ -356,7 +621,9 @@ fn run_pool(
             Ev::Send(w) => {
                 let a = slots[w as usize].as_mut().expect("active row");
                 match a.call.on_send(now, &mut shared, &mut draws(&mut rng)) {
-                    CallSend::Go => send(endpoint, &mut q, &mut res, e, w, &a.row, now),
+                    CallSend::Go => {
+                        a.ticket = target.send(&mut q, &mut res, e, w, &a.row, now);
+                    }
                     CallSend::LocalReject => {
                         res.local_rejects += 1;
                         let reply = Packed::LOCAL_REJECT;
@@ -365,11 +632,11 @@ fn run_pool(
                 }
             }
             Ev::Reply { slot, reply } => {
-                let (reply, out) = reply.unpack();
                 let a = slots[slot as usize].as_mut().expect("active row");
-                if reply == CallReply::Ok {
-                    endpoint.complete(now, cost(e, &a.row), out);
-                }
+                let Some(reply) = target.arrived(&mut q, &mut res, e, slot, a, reply, now) else {
+                    continue;
+                };
+                let (reply, out) = reply.unpack();
                 let before = a.call;
                 let next = a
                     .call
@@ -397,7 +664,11 @@ fn run_pool(
                         last = now;
                         if let Some(row) = rows.take() {
                             let call = Call::start(now);
-                            slots[slot as usize] = Some(Active { row, call });
+                            slots[slot as usize] = Some(Active {
+                                row,
+                                call,
+                                ticket: None,
+                            });
                             q.schedule(now, Ev::Send(slot));
                         }
                     }
@@ -423,7 +694,7 @@ impl<T> Timed for Managed<T> {
 fn run_managed(
     suite: &HostedSuite,
     e: &Experiment,
-    endpoint: &mut HostedEndpoint,
+    target: &mut Target,
     t0: Nanos,
     seed: u64,
     mut rng: Rng,
@@ -458,8 +729,8 @@ fn run_managed(
                 (slots.len() - 1) as u32
             });
             exec.on_send(now, &mut call);
-            send(endpoint, &mut q, &mut res, e, slot, &row, now);
-            slots[slot as usize] = Some(Active { row, call });
+            let ticket = target.send(&mut q, &mut res, e, slot, &row, now);
+            slots[slot as usize] = Some(Active { row, call, ticket });
         }
         // the engine's contract: re-queued rows' eligibility (the executor's
         // deadline) first at equal times, then replies in order
@@ -470,12 +741,15 @@ fn run_managed(
         let Some(Ev::Reply { slot, reply }) = ev else {
             continue;
         };
+        let a = slots[slot as usize].as_mut().expect("in flight");
+        let Some(reply) = target.arrived(&mut q, &mut res, e, slot, a, reply, now) else {
+            continue;
+        };
         let (reply, out) = reply.unpack();
         let a = slots[slot as usize].take().expect("in flight");
         free.push(slot);
         let (status, hint) = match reply {
             CallReply::Ok => {
-                endpoint.complete(now, cost(e, &a.row), out);
                 let o = exec.on_success(now, &a.call);
                 finish_row(&mut res, &a.row, &o, out);
                 last = now;

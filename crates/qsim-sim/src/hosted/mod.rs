@@ -8,6 +8,7 @@
 
 pub mod profile;
 pub mod provisioned;
+pub mod routed;
 
 pub use profile::{HintShape, HostedProfile};
 

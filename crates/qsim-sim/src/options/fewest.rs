@@ -64,6 +64,16 @@ pub fn knob(o: &DeployOption) -> Option<(Knob, u64, u64)> {
             autoscale: Some(a), ..
         } => Some((Knob::AutoscaleMin, a.min as u64, a.max as u64)),
         Kind::Replicas { replicas, .. } => Some((Knob::Replicas, *replicas as u64, MAX_REPLICAS)),
+        // a route: its first upstream's count
+        Kind::Route(r) => match &r.ups[0] {
+            super::open::Up::Hosted(p) => p.provisioned.map(|p| (Knob::Units, p.units, MAX_UNITS)),
+            super::open::Up::Replicas {
+                autoscale: Some(a), ..
+            } => Some((Knob::AutoscaleMin, a.min as u64, a.max as u64)),
+            super::open::Up::Replicas { replicas, .. } => {
+                Some((Knob::Replicas, *replicas as u64, MAX_REPLICAS))
+            }
+        },
     }
 }
 
@@ -87,16 +97,44 @@ pub fn with_count(o: &DeployOption, n: u64) -> DeployOption {
             replicas,
             autoscale,
             ..
-        } => {
-            let n = n.clamp(1, MAX_REPLICAS) as u32;
-            *replicas = n;
-            if let Some(a) = autoscale {
-                a.min = n.min(a.max);
-                *replicas = a.min;
+        } => set_replicas(replicas, autoscale, n),
+        Kind::Route(r) => {
+            let hybrid = r.ups.len() > 1;
+            match &mut r.ups[0] {
+                super::open::Up::Hosted(p) => {
+                    let mut q = (**p).clone();
+                    q.override_provisioned(
+                        "",
+                        &RawOverride {
+                            units: Some(n.clamp(1, MAX_UNITS) as i64),
+                            ..RawOverride::default()
+                        },
+                    )
+                    .expect("a provisioned profile takes 1..=1000000 units");
+                    // the gateway's copy of the upstream's limits (a hybrid's)
+                    if hybrid {
+                        r.core.upstreams[0].limits = q.limits.clone();
+                    }
+                    *p = Arc::new(q);
+                }
+                super::open::Up::Replicas {
+                    replicas,
+                    autoscale,
+                    ..
+                } => set_replicas(replicas, autoscale, n),
             }
         }
     }
     v
+}
+
+fn set_replicas(replicas: &mut u32, autoscale: &mut Option<qsim_core::autoscale::Params>, n: u64) {
+    let n = n.clamp(1, MAX_REPLICAS) as u32;
+    *replicas = n;
+    if let Some(a) = autoscale {
+        a.min = n.min(a.max);
+        *replicas = a.min;
+    }
 }
 
 /// One option's search.
@@ -119,6 +157,9 @@ pub struct Found {
     pub none: String,
     /// Simulated runs.
     pub runs: u32,
+    /// A hybrid: `count` is its cheapest mix (of the counts tried), not
+    /// the fewest.
+    pub mix: bool,
 }
 
 impl Found {
@@ -136,7 +177,8 @@ fn same(a: &Outcome, b: &Outcome) -> bool {
         && a.ttft_p95_s.map(f64::to_bits) == b.ttft_p95_s.map(f64::to_bits)
 }
 
-/// The fewest count of option `i` that meets `targets`, run with `seed`.
+/// The fewest count of option `i` (not a hybrid: [`super::search`]) that
+/// meets `targets`, run with `seed`.
 pub fn search(file: &OptionsFile, i: usize, seed: u64, targets: &Targets) -> Found {
     let o = &file.options[i];
     let Some((k, from, cap)) = knob(o) else {
@@ -150,9 +192,18 @@ pub fn search(file: &OptionsFile, i: usize, seed: u64, targets: &Targets) -> Fou
             below: None,
             none: String::new(),
             runs: 1,
+            mix: false,
         };
     };
-    if targets.ttft_p95.is_some() && matches!(o.kind, Kind::Hosted(_)) {
+    let hosted = match &o.kind {
+        Kind::Hosted(_) => true,
+        Kind::Route(r) => r
+            .ups
+            .iter()
+            .any(|u| matches!(u, super::open::Up::Hosted(_))),
+        Kind::Replicas { .. } => false,
+    };
+    if targets.ttft_p95.is_some() && hosted {
         // no count changes that: one run, as written
         return Found {
             name: o.name.clone(),
@@ -163,6 +214,7 @@ pub fn search(file: &OptionsFile, i: usize, seed: u64, targets: &Targets) -> Fou
             below: None,
             none: "a TTFT target: the hosted model does not measure TTFT".into(),
             runs: 1,
+            mix: false,
         };
     }
     let mut runs = 0u32;
@@ -200,6 +252,7 @@ pub fn search(file: &OptionsFile, i: usize, seed: u64, targets: &Targets) -> Fou
                 below: None,
                 none,
                 runs,
+                mix: false,
             };
         }
         lo = Some((n, r, why));
@@ -224,6 +277,7 @@ pub fn search(file: &OptionsFile, i: usize, seed: u64, targets: &Targets) -> Fou
         below,
         none: String::new(),
         runs,
+        mix: false,
     }
 }
 

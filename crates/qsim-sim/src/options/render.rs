@@ -13,18 +13,113 @@ fn head(file: &OptionsFile, seed: u64) -> String {
     if !file.title.is_empty() {
         out.push_str(&format!("{}\n", file.title));
     }
-    out.push_str(&format!(
-        "batch: {} rows of {}, {} workers, max_tokens {}; seed {seed}\n\n",
-        b.rows, file.batch_file, b.workers, b.max_tokens
-    ));
+    match &file.workload {
+        None => out.push_str(&format!(
+            "batch: {} rows of {}, {} workers, max_tokens {}; seed {seed}\n\n",
+            b.rows, file.batch_file, b.workers, b.max_tokens
+        )),
+        Some(w) => out.push_str(&format!(
+            "workload: {} arrivals at {} RPM{} for {:.0} s, max_tokens {}; seed {seed}\n\n",
+            w.process.kind,
+            w.rpm,
+            match &w.process.shape {
+                Some(s) => format!(" at the peak ({} shape)", s.kind),
+                None => String::new(),
+            },
+            to_secs(w.duration),
+            w.max_tokens
+        )),
+    }
     out
+}
+
+/// The hybrids beside the pure options: the cheapest of each that meets
+/// `targets` (`(outcome, hybrid?, count words)`), and which wins.
+fn hybrid_verdict(rows: &[(&Outcome, bool, String)], targets: &Targets) -> String {
+    if !rows.iter().any(|r| r.1) {
+        return String::new();
+    }
+    let best = |hybrid: bool| {
+        rows.iter()
+            .filter(|r| r.1 == hybrid && targets.missed(r.0).is_none())
+            .filter(|r| r.0.cost_usd.is_some())
+            .fold(None, |b: Option<&(&Outcome, bool, String)>, r| match b {
+                Some(b) if b.0.cost_usd <= r.0.cost_usd => Some(b),
+                _ => Some(r),
+            })
+    };
+    let name = |r: &(&Outcome, bool, String)| {
+        format!("{}{} (${:.2})", r.0.name, r.2, r.0.cost_usd.unwrap_or(0.0))
+    };
+    let mut out = String::new();
+    // each hybrid against its parts alone (the pure options of its upstreams' profiles)
+    for h in rows
+        .iter()
+        .filter(|r| r.1 && targets.missed(r.0).is_none() && r.0.cost_usd.is_some())
+    {
+        let part = rows
+            .iter()
+            .filter(|p| {
+                !p.1 && targets.missed(p.0).is_none()
+                    && p.0.cost_usd.is_some()
+                    && !p.0.profiles.is_empty()
+                    && p.0.profiles.iter().all(|x| h.0.profiles.contains(x))
+            })
+            .fold(None, |b: Option<&(&Outcome, bool, String)>, r| match b {
+                Some(b) if b.0.cost_usd <= r.0.cost_usd => Some(b),
+                _ => Some(r),
+            });
+        let (hc, what) = (h.0.cost_usd.unwrap_or(0.0), name(h));
+        out.push_str(&match part {
+            None => format!("  {what}: none of its upstreams alone meets the targets\n"),
+            Some(p) => {
+                let pc = p.0.cost_usd.unwrap_or(0.0);
+                let (pct, dir) = if hc < pc {
+                    ((1.0 - hc / pc) * 100.0, "below")
+                } else {
+                    ((hc / pc.max(1e-12) - 1.0) * 100.0, "above")
+                };
+                format!(
+                    "  {what}: {pct:.0} % {dir} the cheapest of its upstreams alone, {}\n",
+                    name(p)
+                )
+            }
+        });
+    }
+    let overall: String = match (best(true), best(false)) {
+        (None, _) => "no hybrid meets the targets\n".into(),
+        (Some(h), None) => format!(
+            "cheapest hybrid: {}; no pure option meets the targets\n",
+            name(h)
+        ),
+        (Some(h), Some(p)) => {
+            let (hc, pc) = (h.0.cost_usd.unwrap_or(0.0), p.0.cost_usd.unwrap_or(0.0));
+            if hc < pc {
+                format!(
+                    "cheapest hybrid: {}, {:.0} % below the cheapest pure option {}\n",
+                    name(h),
+                    (1.0 - hc / pc) * 100.0,
+                    name(p)
+                )
+            } else {
+                format!(
+                    "no hybrid wins: the cheapest hybrid {} costs {:.0} % more than the cheapest pure option {}\n",
+                    name(h),
+                    (hc / pc.max(1e-12) - 1.0) * 100.0,
+                    name(p)
+                )
+            }
+        }
+    };
+    overall + &out
 }
 
 /// The report of `outcomes` (of `file`, run with `seed`); the verdict
 /// (cheapest meeting `targets`) when any target is set.
 pub fn render(file: &OptionsFile, outcomes: &[Outcome], seed: u64, targets: &Targets) -> String {
     let mut out = head(file, seed);
-    let mut t = Table::new([
+    let spills = outcomes.iter().any(|o| o.spilled.is_some());
+    let mut head_row = vec![
         "option",
         "kind",
         "done (s)",
@@ -34,9 +129,13 @@ pub fn render(file: &OptionsFile, outcomes: &[Outcome], seed: u64, targets: &Tar
         "TTFT p95 (s)",
         "E2E p95 (s)",
         "cost ($)",
-    ]);
+    ];
+    if spills {
+        head_row.insert(5, "spilled");
+    }
+    let mut t = Table::new(head_row);
     for o in outcomes {
-        t.row([
+        let mut row = vec![
             o.name.clone(),
             o.kind.clone(),
             format!("{:.1}", to_secs(o.elapsed)),
@@ -46,7 +145,11 @@ pub fn render(file: &OptionsFile, outcomes: &[Outcome], seed: u64, targets: &Tar
             o.ttft_p95_s.map_or("-".into(), |x| format!("{x:.2}")),
             format!("{:.2}", o.e2e_p95_s),
             o.cost_usd.map_or("-".into(), |c| format!("{c:.4}")),
-        ]);
+        ];
+        if spills {
+            row.insert(5, o.spilled.map_or("-".into(), |x| x.to_string()));
+        }
+        t.row(row);
     }
     out.push_str(&t.render());
     if targets.any() {
@@ -63,6 +166,11 @@ pub fn render(file: &OptionsFile, outcomes: &[Outcome], seed: u64, targets: &Tar
                 t.replacen("finishing", "finished", 1)
             )),
         }
+        let rows: Vec<(&Outcome, bool, String)> = outcomes
+            .iter()
+            .map(|o| (o, o.spilled.is_some(), String::new()))
+            .collect();
+        out.push_str(&hybrid_verdict(&rows, targets));
     }
     out
 }
@@ -73,8 +181,13 @@ pub fn render(file: &OptionsFile, outcomes: &[Outcome], seed: u64, targets: &Tar
 pub fn render_fewest(file: &OptionsFile, found: &[Found], seed: u64, targets: &Targets) -> String {
     let mut out = head(file, seed);
     out.push_str(&format!(
-        "fewest units, replicas or autoscale.min {}\n(doubling, then bisection; assumes more never hurts)\n\n",
-        targets.describe()
+        "fewest units, replicas or autoscale.min {}\n(doubling, then bisection; assumes more never hurts){}\n\n",
+        targets.describe(),
+        if found.iter().any(|f| f.mix) {
+            "; a hybrid: its cheapest mix"
+        } else {
+            ""
+        }
     ));
     let mut t = Table::new([
         "option",
@@ -119,6 +232,11 @@ pub fn render_fewest(file: &OptionsFile, found: &[Found], seed: u64, targets: &T
             },
             match (&f.below, f.knob) {
                 _ if !f.none.is_empty() => f.none.clone(),
+                _ if f.mix && f.count.is_some() => format!(
+                    "cheapest mix{}",
+                    o.spilled
+                        .map_or(String::new(), |s| format!(", {s} spilled"))
+                ),
                 (Some((n, why)), _) => format!("{n}: {why}"),
                 (None, None) => targets
                     .missed(o)
@@ -142,5 +260,20 @@ pub fn render_fewest(file: &OptionsFile, found: &[Found], seed: u64, targets: &T
         )),
         None => out.push_str("no priced option meets the targets\n"),
     }
+    let rows: Vec<(&Outcome, bool, String)> = found
+        .iter()
+        .filter(|f| f.meets(targets))
+        .map(|f| {
+            (
+                &f.outcome,
+                f.mix,
+                match (f.knob, f.count) {
+                    (Some(k), Some(n)) => format!(" with {}", fewest::count_words(k, n)),
+                    _ => String::new(),
+                },
+            )
+        })
+        .collect();
+    out.push_str(&hybrid_verdict(&rows, targets));
     out
 }

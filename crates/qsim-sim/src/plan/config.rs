@@ -18,6 +18,10 @@ use crate::trace::{Consumers, RawTrace, TraceSpec};
 use serde::Deserialize;
 use std::path::Path;
 
+/// The proxy config's and hosted files' `[[upstream]]` and `[[route]]`
+/// tables (the gateway's routes): parsed and validated in [`super::routes`].
+pub use super::routes::{RawRoute, RawUpstream};
+
 /// The embedded default scenario file.
 pub const EMBEDDED_SCENARIOS_PATH: &str = "experiments/shared-deployment.toml";
 pub const EMBEDDED_SCENARIOS_NAME: &str = "experiments/shared-deployment.toml (embedded)";

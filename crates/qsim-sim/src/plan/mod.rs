@@ -8,6 +8,8 @@ pub mod config;
 pub mod findings;
 pub mod inverse;
 pub mod render;
+pub mod routes;
+pub mod routes_whatif;
 pub mod run;
 pub mod seeds;
 pub mod sim;

@@ -212,6 +212,8 @@ pub const HOSTED_COST: &[(&str, &str, i32)] = &[
 pub fn hosted_figures(r: &HostedResult) -> Option<Vec<f64>> {
     let hours = to_secs(r.elapsed) / 3600.0;
     let cost = match (r.provisioned, r.price) {
+        // several upstreams: each billed its own way
+        _ if !r.upstreams.is_empty() => r.upstream_cost?,
         (Some(p), _) => p.cost(hours),
         (None, Some(p)) => {
             r.input_tokens as f64 * p.input_per_m_usd / 1e6

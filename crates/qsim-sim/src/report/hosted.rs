@@ -71,11 +71,67 @@ pub struct Aggregate {
     pub limit_hits: Vec<(String, Spread)>,
     /// Pay-per-token cost ([`super::cost::HOSTED_COST`] order), if priced.
     pub cost: Option<Vec<Spread>>,
+    /// Several upstreams: per upstream, [`UPSTREAM`] in order; and the
+    /// gateway's refusals (limited, unavailable).
+    pub upstreams: Vec<(String, Vec<Spread>)>,
+    pub refused: Option<[Spread; 2]>,
     pub runs: usize,
 }
 
 fn limit_metric(limit: &str) -> String {
     format!("http_429_by_limit.{limit}")
+}
+
+/// (record key, label) of each upstream's counts (several upstreams
+/// behind a route), recorded as `upstream.NAME.KEY`; and the gateway's
+/// refusals (`gateway_refused.limited`, `.unavailable`).
+pub const UPSTREAM: &[(&str, &str)] = &[
+    ("sent", "attempts sent"),
+    ("ok", "requests answered"),
+    ("http_429", "429s"),
+    ("failures", "failures (5xx, timeout, refused)"),
+    ("cooldowns", "cooldowns"),
+    ("opened", "circuit opened"),
+];
+
+fn upstream_records(out: &mut Records, seed: u64, r: &HostedResult) {
+    for u in &r.upstreams {
+        let v = [u.sent, u.ok, u.http_429, u.failures, u.cooldowns, u.opened];
+        for ((k, _), v) in UPSTREAM.iter().zip(v) {
+            out.push(seed, &r.name, &format!("upstream.{}.{k}", u.name), v as f64);
+        }
+    }
+    if !r.upstreams.is_empty() {
+        out.push(
+            seed,
+            &r.name,
+            "gateway_refused.limited",
+            r.gateway_refused[0] as f64,
+        );
+        out.push(
+            seed,
+            &r.name,
+            "gateway_refused.unavailable",
+            r.gateway_refused[1] as f64,
+        );
+    }
+}
+
+fn upstream_spreads(suite: &HostedSuite, name: &str, s: &Spreads) -> Vec<(String, Vec<Spread>)> {
+    let Some(r) = &suite.routes else {
+        return Vec::new();
+    };
+    r.core
+        .upstreams
+        .iter()
+        .map(|u| {
+            let v = UPSTREAM
+                .iter()
+                .map(|(k, _)| s.get(name, &format!("upstream.{}.{k}", u.name)))
+                .collect();
+            (u.name.clone(), v)
+        })
+        .collect()
 }
 
 /// One seed's results as tidy records (subject: the experiment).
@@ -87,6 +143,7 @@ pub fn records(out: &mut Records, seed: u64, results: &[HostedResult]) {
         for (limit, n) in &r.limit_hits {
             out.push(seed, &r.name, &limit_metric(limit), *n as f64);
         }
+        upstream_records(out, seed, r);
         super::cost::hosted_records(out, seed, r);
     }
 }
@@ -104,11 +161,20 @@ pub fn aggregate(suite: &HostedSuite, s: &Spreads) -> Vec<Aggregate> {
             },
             spreads: METRICS.iter().map(|(k, _, _)| s.get(&e.name, k)).collect(),
             limit_hits: suite
-                .profile
-                .limits
-                .iter()
-                .map(|l| (l.name.clone(), s.get(&e.name, &limit_metric(&l.name))))
+                .limit_names()
+                .into_iter()
+                .map(|l| {
+                    let v = s.get(&e.name, &limit_metric(&l));
+                    (l, v)
+                })
                 .collect(),
+            upstreams: upstream_spreads(suite, &e.name, s),
+            refused: suite.routes.as_ref().map(|_| {
+                [
+                    s.get(&e.name, "gateway_refused.limited"),
+                    s.get(&e.name, "gateway_refused.unavailable"),
+                ]
+            }),
             cost: super::cost::hosted_aggregate(&e.name, s),
             runs: s.runs,
         })
@@ -149,6 +215,34 @@ pub fn render_table(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregat
             );
         }
     }
+    if let Some(first) = aggs.first() {
+        for (k, (name, _)) in first.upstreams.iter().enumerate() {
+            for (m, (_, label)) in UPSTREAM.iter().enumerate() {
+                t.row(
+                    std::iter::once(format!("upstream {name}: {label}")).chain(
+                        aggs.iter()
+                            .map(|a| super::fmt_spread(&a.upstreams[k].1[m], 0, runs)),
+                    ),
+                );
+            }
+        }
+        if first.refused.is_some() {
+            for (k, label) in [
+                "refused by the gateway: limited",
+                "refused by the gateway: unavailable",
+            ]
+            .iter()
+            .enumerate()
+            {
+                t.row(
+                    std::iter::once(label.to_string()).chain(aggs.iter().map(|a| {
+                        a.refused
+                            .map_or("-".to_string(), |r| super::fmt_spread(&r[k], 0, runs))
+                    })),
+                );
+            }
+        }
+    }
     if aggs.iter().any(|a| a.cost.is_some()) {
         for (k, (_, label, d)) in super::cost::HOSTED_COST.iter().enumerate() {
             t.row(
@@ -186,6 +280,27 @@ pub fn render_json(suite: &HostedSuite, file: &str, seed: u64, aggs: &[Aggregate
                 .map(|(n, s)| (n.clone(), num(s.median, 0)))
                 .collect();
             o.insert("http_429_by_limit".into(), Value::Object(hits));
+            if !a.upstreams.is_empty() {
+                let ups: Map<String, Value> = a
+                    .upstreams
+                    .iter()
+                    .map(|(n, v)| {
+                        let m: Map<String, Value> = UPSTREAM
+                            .iter()
+                            .zip(v)
+                            .map(|((k, _), s)| ((*k).to_string(), num(s.median, 0)))
+                            .collect();
+                        (n.clone(), Value::Object(m))
+                    })
+                    .collect();
+                o.insert("upstreams".into(), Value::Object(ups));
+            }
+            if let Some(r) = a.refused {
+                o.insert(
+                    "gateway_refused".into(),
+                    json!({"limited": num(r[0].median, 0), "unavailable": num(r[1].median, 0)}),
+                );
+            }
             if let Some(c) = &a.cost {
                 let cost: Map<String, Value> = super::cost::HOSTED_COST
                     .iter()

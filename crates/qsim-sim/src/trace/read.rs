@@ -165,7 +165,8 @@ const PROXY_FIELDS: [&str; 10] = [
 
 /// Where lines come from: the file's text, or a Parquet file's rows.
 enum Src {
-    Text(BufReader<std::fs::File>),
+    /// A file, or an embedded one (`builtin:experiments/data/traces/…`).
+    Text(BufReader<Box<dyn Read + Send>>),
     Parquet(ParquetRows),
 }
 
@@ -771,8 +772,21 @@ impl Reader {
         consumer_column: Option<&str>,
     ) -> Result<Reader, ConfigError> {
         let file = path.display().to_string();
-        let f = crate::input::open_stream(path).map_err(|r| ConfigError::new(&file, "", r))?;
         let e = |r: String| ConfigError::new(&file, "", r);
+        if let Some(name) = file.strip_prefix(crate::embedded::PREFIX) {
+            let text =
+                crate::embedded::get(name).ok_or_else(|| e("no such embedded file".into()))?;
+            let src: Box<dyn Read + Send> = Box::new(text.as_bytes());
+            return Self::from_lines(
+                file.clone(),
+                Src::Text(BufReader::new(src)),
+                false,
+                format,
+                consumer_column,
+            );
+        }
+        let f = crate::input::open_stream(path)
+            .map_err(|r| ConfigError::new(&file, "", crate::config::builtin_hint(path, r)))?;
         let mut text = BufReader::with_capacity(256 << 10, f);
         // a Parquet file starts with its magic bytes
         let parquet = text
@@ -797,8 +811,24 @@ impl Reader {
                 .map_err(|x| e(format!("cannot read: {x}")))?;
             Src::Parquet(open(f, &PROXY_FIELDS).map_err(e)?)
         } else {
-            Src::Text(text)
+            // the buffer read so far is dropped: read again from the start
+            let mut f = text.into_inner();
+            f.seek(std::io::SeekFrom::Start(0))
+                .map_err(|x| e(format!("cannot read: {x}")))?;
+            let f: Box<dyn Read + Send> = Box::new(f);
+            Src::Text(BufReader::with_capacity(256 << 10, f))
         };
+        Self::from_lines(file.clone(), r, parquet, format, consumer_column)
+    }
+
+    fn from_lines(
+        file: String,
+        r: Src,
+        parquet: bool,
+        format: Option<&Format>,
+        consumer_column: Option<&str>,
+    ) -> Result<Reader, ConfigError> {
+        let e = |r: String| ConfigError::new(&file, "", r);
         let unit = if parquet { "row" } else { "line" };
         let mut lines = Lines {
             r,
