@@ -112,6 +112,16 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The policy reads nothing of the targets but whether they are open
+    /// and their outstanding counts (a driver may then keep the targets'
+    /// other figures stale between choices).
+    pub fn reads_outstanding_only(&self) -> bool {
+        matches!(
+            self,
+            Policy::First | Policy::RoundRobin | Policy::Weighted(_) | Policy::LeastOutstanding
+        )
+    }
+
     /// The policy's name in configs and reports.
     pub fn name(&self) -> &'static str {
         match self {

@@ -23,6 +23,7 @@ pub use request::{Completion, Request};
 use crate::engine::rng::{component, stream, Rng};
 use crate::time::{Nanos, NEVER};
 use qsim_core::autoscale::{Autoscaler, Observation, Params as AutoscaleParams};
+use qsim_core::route::{Policy, Router, Targets};
 use replica::Replica;
 #[cfg(test)]
 pub(crate) use replica::{reference_batches, RUN_FINISHES};
@@ -54,6 +55,15 @@ impl RouterKind {
             RouterKind::RoundRobin => "round_robin",
             RouterKind::LeastOutstanding => "least_outstanding",
             RouterKind::LeastKv => "least_kv",
+        }
+    }
+
+    /// The core's routing policy this configuration names.
+    pub fn policy(self) -> Policy {
+        match self {
+            RouterKind::RoundRobin => Policy::RoundRobin,
+            RouterKind::LeastOutstanding => Policy::LeastOutstanding,
+            RouterKind::LeastKv => Policy::LeastKv,
         }
     }
 }
@@ -91,12 +101,67 @@ struct Scaling {
     log: Vec<ScaleEvent>,
 }
 
+/// The replicas as the core's router sees them, every one ready.
+struct AllReady<'a> {
+    r: &'a [Replica],
+    total: u64,
+}
+
+impl Targets for AllReady<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.r.len()
+    }
+    #[inline]
+    fn outstanding(&self, i: usize) -> u64 {
+        self.r[i].outstanding() as u64
+    }
+    #[inline]
+    fn waiting(&self, i: usize) -> u64 {
+        self.r[i].waiting_len() as u64
+    }
+    #[inline]
+    fn kv(&self, i: usize) -> (u64, u64) {
+        (self.r[i].blocks_in_use() as u64, self.total)
+    }
+}
+
+/// The replicas of an autoscaled cluster: only `Ready` ones take requests.
+struct Serving<'a> {
+    r: &'a [Replica],
+    life: &'a [Life],
+    total: u64,
+}
+
+impl Targets for Serving<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.r.len()
+    }
+    #[inline]
+    fn open(&self, i: usize) -> bool {
+        self.life[i] == Life::Ready
+    }
+    #[inline]
+    fn outstanding(&self, i: usize) -> u64 {
+        self.r[i].outstanding() as u64
+    }
+    #[inline]
+    fn waiting(&self, i: usize) -> u64 {
+        self.r[i].waiting_len() as u64
+    }
+    #[inline]
+    fn kv(&self, i: usize) -> (u64, u64) {
+        (self.r[i].blocks_in_use() as u64, self.total)
+    }
+}
+
 /// N replicas of one profile behind a router.
 pub struct Cluster {
     profile: Arc<ServerProfile>,
     replicas: Vec<Replica>,
-    router: RouterKind,
-    rr: usize,
+    /// The core's router over the replicas; ties are drawn from `rng`.
+    router: Router,
     rng: Rng,
     done: VecDeque<Completion>,
     metrics: ClusterMetrics,
@@ -126,11 +191,21 @@ impl Cluster {
     /// `replicas` copies of `profile` (at least one) behind `router`. The
     /// model is deterministic; `seed` only breaks routing ties at random.
     pub fn new(profile: Arc<ServerProfile>, replicas: u32, router: RouterKind, seed: u64) -> Self {
+        Self::with_policy(profile, replicas, router.policy(), seed)
+    }
+
+    /// [`new`](Self::new) with any of the core's routing policies over the
+    /// replicas (the fleet's pools: scorers, spillover).
+    pub fn with_policy(
+        profile: Arc<ServerProfile>,
+        replicas: u32,
+        policy: Policy,
+        seed: u64,
+    ) -> Self {
         let n = replicas.max(1);
         Cluster {
             replicas: (0..n).map(|i| Replica::new(i, profile.clone())).collect(),
-            router,
-            rr: 0,
+            router: Router::new(policy),
             rng: stream(seed, 0, component::ROUTER),
             done: VecDeque::new(),
             metrics: ClusterMetrics {
@@ -195,12 +270,12 @@ impl Cluster {
     /// (none is due before its replica's bound) in the same order. For an
     /// open-loop driver only (nothing but submissions in between), and
     /// only without autoscaling and with a router that reads outstanding
-    /// counts alone (not `least_kv`: KV blocks change every step); else
-    /// nothing changes. A replica's other state (metrics, queues, KV) may
+    /// counts alone (`Policy::reads_outstanding_only`; not `least_kv`: KV
+    /// blocks change every step); else nothing changes. A replica's other state (metrics, queues, KV) may
     /// then lag behind: [`settle`](Self::settle) brings every replica to a
     /// time before it is read.
     pub fn advance_lazily(&mut self) {
-        if self.scaling.is_some() || self.router == RouterKind::LeastKv || self.lazy {
+        if self.scaling.is_some() || !self.router.policy().reads_outstanding_only() || self.lazy {
             return;
         }
         self.lazy = true;
@@ -264,12 +339,6 @@ impl Cluster {
     /// Replicas ready to serve over time.
     pub fn ready_replicas(&self) -> &TimeAvg {
         &self.ready
-    }
-
-    fn serves(&self, i: usize) -> bool {
-        self.scaling
-            .as_ref()
-            .is_none_or(|s| s.life[i] == Life::Ready)
     }
 
     /// The autoscaler's work at `now`: replicas whose cold start ended
@@ -421,108 +490,42 @@ impl Cluster {
         self.replicas.len() as u32
     }
 
+    /// The replica the core's router picks (ties drawn from the ROUTER
+    /// stream, `gen_range(0..n)`, only when the router asks).
     fn pick(&mut self) -> usize {
-        let n = self.replicas.len();
-        if n == 1 {
+        if self.replicas.len() == 1 {
             return 0;
         }
-        // every slot ready (an autoscaler holding its replicas): the plain pick
-        if self
+        // every slot ready (or no autoscaler): no replica is closed
+        let life = self
             .scaling
             .as_ref()
-            .is_some_and(|s| self.ready.value() as usize != s.life.len())
-        {
-            return self.pick_serving();
-        }
-        let key = |r: &Replica| -> (u64, u64) {
-            match self.router {
-                RouterKind::RoundRobin => (0, 0),
-                RouterKind::LeastOutstanding => (r.outstanding() as u64, 0),
-                RouterKind::LeastKv => (r.blocks_in_use() as u64, r.outstanding() as u64),
-            }
-        };
-        if self.router == RouterKind::RoundRobin {
-            let i = self.rr % n;
-            self.rr = (i + 1) % n;
-            return i;
-        }
-        // the minimum key, how many replicas have it, and the first of them
-        let (mut best, mut ties, mut first) = ((u64::MAX, u64::MAX), 0usize, 0);
-        for (i, r) in self.replicas.iter().enumerate() {
-            let x = key(r);
-            if x < best {
-                (best, ties, first) = (x, 1, i);
-            } else if x == best {
-                ties += 1;
-            }
-        }
-        if ties == 1 {
-            return first;
-        }
-        let mut k = if ties > 1 {
+            .filter(|s| self.ready.value() as usize != s.life.len())
+            .map(|s| &s.life[..]);
+        let rng = &mut self.rng;
+        let mut below = |n: u64| {
             use rand::Rng as _;
-            self.rng.gen_range(0..ties)
-        } else {
-            0
+            rng.gen_range(0..n as usize) as u64
         };
-        for (i, r) in self.replicas.iter().enumerate() {
-            if key(r) == best {
-                if k == 0 {
-                    return i;
-                }
-                k -= 1;
-            }
-        }
-        unreachable!("a replica has the minimum key")
-    }
-
-    /// [`pick`](Self::pick) among the replicas that take requests.
-    fn pick_serving(&mut self) -> usize {
-        let n = self.replicas.len();
-        if self.router == RouterKind::RoundRobin {
-            for k in 0..n {
-                let i = (self.rr + k) % n;
-                if self.serves(i) {
-                    self.rr = (i + 1) % n;
-                    return i;
-                }
-            }
-            unreachable!("a ready replica");
-        }
-        let router = self.router;
-        let key = |r: &Replica| -> (u64, u64) {
-            match router {
-                RouterKind::RoundRobin => (0, 0),
-                RouterKind::LeastOutstanding => (r.outstanding() as u64, 0),
-                RouterKind::LeastKv => (r.blocks_in_use() as u64, r.outstanding() as u64),
-            }
+        let total = self.profile.total_blocks as u64;
+        let i = match life {
+            None => self.router.pick(
+                &AllReady {
+                    r: &self.replicas,
+                    total,
+                },
+                &mut below,
+            ),
+            Some(life) => self.router.pick(
+                &Serving {
+                    r: &self.replicas,
+                    life,
+                    total,
+                },
+                &mut below,
+            ),
         };
-        let life = &self.scaling.as_ref().expect("scaling").life;
-        let serving = |i: &usize| life[*i] == Life::Ready;
-        let best = (0..n)
-            .filter(serving)
-            .map(|i| key(&self.replicas[i]))
-            .min()
-            .expect("a ready replica");
-        let ties = (0..n)
-            .filter(serving)
-            .filter(|&i| key(&self.replicas[i]) == best)
-            .count();
-        let mut k = if ties > 1 {
-            use rand::Rng as _;
-            self.rng.gen_range(0..ties)
-        } else {
-            0
-        };
-        for i in (0..n).filter(serving) {
-            if key(&self.replicas[i]) == best {
-                if k == 0 {
-                    return i;
-                }
-                k -= 1;
-            }
-        }
-        unreachable!("a replica has the minimum key")
+        i.expect("a ready replica")
     }
 
     /// A request arrives at `now` (a time before the cluster's clock is
