@@ -724,6 +724,30 @@ impl Cluster {
         self.replicas.iter().map(Replica::running_len).sum()
     }
 
+    /// Replicas taking requests now (all of them without an autoscaler).
+    #[inline]
+    pub fn ready_now(&self) -> u32 {
+        self.ready.value() as u32
+    }
+
+    /// KV blocks in use over the replicas taking requests, and their
+    /// capacity.
+    pub fn kv_usage(&self) -> (u64, u64) {
+        let mut used = 0u64;
+        let mut n = 0u64;
+        for (i, r) in self.replicas.iter().enumerate() {
+            if self
+                .scaling
+                .as_ref()
+                .is_none_or(|s| s.life[i] == Life::Ready)
+            {
+                used += r.blocks_in_use() as u64;
+                n += 1;
+            }
+        }
+        (used, n * self.profile.total_blocks as u64)
+    }
+
     /// KV blocks in use on replica `i`.
     pub fn kv_blocks_in_use(&self, i: u32) -> u32 {
         self.replicas[i as usize].blocks_in_use()

@@ -1,0 +1,363 @@
+//! Fleets: named pools of GPU server replicas (each pool one profile ×
+//! replicas or an autoscaler, with a price and the models it serves), the
+//! core's [`Router`] choosing a pool per request, each pool's own router
+//! choosing a replica (issue 39).
+//!
+//! [`Fleet`] is a sans-IO component like [`Cluster`]: the driver calls
+//! [`Fleet::submit`] on arrivals and drives its deadlines through
+//! [`Timed`]; completions come out of [`Fleet::poll_completion`] tagged
+//! with their pool. Which pools may take a request (the model it asks for,
+//! its length against each pool's `max_tokens`) makes the other pools
+//! *closed* to the router, so routing by model and by length threshold are
+//! the policies `first` (pools in order) over the pools left open;
+//! spillover, least-outstanding, least-KV and llm-d-style scorers choose
+//! among the same open pools. A pool's load as the router sees it is per
+//! ready replica, so pools of different sizes compare.
+//!
+//! - [`config`]: the fleet file (`[[pool]]`, `[route]`) → [`FleetSpec`];
+//! - [`workload`]: the requests (distributions, a token-length CDF, a
+//!   trace, Mooncake traces with block hashes, synthetic shared prefixes);
+//! - [`run`]: the driver (one event queue) and its results.
+
+pub mod config;
+pub mod run;
+pub mod workload;
+
+use crate::engine::rng::{component, stream, Rng};
+use crate::engine::Timed;
+use crate::server::{Cluster, Completion, Request, ServerProfile};
+use crate::time::{Nanos, NEVER};
+use qsim_core::autoscale::Params as AutoscaleParams;
+use qsim_core::route::{Policy, Router, Targets};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Random-stream scope of the fleet's own router (pools' clusters use
+/// their own seeds, see [`Fleet::new`]).
+const FLEET_ROUTER_SCOPE: u64 = 0xF1EE7;
+
+/// A validated pool.
+#[derive(Debug, Clone)]
+pub struct PoolSpec {
+    pub name: String,
+    pub profile: Arc<ServerProfile>,
+    /// Where the profile came from (a file, or `MODEL@GPU×TP` derived).
+    pub profile_label: String,
+    /// Fixed replicas (the minimum under an autoscaler).
+    pub replicas: u32,
+    pub autoscale: Option<AutoscaleParams>,
+    /// How the pool spreads its requests over its replicas.
+    pub policy: Policy,
+    /// Indices into [`FleetSpec::models`] of the models the pool serves.
+    pub models: Vec<u16>,
+    /// The longest request (input + output tokens) the pool takes; `None`:
+    /// any (up to the profile's `max_model_len`).
+    pub max_tokens: Option<u64>,
+    /// US dollars per replica-hour.
+    pub replica_hour_usd: f64,
+}
+
+/// A validated fleet: its models, pools and the router between pools.
+#[derive(Debug, Clone)]
+pub struct FleetSpec {
+    pub models: Vec<String>,
+    pub pools: Vec<PoolSpec>,
+    pub route: Policy,
+}
+
+impl FleetSpec {
+    /// Index of a model by name.
+    pub fn model_index(&self, name: &str) -> Option<u16> {
+        self.models.iter().position(|m| m == name).map(|i| i as u16)
+    }
+}
+
+/// A completion and the pool it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetCompletion {
+    pub pool: u16,
+    pub c: Completion,
+}
+
+pub(crate) struct Pool {
+    pub(crate) cluster: Cluster,
+    /// Bit `m` set: serves model `m` (at most 64 models); 0 for a pool
+    /// without replicas (never chosen).
+    models: u64,
+    max_tokens: u64,
+    /// The cluster's deadline as last read.
+    deadline: Nanos,
+}
+
+/// What the fleet's router sees of the pools for one request.
+struct PoolView<'a> {
+    pools: &'a [Pool],
+    model: u16,
+    tokens: u64,
+}
+
+impl Targets for PoolView<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.pools.len()
+    }
+    #[inline]
+    fn open(&self, i: usize) -> bool {
+        let p = &self.pools[i];
+        p.models >> self.model & 1 == 1 && self.tokens <= p.max_tokens
+    }
+    /// Outstanding requests per ready replica, in 1/1024ths.
+    #[inline]
+    fn outstanding(&self, i: usize) -> u64 {
+        let c = &self.pools[i].cluster;
+        c.outstanding() as u64 * 1024 / c.ready_now().max(1) as u64
+    }
+    /// Waiting requests per ready replica (rounded down).
+    fn waiting(&self, i: usize) -> u64 {
+        let c = &self.pools[i].cluster;
+        c.waiting() as u64 / c.ready_now().max(1) as u64
+    }
+    fn kv(&self, i: usize) -> (u64, u64) {
+        self.pools[i].cluster.kv_usage()
+    }
+}
+
+/// Pools behind a router.
+pub struct Fleet {
+    pub(crate) pools: Vec<Pool>,
+    router: Router,
+    rng: Rng,
+    done: VecDeque<FleetCompletion>,
+    next: Nanos,
+    /// Requests no pool could take (a model or length no pool serves).
+    unrouted: u64,
+    /// No pool autoscales: pools run their deadlines up to a limit at once
+    /// (an autoscaler's ticks look at every replica, one deadline at a time).
+    fused: bool,
+}
+
+impl Fleet {
+    /// The fleet of `spec`, seeded: pool `p`'s cluster gets
+    /// `seed + (SCOPE << 32) + (p << 40)` (so a one-pool fleet draws as the
+    /// server experiment's driver does for a scenario of index
+    /// [`workload::SCOPE`]), the router between pools its own stream.
+    pub fn new(spec: &FleetSpec, seed: u64) -> Self {
+        assert!(spec.models.len() <= 64, "at most 64 models");
+        let pools = spec
+            .pools
+            .iter()
+            .enumerate()
+            .map(|(p, ps)| {
+                let mut c = Cluster::with_policy(
+                    ps.profile.clone(),
+                    ps.replicas,
+                    ps.policy.clone(),
+                    seed.wrapping_add(workload::SCOPE << 32)
+                        .wrapping_add((p as u64) << 40),
+                );
+                if let Some(a) = &ps.autoscale {
+                    c = c.with_autoscaler(a.clone());
+                }
+                let closed = ps.replicas == 0 && ps.autoscale.is_none();
+                Pool {
+                    models: if closed {
+                        0
+                    } else {
+                        ps.models.iter().fold(0u64, |m, &i| m | 1 << i)
+                    },
+                    max_tokens: ps.max_tokens.unwrap_or(u64::MAX),
+                    deadline: c.poll_timeout().unwrap_or(NEVER),
+                    cluster: c,
+                }
+            })
+            .collect();
+        Fleet {
+            pools,
+            router: Router::new(spec.route.clone()),
+            rng: stream(seed, FLEET_ROUTER_SCOPE, component::ROUTER),
+            done: VecDeque::new(),
+            next: NEVER,
+            unrouted: 0,
+            fused: spec.pools.iter().all(|p| p.autoscale.is_none()),
+        }
+        .refreshed()
+    }
+
+    fn refreshed(mut self) -> Self {
+        self.refresh();
+        self
+    }
+
+    fn refresh(&mut self) {
+        self.next = self.pools.iter().map(|p| p.deadline).min().unwrap_or(NEVER);
+    }
+
+    /// Advance replicas only as routing needs (see
+    /// [`Cluster::advance_lazily`]): when the router between pools reads
+    /// nothing but outstanding counts, and for each pool whose own router
+    /// does (and has no autoscaler). For open-loop drivers only; call
+    /// [`settle`](Self::settle) before reading the replicas' state.
+    pub fn advance_lazily(&mut self) {
+        if !self.router.policy().reads_outstanding_only() {
+            return;
+        }
+        for p in &mut self.pools {
+            p.cluster.advance_lazily();
+            p.deadline = p.cluster.poll_timeout().unwrap_or(NEVER);
+        }
+        self.refresh();
+    }
+
+    /// Every pool advanced to `now` (see [`Cluster::settle`]).
+    pub fn settle(&mut self, now: Nanos) {
+        for p in &mut self.pools {
+            p.cluster.settle(now);
+            p.deadline = p.cluster.poll_timeout().unwrap_or(NEVER);
+        }
+        self.refresh();
+    }
+
+    /// The pool the router picks for a request of `model` with `tokens`
+    /// (input + output); `None`: no pool serves it.
+    pub fn choose(&mut self, model: u16, tokens: u64) -> Option<usize> {
+        let rng = &mut self.rng;
+        let mut below = |n: u64| {
+            use rand::Rng as _;
+            rng.gen_range(0..n as usize) as u64
+        };
+        self.router.pick(
+            &PoolView {
+                pools: &self.pools,
+                model,
+                tokens,
+            },
+            &mut below,
+        )
+    }
+
+    /// A request for `model` arrives at `now`: the router picks a pool and
+    /// the pool a replica. Returns the pool, or `None` when no pool serves
+    /// the request (it is counted as unrouted and answered nowhere).
+    pub fn submit(&mut self, now: Nanos, req: Request, model: u16) -> Option<usize> {
+        let tokens = req.input_tokens as u64 + req.output_tokens as u64;
+        let Some(p) = self.choose(model, tokens) else {
+            self.unrouted += 1;
+            return None;
+        };
+        self.pools[p].cluster.submit(now, req);
+        self.after(p);
+        Some(p)
+    }
+
+    /// Pool `p` changed: its deadline and completions.
+    fn after(&mut self, p: usize) {
+        let pool = &mut self.pools[p];
+        pool.deadline = pool.cluster.poll_timeout().unwrap_or(NEVER);
+        // a request no replica could ever run comes back at once
+        while let Some(c) = pool.cluster.poll_completion() {
+            self.done.push_back(FleetCompletion { pool: p as u16, c });
+        }
+        if pool.deadline < self.next {
+            self.next = pool.deadline;
+        } else {
+            self.refresh();
+        }
+    }
+
+    /// Drain the completions of the pools that produced some,
+    /// interleaved by finishing time (then pool) as a step-by-step run
+    /// over the pools gives them.
+    fn collect(&mut self) {
+        let mark = self.done.len();
+        let mut from = usize::MAX;
+        let mut mixed = false;
+        for (p, pool) in self.pools.iter_mut().enumerate() {
+            let before = self.done.len();
+            while let Some(c) = pool.cluster.poll_completion() {
+                self.done.push_back(FleetCompletion { pool: p as u16, c });
+            }
+            if self.done.len() > before {
+                mixed |= from != usize::MAX;
+                from = p;
+            }
+        }
+        if mixed {
+            self.done.make_contiguous()[mark..].sort_by_key(|f| (f.c.finished, f.pool));
+        }
+    }
+
+    /// The next completion, in order of leaving.
+    pub fn poll_completion(&mut self) -> Option<FleetCompletion> {
+        self.done.pop_front()
+    }
+
+    /// Requests no pool served.
+    pub fn unrouted(&self) -> u64 {
+        self.unrouted
+    }
+
+    pub fn pool_count(&self) -> usize {
+        self.pools.len()
+    }
+
+    /// Pool `p`'s cluster (read-only).
+    pub fn cluster(&self, p: usize) -> &Cluster {
+        &self.pools[p].cluster
+    }
+
+    /// Requests waiting or running in every pool.
+    pub fn outstanding(&self) -> usize {
+        self.pools.iter().map(|p| p.cluster.outstanding()).sum()
+    }
+
+    /// Engine iterations of every pool.
+    pub fn iterations(&self) -> u64 {
+        self.pools.iter().map(|p| p.cluster.iterations()).sum()
+    }
+
+    /// Replicas over every pool (for the work meter's scan units).
+    pub fn replica_count(&self) -> u32 {
+        self.pools.iter().map(|p| p.cluster.replica_count()).sum()
+    }
+}
+
+impl Timed for Fleet {
+    fn poll_timeout(&self) -> Option<Nanos> {
+        (self.next != NEVER).then_some(self.next)
+    }
+
+    fn handle_timeout(&mut self, now: Nanos) {
+        for p in &mut self.pools {
+            if p.deadline <= now {
+                p.cluster.handle_timeout(now);
+                p.deadline = p.cluster.poll_timeout().unwrap_or(NEVER);
+            }
+        }
+        self.collect();
+        self.refresh();
+    }
+
+    /// Pools do not interact between the driver's events (an open loop):
+    /// each runs its own deadlines up to `limit` in one go, unless a pool
+    /// autoscales.
+    fn handle_through(&mut self, next: Nanos, limit: Nanos) -> Nanos {
+        if !self.fused {
+            self.handle_timeout(next);
+            return next;
+        }
+        let mut last = next;
+        for p in &mut self.pools {
+            if p.deadline <= limit {
+                last = last.max(p.cluster.handle_through(p.deadline, limit));
+                p.deadline = p.cluster.poll_timeout().unwrap_or(NEVER);
+            }
+        }
+        self.collect();
+        self.refresh();
+        last
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

@@ -1,0 +1,244 @@
+//! The fleet against the server experiment's driver, and routing between
+//! pools.
+
+use super::run::{run_observed, Observer, RunOpts};
+use super::workload::{Arrival, Len, Source, Workload, SCOPE};
+use super::*;
+use crate::engine::RawDist;
+use crate::experiment::server::{run_scenario_observed, Load, Scenario};
+use crate::server::{load_profile, RouterKind};
+use crate::time::secs;
+use crate::workload::{ArrivalProcess, Lengths, RawArrivals};
+
+pub(crate) fn profile(name: &str) -> Arc<ServerProfile> {
+    Arc::new(
+        load_profile(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../../models/{name}.toml")),
+        )
+        .unwrap(),
+    )
+}
+
+pub(crate) fn lengths() -> Lengths {
+    Lengths::from_raw(
+        "t",
+        "",
+        &RawDist::Lognormal {
+            p50: 600.0,
+            p95: 3000.0,
+            min: Some(1.0),
+            max: Some(8000.0),
+        },
+        &RawDist::Lognormal {
+            p50: 180.0,
+            p95: 700.0,
+            min: Some(1.0),
+            max: Some(2000.0),
+        },
+    )
+    .unwrap()
+}
+
+pub(crate) fn pool(name: &str, p: Arc<ServerProfile>, replicas: u32, policy: Policy) -> PoolSpec {
+    PoolSpec {
+        name: name.into(),
+        profile_label: p.name.clone(),
+        profile: p,
+        replicas,
+        autoscale: None,
+        policy,
+        models: vec![0],
+        max_tokens: None,
+        replica_hour_usd: 1.0,
+    }
+}
+
+#[derive(Default)]
+struct Collect(Vec<Completion>);
+impl Observer for Collect {
+    fn completed(&mut self, c: &FleetCompletion) {
+        self.0.push(c.c);
+    }
+}
+
+/// A fleet of one pool gives exactly what the server experiment's driver
+/// gives for the same cluster and arrivals, with each of today's routers,
+/// stepwise and lazily: one pool with today's routers is today's model.
+#[test]
+fn one_pool_is_the_server_experiment() {
+    let prof = profile("llama-3.1-8b-h100-vllm");
+    for router in [
+        RouterKind::RoundRobin,
+        RouterKind::LeastOutstanding,
+        RouterKind::LeastKv,
+    ] {
+        let rate = 40.0;
+        let process = ArrivalProcess::new(&RawArrivals::Poisson, rate).unwrap();
+        let duration = secs(120.0);
+        let s = Scenario {
+            index: SCOPE,
+            name: "x".into(),
+            description: String::new(),
+            load: Load::Open {
+                rpm: rate * 60.0,
+                process: process.clone(),
+            },
+            lengths: lengths(),
+            duration,
+            replicas: 3,
+            router,
+            drain: true,
+            snapshots: vec![],
+            autoscale: None,
+        };
+        let mut want = Vec::new();
+        let (r, _) =
+            run_scenario_observed(prof.clone(), &s, 7, SCOPE, None, &mut |c| want.push(*c));
+        let spec = FleetSpec {
+            models: vec!["*".into()],
+            pools: vec![pool("p", prof.clone(), 3, router.policy())],
+            route: Policy::First,
+        };
+        let w = Workload {
+            source: Source::Open {
+                process,
+                len: Len::Dists(lengths()),
+            },
+            mix: vec![(0, 1.0)],
+        };
+        for lazy in [true, false] {
+            let mut got = Collect::default();
+            let opts = RunOpts {
+                lazy,
+                ..RunOpts::new(duration)
+            };
+            let fr = run_observed(&spec, &w, opts, 7, &mut got).unwrap();
+            assert!(want.len() > 3000, "{}", want.len());
+            assert!(
+                got.0 == want,
+                "{router:?} lazy {lazy}: the completions differ"
+            );
+            assert_eq!(
+                fr.lat.e2e.quantile_s(0.99),
+                r.metrics.total(r.until).e2e.quantile_s(0.99)
+            );
+        }
+    }
+}
+
+/// Requests go only to pools serving their model and length; `first`
+/// takes the first such pool in order; a request no pool serves is
+/// counted, never answered.
+#[test]
+fn pools_by_model_and_length() {
+    let prof = profile("llama-3.1-8b-h100-vllm");
+    let mut short = pool("short", prof.clone(), 2, Policy::LeastOutstanding);
+    short.max_tokens = Some(1000);
+    short.models = vec![0];
+    let mut long = pool("long", prof.clone(), 2, Policy::LeastOutstanding);
+    long.models = vec![0];
+    let mut other = pool("other", prof.clone(), 1, Policy::RoundRobin);
+    other.models = vec![1];
+    other.max_tokens = Some(500);
+    let spec = FleetSpec {
+        models: vec!["a".into(), "b".into()],
+        pools: vec![short, long, other],
+        route: Policy::First,
+    };
+    let w = Workload {
+        source: Source::Open {
+            process: ArrivalProcess::new(&RawArrivals::Poisson, 20.0).unwrap(),
+            len: Len::Dists(lengths()),
+        },
+        mix: vec![(0, 0.7), (1, 1.0)],
+    };
+    struct Check {
+        seen: [u64; 4],
+    }
+    impl Observer for Check {
+        fn routed(&mut self, _id: u64, a: &Arrival, pool: Option<usize>) {
+            let tokens = (a.input + a.output) as u64;
+            let want = match (a.model, tokens) {
+                (0, t) if t <= 1000 => Some(0),
+                (0, _) => Some(1),
+                (_, t) if t <= 500 => Some(2),
+                _ => None,
+            };
+            assert_eq!(pool, want, "{a:?}");
+            self.seen[pool.unwrap_or(3)] += 1;
+        }
+    }
+    let mut c = Check { seen: [0; 4] };
+    let r = run_observed(&spec, &w, RunOpts::new(secs(200.0)), 3, &mut c).unwrap();
+    assert!(c.seen.iter().all(|&n| n > 50), "{:?}", c.seen);
+    assert_eq!(r.unrouted, c.seen[3]);
+    assert_eq!(
+        r.pools.iter().map(|p| p.lat.completed).sum::<u64>() + r.unrouted,
+        r.arrivals
+    );
+}
+
+/// A fleet file: pools from a profile file and from a model × GPU; each
+/// kind of bad input names its field.
+#[test]
+fn fleet_files_load_and_bad_ones_name_the_field() {
+    let dir = std::env::temp_dir().join(format!("qsim-fleet-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models");
+    std::fs::write(
+        dir.join("c.json"),
+        "[[512, 0.3], [2048, 0.8], [8192, 1.0]]",
+    )
+    .unwrap();
+    let file = |name: &str, pools: &str, workload: &str| {
+        let text = format!(
+            "kind = \"fleet\"\nduration_s = 60\n{pools}\n[workload]\n{workload}\n"
+        );
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        config::load(&p)
+    };
+    let two = format!(
+        r#"[[pool]]
+name = "short"
+profile = "{models}/llama-3.1-8b-h100-vllm.toml"
+replicas = 3
+max_tokens = 2048
+[[pool]]
+name = "long"
+derive = {{ model = "llama-3.1-70b", gpu = "A100-80GB-SXM", tp = 8 }}
+replicas = 2"#
+    );
+    let ok = file("ok.toml", &two, "rate = 10\ncdf = \"c.json\"").unwrap();
+    assert_eq!(ok.fleet.pools.len(), 2);
+    assert_eq!(ok.fleet.pools[1].profile_label, "llama-3.1-70b@A100-80GB-SXMx8");
+    assert!((ok.fleet.pools[1].replica_hour_usd - 8.0 * 2.21).abs() < 1e-9);
+    assert!((ok.fleet.pools[0].replica_hour_usd - 3.78).abs() < 1e-9);
+    let bad = |pools: &str, workload: &str| file("bad.toml", pools, workload).unwrap_err();
+    let e = bad(
+        &two.replace("llama-3.1-8b-h100-vllm", "no-such"),
+        "rate = 10\ncdf = \"c.json\"",
+    );
+    assert_eq!(e.field, "pool.0.profile", "{e}");
+    let e = bad(&two.replace("A100-80GB-SXM", "B200"), "rate = 10\ncdf = \"c.json\"");
+    assert_eq!(e.field, "pool.1.derive.gpu", "{e}");
+    let e = bad(
+        &two.replace("replicas = 3", "replicas = 0").replace("replicas = 2", "replicas = 0"),
+        "rate = 10\ncdf = \"c.json\"",
+    );
+    assert_eq!(e.field, "pool", "{e}");
+    assert!(e.reason.contains("no replica"), "{e}");
+    let e = bad(&two.replace("2048", "9000"), "rate = 10\ncdf = \"c.json\"");
+    assert_eq!(e.field, "pool.0.max_tokens", "{e}");
+    assert!(e.reason.contains("outside"), "{e}");
+    let e = bad(
+        &format!("{two}\nmodels = [\"a\"]"),
+        "rate = 10\ncdf = \"c.json\"\nmix = { b = 1.0 }",
+    );
+    assert_eq!(e.field, "workload.mix.b", "{e}");
+    std::fs::write(dir.join("c.json"), "[[512, 0.3], [2048, 0.2], [8192, 1.0]]").unwrap();
+    let e = bad(&two, "rate = 10\ncdf = \"c.json\"");
+    assert_eq!((e.field.as_str(), e.source.ends_with("c.json")), ("cdf.1", true), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
