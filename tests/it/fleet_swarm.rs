@@ -1,22 +1,27 @@
 //! Seeded swarm over fleets (issue 39): random pools (profiles, replicas,
-//! routers, models, length thresholds), random routers between pools and
-//! random workloads, with invariants checked from outside the simulation:
-//! every request goes to a pool that serves its model and length (the
-//! first such pool under `first`), or to none when no pool does; every
-//! routed request leaves exactly once, from the pool it went to; no KV
-//! cache is ever over its capacity; a lazy run equals the step-by-step
-//! one. A failure names its seed; rerun one with `QSIM_SWARM_SEED=<seed>`.
+//! routers, models, length thresholds, prefix caches), random routers
+//! between pools and random workloads (with shared system prompts and
+//! multi-turn sessions), with invariants checked from outside the
+//! simulation: every request goes to a pool that serves its model and
+//! length (the first such pool under `first`), or to none when no pool
+//! does; every routed request leaves exactly once, from the pool and
+//! replica it went to; no KV cache is ever over its capacity, counting the
+//! cached blocks kept in free space; a request's prefix hits never exceed
+//! the blocks its replica can have cached (the longest run of its leading
+//! blocks that requests sent to that replica before it, or itself, carried);
+//! a lazy run equals the step-by-step one. A failure names its seed; rerun
+//! one with `QSIM_SWARM_SEED=<seed>`.
 
 use qsim_core::route::{Policy, Scorers, Spill};
 use qsim_sim::engine::rng::{stream, unit, Rng};
 use qsim_sim::engine::RawDist;
 use qsim_sim::fleet::run::{run_observed, Observer, RunOpts};
-use qsim_sim::fleet::workload::{Arrival, Len, Source, Workload};
+use qsim_sim::fleet::workload::{Arrival, Len, Source, Synthetic, Workload};
 use qsim_sim::fleet::{Fleet, FleetCompletion, FleetSpec, PoolSpec};
 use qsim_sim::server::{Completion, ServerProfile};
 use qsim_sim::time::{secs, Nanos};
 use qsim_sim::workload::{ArrivalProcess, Lengths, RawArrivals};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 fn pick(rng: &mut Rng, lo: u64, hi: u64) -> u64 {
@@ -86,6 +91,27 @@ fn random_policy(rng: &mut Rng, targets: usize, pools: bool) -> Policy {
 /// A random fleet and workload.
 fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
     let mut rng = stream(seed, 39, 1);
+    let unit_tokens = 32 * pick(&mut rng, 1, 4) as u32;
+    let synthetic = (unit(&mut rng) < 0.6).then(|| {
+        let sys = unit(&mut rng) < 0.7;
+        let sessions = if sys && unit(&mut rng) < 0.4 {
+            0
+        } else {
+            pick(&mut rng, 1, 40) as u32
+        };
+        Synthetic {
+            unit: unit_tokens,
+            system_prompts: if sys { pick(&mut rng, 1, 6) as u32 } else { 1 },
+            system_tokens: if sys {
+                pick(&mut rng, 1, 600) as u32
+            } else {
+                0
+            },
+            sessions,
+            turns: 1.0 + 6.0 * unit(&mut rng),
+            max_prompt: pick(&mut rng, 200, 2500) as u32,
+        }
+    });
     let nmodels = pick(&mut rng, 1, 3) as usize;
     let npools = pick(&mut rng, 1, 5) as usize;
     let mut pools = Vec::new();
@@ -116,6 +142,7 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
             models,
             max_tokens,
             replica_hour_usd: 1.0,
+            prefix_cache: unit(&mut rng) < 0.7,
         });
     }
     let route = random_policy(&mut rng, npools, true);
@@ -123,6 +150,7 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
         models: (0..nmodels).map(|m| format!("m{m}")).collect(),
         pools,
         route,
+        prefix_unit: synthetic.as_ref().map(|s| s.unit),
     };
     let len = Lengths::from_raw(
         "swarm",
@@ -158,6 +186,7 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
         source: Source::Open {
             process: ArrivalProcess::new(&RawArrivals::Poisson, rate).unwrap(),
             len: Len::Dists(len),
+            prefix: synthetic,
         },
         mix,
     };
@@ -167,8 +196,11 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
 /// The checker: what the spec alone says.
 struct Check<'a> {
     spec: &'a FleetSpec,
-    /// Requests in flight: id → pool.
-    inside: BTreeMap<u64, usize>,
+    /// Requests in flight: id → (pool, replica, leading full blocks, input).
+    inside: BTreeMap<u64, (usize, u32, Vec<u64>, u32)>,
+    /// Per (pool, replica): every block hash a request sent there carried.
+    seen: BTreeMap<(usize, u32), HashSet<u64>>,
+    hits: u64,
     last_id: Option<u64>,
     routed: u64,
     unrouted: u64,
@@ -188,7 +220,8 @@ impl Check<'_> {
 }
 
 impl Observer for Check<'_> {
-    fn routed(&mut self, id: u64, a: &Arrival, pool: Option<usize>) {
+    fn routed(&mut self, id: u64, a: &Arrival, hashes: &[u64], to: Option<(usize, u32)>) {
+        let pool = to.map(|t| t.0);
         assert!(self.last_id.is_none_or(|l| id > l), "ids increase");
         self.last_id = Some(id);
         let eligible: Vec<usize> = (0..self.spec.pools.len())
@@ -210,8 +243,17 @@ impl Observer for Check<'_> {
                 if self.spec.route == Policy::First {
                     assert_eq!(p, eligible[0], "first: the first pool serving it");
                 }
+                let r = to.unwrap().1;
+                let full = match self.spec.prefix_unit {
+                    Some(u) => hashes[..hashes.len().min((a.input / u) as usize)].to_vec(),
+                    None => Vec::new(),
+                };
+                self.seen
+                    .entry((p, r))
+                    .or_default()
+                    .extend(full.iter().copied());
                 assert!(
-                    self.inside.insert(id, p).is_none(),
+                    self.inside.insert(id, (p, r, full, a.input)).is_none(),
                     "request {id} routed twice"
                 );
                 self.routed += 1;
@@ -219,16 +261,31 @@ impl Observer for Check<'_> {
         }
     }
     fn completed(&mut self, c: &FleetCompletion) {
-        match self.inside.remove(&c.c.id) {
-            Some(p) => assert_eq!(
-                p, c.pool as usize,
-                "request {} left from another pool",
-                c.c.id
-            ),
-            None => panic!(
-                "request {} left but was not inside (lost or duplicated)",
-                c.c.id
-            ),
+        let id = c.c.id;
+        match self.inside.remove(&id) {
+            Some((p, r, full, input)) => {
+                assert_eq!(p, c.pool as usize, "request {id} left from another pool");
+                assert_eq!(r, c.c.replica, "request {id} left from another replica");
+                let cached = c.c.cached_tokens;
+                let ps = &self.spec.pools[p];
+                match self.spec.prefix_unit {
+                    Some(u) if ps.prefix_cache => {
+                        let seen = &self.seen[&(p, r)];
+                        let run = full.iter().take_while(|h| seen.contains(h)).count() as u32;
+                        assert!(
+                            cached.is_multiple_of(u) && cached <= run * u,
+                            "request {id}: {cached} cached tokens, at most {run} blocks of {u} could be"
+                        );
+                        assert!(
+                            cached < input,
+                            "request {id}: one prompt token at least is computed"
+                        );
+                        self.hits += (cached > 0) as u64;
+                    }
+                    _ => assert_eq!(cached, 0, "request {id}: hits without a prefix cache"),
+                }
+            }
+            None => panic!("request {id} left but was not inside (lost or duplicated)"),
         }
         self.done.push((c.pool, c.c));
     }
@@ -239,8 +296,9 @@ impl Observer for Check<'_> {
         for (p, ps) in self.spec.pools.iter().enumerate() {
             let c = f.cluster(p);
             for r in 0..c.replica_count() {
+                let (_, evictable) = c.prefix_cached(r);
                 assert!(
-                    c.kv_blocks_in_use(r) <= ps.profile.total_blocks,
+                    c.kv_blocks_in_use(r) as u64 + evictable <= ps.profile.total_blocks as u64,
                     "pool {p} replica {r}: KV over capacity"
                 );
                 self.kv_checks += 1;
@@ -258,11 +316,13 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn fleet_swarm_invariants() {
-    let mut totals = (0u64, 0u64, 0u64);
+    let mut totals = (0u64, 0u64, 0u64, 0u64);
     for seed in seeds() {
         let (spec, w, dur) = random_case(seed);
         let mut ck = Check {
             spec: &spec,
+            seen: BTreeMap::new(),
+            hits: 0,
             inside: BTreeMap::new(),
             last_id: None,
             routed: 0,
@@ -290,6 +350,8 @@ fn fleet_swarm_invariants() {
         // at the same times in the same order
         let mut lazy = Check {
             spec: &spec,
+            seen: BTreeMap::new(),
+            hits: 0,
             inside: BTreeMap::new(),
             last_id: None,
             routed: 0,
@@ -299,8 +361,8 @@ fn fleet_swarm_invariants() {
         };
         struct NoSteps<'a, 'b>(&'a mut Check<'b>);
         impl Observer for NoSteps<'_, '_> {
-            fn routed(&mut self, id: u64, a: &Arrival, pool: Option<usize>) {
-                self.0.routed(id, a, pool)
+            fn routed(&mut self, id: u64, a: &Arrival, h: &[u64], to: Option<(usize, u32)>) {
+                self.0.routed(id, a, h, to)
             }
             fn completed(&mut self, c: &FleetCompletion) {
                 self.0.completed(c)
@@ -311,11 +373,12 @@ fn fleet_swarm_invariants() {
         totals.0 += ck.routed;
         totals.1 += ck.unrouted;
         totals.2 += r.pools.iter().map(|p| p.metrics.preemptions).sum::<u64>();
+        totals.3 += ck.hits;
     }
     if seeds().len() > 1 {
         // the swarm covers routed and unrouted requests and preemption
         assert!(
-            totals.0 > 10_000 && totals.1 > 100 && totals.2 > 100,
+            totals.0 > 10_000 && totals.1 > 100 && totals.2 > 100 && totals.3 > 1000,
             "{totals:?}"
         );
     }

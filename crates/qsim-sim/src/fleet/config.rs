@@ -26,7 +26,7 @@
 //! cdf = "../data/fleet-sim/azure_cdf.json"
 //! ```
 
-use super::workload::{Len, Source, TokenCdf, Workload};
+use super::workload::{HashedSpec, Len, Source, Synthetic, TokenCdf, Workload};
 use super::{FleetSpec, PoolSpec};
 use crate::config::{from_value, read_toml, resolve_relative, source_exists, ConfigError};
 use crate::engine::RawDist;
@@ -275,6 +275,36 @@ pub struct RawPool {
     /// US dollars per replica-hour (default: the profile's `[price]`, or
     /// the GPU's price × tp for a derived profile).
     pub price_usd_hour: Option<f64>,
+    /// Cache prefixes by the workload's block hashes (default: yes, as
+    /// vLLM does).
+    pub prefix_cache: Option<bool>,
+}
+
+/// A trace with block hashes (Mooncake's JSON Lines).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMooncake {
+    pub file: String,
+    /// Tokens per hash (default 512, the Mooncake release's).
+    pub block_tokens: Option<i64>,
+    /// Times divided by this (default 1).
+    pub compress: Option<f64>,
+}
+
+/// Synthetic shared prefixes on an open-loop workload.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrefix {
+    /// Tokens per block hash (default 512).
+    pub unit_tokens: Option<i64>,
+    #[serde(default)]
+    pub system_prompts: i64,
+    #[serde(default)]
+    pub system_tokens: i64,
+    #[serde(default)]
+    pub sessions: i64,
+    pub turns: Option<f64>,
+    pub max_prompt_tokens: Option<i64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -290,6 +320,10 @@ pub struct RawWorkload {
     /// The input's share of a CDF total (default 0.8, vllm-sr-sim's).
     pub input_share: Option<f64>,
     pub trace: Option<RawTrace>,
+    /// A trace with block hashes.
+    pub mooncake: Option<RawMooncake>,
+    /// Shared prefixes drawn on the open loop.
+    pub prefix: Option<RawPrefix>,
     /// Model → share of requests.
     pub mix: Option<BTreeMap<String, f64>>,
 }
@@ -479,6 +513,47 @@ pub fn workload(
 ) -> Result<Workload, ConfigError> {
     let fld = |x: &str| format!("{at}.{x}");
     let lengths_given = w.input_tokens.is_some() || w.output_tokens.is_some();
+    if let Some(m) = &w.mooncake {
+        for (name, set) in [
+            ("trace", w.trace.is_some()),
+            ("cdf", w.cdf.is_some()),
+            ("rate", w.rate.is_some()),
+            ("arrivals", w.arrivals.is_some()),
+            ("input_tokens", lengths_given),
+            ("input_share", w.input_share.is_some()),
+            ("prefix", w.prefix.is_some()),
+        ] {
+            if set {
+                return Err(ConfigError::new(
+                    file,
+                    fld(name),
+                    "not used with a mooncake trace (its rows give times, tokens and block hashes)",
+                ));
+            }
+        }
+        let bt = m.block_tokens.unwrap_or(512);
+        if !(1..=1 << 20).contains(&bt) {
+            return Err(ConfigError::new(
+                file,
+                fld("mooncake.block_tokens"),
+                format!("must be in 1..=1048576, got {bt}"),
+            ));
+        }
+        let compress = m.compress.unwrap_or(1.0);
+        if !(compress.is_finite() && (1e-6..=1e6).contains(&compress)) {
+            return Err(ConfigError::new(
+                file,
+                fld("mooncake.compress"),
+                format!("must be in [1e-6, 1e6], got {compress}"),
+            ));
+        }
+        let spec = HashedSpec::scan(&resolve_relative(base, &m.file), bt as u32, compress)?;
+        let mix = mix(file, at, w.mix.as_ref(), models)?;
+        return Ok(Workload {
+            source: Source::Hashed(Arc::new(spec)),
+            mix,
+        });
+    }
     let source = match (&w.trace, &w.cdf) {
         (Some(_), Some(_)) => {
             return Err(ConfigError::new(
@@ -493,6 +568,7 @@ pub fn workload(
                 ("arrivals", w.arrivals.is_some()),
                 ("input_tokens", lengths_given),
                 ("input_share", w.input_share.is_some()),
+                ("prefix", w.prefix.is_some()),
             ] {
                 if set {
                     return Err(ConfigError::new(
@@ -558,11 +634,78 @@ pub fn workload(
                     Len::Dists(Lengths::from_raw(file, &format!("{at}."), i, o)?)
                 }
             };
-            Source::Open { process, len }
+            let prefix = match &w.prefix {
+                None => None,
+                Some(p) => Some(synthetic(file, &fld("prefix"), p)?),
+            };
+            Source::Open {
+                process,
+                len,
+                prefix,
+            }
         }
     };
     let mix = mix(file, at, w.mix.as_ref(), models)?;
     Ok(Workload { source, mix })
+}
+
+/// Validate synthetic prefixes at `at`.
+fn synthetic(file: &str, at: &str, p: &RawPrefix) -> Result<Synthetic, ConfigError> {
+    let fld = |x: &str| format!("{at}.{x}");
+    let int = |name: &str, v: i64, lo: i64, hi: i64| -> Result<u32, ConfigError> {
+        if (lo..=hi).contains(&v) {
+            Ok(v as u32)
+        } else {
+            Err(ConfigError::new(
+                file,
+                fld(name),
+                format!("must be in {lo}..={hi}, got {v}"),
+            ))
+        }
+    };
+    let unit = int("unit_tokens", p.unit_tokens.unwrap_or(512), 1, 1 << 20)?;
+    let system_prompts = int("system_prompts", p.system_prompts, 0, 1 << 20)?;
+    let system_tokens = int("system_tokens", p.system_tokens, 0, 1 << 24)?;
+    if (system_prompts == 0) != (system_tokens == 0) {
+        return Err(ConfigError::new(
+            file,
+            fld("system_tokens"),
+            "system prompts need both system_prompts and system_tokens",
+        ));
+    }
+    let sessions = int("sessions", p.sessions, 0, 1 << 20)?;
+    let turns = p.turns.unwrap_or(1.0);
+    if !(turns.is_finite() && (1.0..=10_000.0).contains(&turns)) {
+        return Err(ConfigError::new(
+            file,
+            fld("turns"),
+            format!("must be a mean number of turns in [1, 10000], got {turns}"),
+        ));
+    }
+    if p.turns.is_some() && sessions == 0 {
+        return Err(ConfigError::new(file, fld("turns"), "only with sessions"));
+    }
+    if sessions == 0 && system_prompts == 0 {
+        return Err(ConfigError::new(
+            file,
+            at,
+            "give system prompts (system_prompts, system_tokens) or sessions",
+        ));
+    }
+    let max_prompt = int(
+        "max_prompt_tokens",
+        p.max_prompt_tokens.unwrap_or(32768),
+        1,
+        1 << 24,
+    )?;
+    Ok(Synthetic {
+        unit,
+        system_prompts: system_prompts.max(1),
+        system_tokens,
+        sessions,
+        turns,
+        max_prompt,
+    })
 }
 
 /// The model mix: (model index, cumulative share).
@@ -765,6 +908,7 @@ pub fn pools(
             models: idx,
             max_tokens,
             replica_hour_usd: price,
+            prefix_cache: p.prefix_cache.unwrap_or(true),
         });
     }
     Ok((out, models))
@@ -774,6 +918,20 @@ pub fn pools(
 /// each pool's length threshold inside the workload's lengths; for each
 /// model asked for, a pool with replicas for its longest requests.
 pub fn check(file: &str, fleet: &FleetSpec, w: &Workload) -> Result<(), ConfigError> {
+    if let Some(u) = fleet.prefix_unit {
+        for (i, p) in fleet.pools.iter().enumerate() {
+            if p.prefix_cache && !u.is_multiple_of(p.profile.block_size) {
+                return Err(ConfigError::new(
+                    file,
+                    format!("pool[{i}].prefix_cache"),
+                    format!(
+                        "the workload's block hashes cover {u} tokens, not a multiple of the profile's KV block ({} tokens): set prefix_cache = false or change the hash size",
+                        p.profile.block_size
+                    ),
+                ));
+            }
+        }
+    }
     if fleet
         .pools
         .iter()
@@ -850,6 +1008,7 @@ pub fn load(path: &Path) -> Result<FleetFile, ConfigError> {
         models,
         pools,
         route,
+        prefix_unit: workload.prefix_unit(),
     };
     check(&f, &fleet, &workload)?;
     crate::config::duration_s(&f, "duration_s", raw.duration_s, true)?;

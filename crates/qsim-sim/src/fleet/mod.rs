@@ -55,6 +55,8 @@ pub struct PoolSpec {
     pub max_tokens: Option<u64>,
     /// US dollars per replica-hour.
     pub replica_hour_usd: f64,
+    /// Replicas cache prefixes (when the workload carries block hashes).
+    pub prefix_cache: bool,
 }
 
 /// A validated fleet: its models, pools and the router between pools.
@@ -63,6 +65,9 @@ pub struct FleetSpec {
     pub models: Vec<String>,
     pub pools: Vec<PoolSpec>,
     pub route: Policy,
+    /// Tokens per block hash of the workload (Mooncake: 512), when its
+    /// requests carry hashes: pools with `prefix_cache` cache by them.
+    pub prefix_unit: Option<u32>,
 }
 
 impl FleetSpec {
@@ -94,6 +99,8 @@ struct PoolView<'a> {
     pools: &'a [Pool],
     model: u16,
     tokens: u64,
+    hashes: &'a [u64],
+    prompt: u32,
 }
 
 impl Targets for PoolView<'_> {
@@ -119,6 +126,12 @@ impl Targets for PoolView<'_> {
     }
     fn kv(&self, i: usize) -> (u64, u64) {
         self.pools[i].cluster.kv_usage()
+    }
+    /// The best match of any of the pool's replicas.
+    fn prefix_hit(&self, i: usize) -> (u64, u64) {
+        self.pools[i]
+            .cluster
+            .best_prefix_hit(self.hashes, self.prompt)
     }
 }
 
@@ -157,6 +170,9 @@ impl Fleet {
                 );
                 if let Some(a) = &ps.autoscale {
                     c = c.with_autoscaler(a.clone());
+                }
+                if let (true, Some(u)) = (ps.prefix_cache, spec.prefix_unit) {
+                    c = c.with_prefix_cache(u);
                 }
                 let closed = ps.replicas == 0 && ps.autoscale.is_none();
                 Pool {
@@ -217,9 +233,9 @@ impl Fleet {
         self.refresh();
     }
 
-    /// The pool the router picks for a request of `model` with `tokens`
-    /// (input + output); `None`: no pool serves it.
-    pub fn choose(&mut self, model: u16, tokens: u64) -> Option<usize> {
+    /// The pool the router picks for a request of `model` with `input`
+    /// and `output` tokens and block `hashes`; `None`: no pool serves it.
+    pub fn choose(&mut self, model: u16, input: u32, output: u32, hashes: &[u64]) -> Option<usize> {
         let rng = &mut self.rng;
         let mut below = |n: u64| {
             use rand::Rng as _;
@@ -229,24 +245,32 @@ impl Fleet {
             &PoolView {
                 pools: &self.pools,
                 model,
-                tokens,
+                tokens: input as u64 + output as u64,
+                hashes,
+                prompt: input,
             },
             &mut below,
         )
     }
 
-    /// A request for `model` arrives at `now`: the router picks a pool and
-    /// the pool a replica. Returns the pool, or `None` when no pool serves
-    /// the request (it is counted as unrouted and answered nowhere).
-    pub fn submit(&mut self, now: Nanos, req: Request, model: u16) -> Option<usize> {
-        let tokens = req.input_tokens as u64 + req.output_tokens as u64;
-        let Some(p) = self.choose(model, tokens) else {
+    /// A request for `model` with block `hashes` arrives at `now`: the
+    /// router picks a pool and the pool a replica. Returns (pool, replica),
+    /// or `None` when no pool serves the request (it is counted as
+    /// unrouted and answered nowhere).
+    pub fn submit(
+        &mut self,
+        now: Nanos,
+        req: Request,
+        model: u16,
+        hashes: &[u64],
+    ) -> Option<(usize, u32)> {
+        let Some(p) = self.choose(model, req.input_tokens, req.output_tokens, hashes) else {
             self.unrouted += 1;
             return None;
         };
-        self.pools[p].cluster.submit(now, req);
+        let r = self.pools[p].cluster.submit_hashed(now, req, hashes, 0);
         self.after(p);
-        Some(p)
+        Some((p, r))
     }
 
     /// Pool `p` changed: its deadline and completions.

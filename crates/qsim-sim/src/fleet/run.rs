@@ -7,7 +7,7 @@ use super::workload::{Arrival, Requests, Workload};
 use super::{Fleet, FleetCompletion, FleetSpec};
 use crate::config::ConfigError;
 use crate::engine::{DurationHist, EventQueue};
-use crate::server::{ReplicaMetrics, Request};
+use crate::server::{PrefixStats, ReplicaMetrics, Request};
 use crate::time::{Nanos, NEVER};
 use crate::work::{step_units, Tally, UNITS_PER_REQUEST};
 
@@ -42,8 +42,9 @@ impl RunOpts {
 /// Watches a run from outside (checkers, per-request tables); watching
 /// changes nothing.
 pub trait Observer {
-    /// A request arrived and went to `pool` (`None`: no pool serves it).
-    fn routed(&mut self, _id: u64, _a: &Arrival, _pool: Option<usize>) {}
+    /// A request arrived (with its block hashes) and went to (pool,
+    /// replica) (`None`: no pool serves it).
+    fn routed(&mut self, _id: u64, _a: &Arrival, _hashes: &[u64], _to: Option<(usize, u32)>) {}
     /// A request left the fleet.
     fn completed(&mut self, _c: &FleetCompletion) {}
     /// Called after every step with the fleet as it is then (only when
@@ -108,6 +109,8 @@ pub struct PoolResult {
     pub cost_usd: f64,
     /// Requests still inside at the end.
     pub unfinished: u64,
+    /// The replicas' prefix caches, summed.
+    pub prefix: PrefixStats,
 }
 
 /// A run's results.
@@ -125,6 +128,17 @@ pub struct FleetResult {
 }
 
 impl FleetResult {
+    /// Prefix caches over the fleet.
+    pub fn prefix(&self) -> PrefixStats {
+        let mut t = PrefixStats::default();
+        for p in &self.pools {
+            t.units += p.prefix.units;
+            t.hit_units += p.prefix.hit_units;
+            t.saved_tokens += p.prefix.saved_tokens;
+        }
+        t
+    }
+
     /// Every token gap of the run over the fleet (ITL).
     pub fn itl(&self) -> DurationHist {
         let mut h = DurationHist::new();
@@ -195,7 +209,7 @@ pub fn run_observed(
             let a = src.pop().expect("peeked arrival");
             let id = next_id;
             next_id += 1;
-            let p = fleet.submit(
+            let to = fleet.submit(
                 a.at,
                 Request {
                     id,
@@ -203,11 +217,12 @@ pub fn run_observed(
                     output_tokens: a.output,
                 },
                 a.model,
+                src.hashes(),
             );
-            if let Some(p) = p {
+            if let Some((p, _)) = to {
                 routed[p] += 1;
             }
-            obs.routed(id, &a, p);
+            obs.routed(id, &a, src.hashes(), to);
             if let Some(t) = src.peek() {
                 q.schedule(t, Ev::Arrival);
             }
@@ -249,6 +264,7 @@ pub fn run_observed(
             replicas_max: if closed { 0 } else { c.gpu_replicas().max },
             cost_usd: usd,
             unfinished: c.outstanding() as u64,
+            prefix: c.prefix_stats(),
         });
     }
     Ok(FleetResult {

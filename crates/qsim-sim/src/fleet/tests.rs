@@ -51,6 +51,7 @@ pub(crate) fn pool(name: &str, p: Arc<ServerProfile>, replicas: u32, policy: Pol
         models: vec![0],
         max_tokens: None,
         replica_hour_usd: 1.0,
+        prefix_cache: false,
     }
 }
 
@@ -99,11 +100,13 @@ fn one_pool_is_the_server_experiment() {
             models: vec!["*".into()],
             pools: vec![pool("p", prof.clone(), 3, router.policy())],
             route: Policy::First,
+            prefix_unit: None,
         };
         let w = Workload {
             source: Source::Open {
                 process,
                 len: Len::Dists(lengths()),
+                prefix: None,
             },
             mix: vec![(0, 1.0)],
         };
@@ -145,11 +148,13 @@ fn pools_by_model_and_length() {
         models: vec!["a".into(), "b".into()],
         pools: vec![short, long, other],
         route: Policy::First,
+        prefix_unit: None,
     };
     let w = Workload {
         source: Source::Open {
             process: ArrivalProcess::new(&RawArrivals::Poisson, 20.0).unwrap(),
             len: Len::Dists(lengths()),
+            prefix: None,
         },
         mix: vec![(0, 0.7), (1, 1.0)],
     };
@@ -157,7 +162,8 @@ fn pools_by_model_and_length() {
         seen: [u64; 4],
     }
     impl Observer for Check {
-        fn routed(&mut self, _id: u64, a: &Arrival, pool: Option<usize>) {
+        fn routed(&mut self, _id: u64, a: &Arrival, _h: &[u64], to: Option<(usize, u32)>) {
+            let pool = to.map(|t| t.0);
             let tokens = (a.input + a.output) as u64;
             let want = match (a.model, tokens) {
                 (0, t) if t <= 1000 => Some(0),
@@ -186,15 +192,9 @@ fn fleet_files_load_and_bad_ones_name_the_field() {
     let dir = std::env::temp_dir().join(format!("qsim-fleet-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models");
-    std::fs::write(
-        dir.join("c.json"),
-        "[[512, 0.3], [2048, 0.8], [8192, 1.0]]",
-    )
-    .unwrap();
+    std::fs::write(dir.join("c.json"), "[[512, 0.3], [2048, 0.8], [8192, 1.0]]").unwrap();
     let file = |name: &str, pools: &str, workload: &str| {
-        let text = format!(
-            "kind = \"fleet\"\nduration_s = 60\n{pools}\n[workload]\n{workload}\n"
-        );
+        let text = format!("kind = \"fleet\"\nduration_s = 60\n{pools}\n[workload]\n{workload}\n");
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
         config::load(&p)
@@ -212,7 +212,10 @@ replicas = 2"#
     );
     let ok = file("ok.toml", &two, "rate = 10\ncdf = \"c.json\"").unwrap();
     assert_eq!(ok.fleet.pools.len(), 2);
-    assert_eq!(ok.fleet.pools[1].profile_label, "llama-3.1-70b@A100-80GB-SXMx8");
+    assert_eq!(
+        ok.fleet.pools[1].profile_label,
+        "llama-3.1-70b@A100-80GB-SXMx8"
+    );
     assert!((ok.fleet.pools[1].replica_hour_usd - 8.0 * 2.21).abs() < 1e-9);
     assert!((ok.fleet.pools[0].replica_hour_usd - 3.78).abs() < 1e-9);
     let bad = |pools: &str, workload: &str| file("bad.toml", pools, workload).unwrap_err();
@@ -221,10 +224,14 @@ replicas = 2"#
         "rate = 10\ncdf = \"c.json\"",
     );
     assert_eq!(e.field, "pool.0.profile", "{e}");
-    let e = bad(&two.replace("A100-80GB-SXM", "B200"), "rate = 10\ncdf = \"c.json\"");
+    let e = bad(
+        &two.replace("A100-80GB-SXM", "B200"),
+        "rate = 10\ncdf = \"c.json\"",
+    );
     assert_eq!(e.field, "pool.1.derive.gpu", "{e}");
     let e = bad(
-        &two.replace("replicas = 3", "replicas = 0").replace("replicas = 2", "replicas = 0"),
+        &two.replace("replicas = 3", "replicas = 0")
+            .replace("replicas = 2", "replicas = 0"),
         "rate = 10\ncdf = \"c.json\"",
     );
     assert_eq!(e.field, "pool", "{e}");
@@ -239,6 +246,69 @@ replicas = 2"#
     assert_eq!(e.field, "workload.mix.b", "{e}");
     std::fs::write(dir.join("c.json"), "[[512, 0.3], [2048, 0.2], [8192, 1.0]]").unwrap();
     let e = bad(&two, "rate = 10\ncdf = \"c.json\"");
-    assert_eq!((e.field.as_str(), e.source.ends_with("c.json")), ("cdf.1", true), "{e}");
+    assert_eq!(
+        (e.field.as_str(), e.source.ends_with("c.json")),
+        ("cdf.1", true),
+        "{e}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// With a cache that never evicts and each request arriving after the
+/// previous one's prompt is computed, the hit ratio is the fraction of
+/// full 512-token blocks of the Mooncake sample whose hash an earlier
+/// request carried: counted here from the file alone, equal to the
+/// replica's count unit for unit.
+#[test]
+fn unbounded_cache_hits_the_repeated_blocks_of_the_mooncake_trace() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../data/mooncake/conversation_trace_10min.jsonl");
+    let text = std::fs::read_to_string(&src).unwrap();
+    // the independent count, and a copy 100 s apart
+    let (mut full, mut repeated) = (0u64, 0u64);
+    let mut seen = std::collections::HashSet::new();
+    let mut spaced = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let input = v["input_length"].as_u64().unwrap();
+        let hashes: Vec<u64> = v["hash_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_u64().unwrap())
+            .collect();
+        let f = &hashes[..(input / 512) as usize];
+        full += f.len() as u64;
+        repeated += f.iter().filter(|h| seen.contains(*h)).count() as u64;
+        seen.extend(f.iter().copied());
+        v["timestamp"] = serde_json::json!(i as u64 * 100_000);
+        spaced += &format!("{v}\n");
+    }
+    assert!(full > 20_000 && repeated * 4 > full, "{repeated} of {full}");
+    let dir = std::env::temp_dir().join(format!("qsim-fleet-mc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("spaced.jsonl");
+    std::fs::write(&path, spaced).unwrap();
+    let mut p = (*profile("llama-3.1-8b-h100-vllm")).clone();
+    p.total_blocks = 40_000_000;
+    p.max_model_len = 1 << 20;
+    let mut pool = pool("one", Arc::new(p), 1, Policy::First);
+    pool.prefix_cache = true;
+    let spec = FleetSpec {
+        models: vec!["*".into()],
+        pools: vec![pool],
+        route: Policy::First,
+        prefix_unit: Some(512),
+    };
+    let w = Workload {
+        source: Source::Hashed(Arc::new(
+            workload::HashedSpec::scan(&path, 512, 1.0).unwrap(),
+        )),
+        mix: vec![(0, 1.0)],
+    };
+    let r = super::run::run(&spec, &w, RunOpts::new(secs(1e6)), 1).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(r.arrivals, text.lines().count() as u64);
+    let s = r.prefix();
+    assert_eq!((s.units, s.hit_units), (full, repeated));
 }

@@ -9,17 +9,26 @@
 //!   1), split into input `⌊total × input_share⌋` (at least 1) and output
 //!   the rest (at least 1), as vllm-sr-sim's `CdfWorkload` does;
 //! - a request trace (any format `qsim trace` reads);
+//! - a trace with block hashes (Mooncake's JSON Lines: `timestamp` ms,
+//!   `input_length`, `output_length`, `hash_ids`, one hash per block of
+//!   `block_tokens`, 512 in Mooncake's release), read as a stream;
+//! - synthetic shared prefixes on an open loop ([`Synthetic`]): system
+//!   prompts shared by groups of requests, and multi-turn sessions whose
+//!   every turn repeats the conversation so far.
 //!
 //! The model of each request is drawn by the mix's shares. Every source
-//! holds one arrival ahead (no per-request storage).
+//! holds one arrival ahead (no per-request storage; sessions: the active
+//! ones).
 
 use crate::config::ConfigError;
 use crate::engine::rng::{component, stream, unit, Rng};
-use crate::time::Nanos;
+use crate::time::{Nanos, NEVER};
 use crate::trace::{TraceSource, TraceSpec};
 use crate::workload::{ArrivalProcess, Lengths, OpenLoop};
 use serde::Deserialize;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// A validated token-length CDF: (total tokens, cumulative fraction),
@@ -208,13 +217,205 @@ pub fn split(total: u32, share: f64) -> (u32, u32) {
     (input, total.saturating_sub(input).max(1))
 }
 
+/// Shared prefixes drawn on an open loop, in units of `unit` tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthetic {
+    pub unit: u32,
+    /// System prompts: how many, and their length in tokens; each request
+    /// (each session) takes one uniformly, before its own tokens.
+    pub system_prompts: u32,
+    pub system_tokens: u32,
+    /// Multi-turn sessions: how many are active at once (each arrival
+    /// continues one of them, uniformly), and their mean number of turns
+    /// (geometric); 0: every request stands alone. A turn's prompt is the
+    /// conversation so far (the previous prompt and its answer) followed
+    /// by the new drawn input.
+    pub sessions: u32,
+    pub turns: f64,
+    /// A session ends rather than grow a prompt past this many tokens.
+    pub max_prompt: u32,
+}
+
+/// A trace with block hashes, validated by a scan at load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HashedSpec {
+    pub path: PathBuf,
+    /// Tokens per hash (Mooncake: 512).
+    pub block_tokens: u32,
+    /// Times divided by this (2: the trace in half the time).
+    pub compress: f64,
+    pub rows: u64,
+    /// The shortest and longest totals (input + output).
+    pub min_total: u64,
+    pub max_total: u64,
+}
+
 /// Where requests come from.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// An arrival process with token counts drawn from `len`.
-    Open { process: ArrivalProcess, len: Len },
+    /// An arrival process with token counts drawn from `len` (and shared
+    /// prefixes, if any).
+    Open {
+        process: ArrivalProcess,
+        len: Len,
+        prefix: Option<Synthetic>,
+    },
     /// A request trace's times and token counts.
     Trace(Arc<TraceSpec>),
+    /// A trace with block hashes.
+    Hashed(Arc<HashedSpec>),
+}
+
+/// The longest line of a hashed trace (a request of ~500,000 blocks).
+const MAX_LINE: u64 = 8 << 20;
+
+#[derive(Deserialize)]
+struct HashedRow {
+    timestamp: f64,
+    input_length: u64,
+    output_length: u64,
+    #[serde(default)]
+    hash_ids: Vec<u64>,
+}
+
+/// Rows of a hashed trace, one line at a time.
+struct HashedReader {
+    lines: BufReader<std::fs::File>,
+    buf: Vec<u8>,
+    line: u64,
+    name: String,
+    block_tokens: u32,
+    last: f64,
+}
+
+/// A row: (time in ms, input, output); the hashes into `hashes`.
+type Row = (f64, u32, u32);
+
+impl HashedReader {
+    fn open(path: &Path, block_tokens: u32) -> Result<Self, ConfigError> {
+        let name = path.display().to_string();
+        let f = crate::input::open_stream(path).map_err(|r| ConfigError::new(&name, "", r))?;
+        Ok(HashedReader {
+            lines: BufReader::with_capacity(1 << 16, f),
+            buf: Vec::new(),
+            line: 0,
+            name,
+            block_tokens,
+            last: f64::NEG_INFINITY,
+        })
+    }
+
+    fn next(&mut self, hashes: &mut Vec<u64>) -> Result<Option<Row>, ConfigError> {
+        loop {
+            self.buf.clear();
+            self.line += 1;
+            let n = (&mut self.lines)
+                .take(MAX_LINE + 1)
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| ConfigError::new(&self.name, "", format!("cannot read: {e}")))?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let here = format!("line {}", self.line);
+            if n as u64 > MAX_LINE {
+                return Err(ConfigError::new(
+                    &self.name,
+                    here,
+                    format!("longer than {MAX_LINE} bytes"),
+                ));
+            }
+            let text = std::str::from_utf8(&self.buf)
+                .map_err(|_| ConfigError::new(&self.name, &here, "not UTF-8"))?
+                .trim();
+            if text.is_empty() {
+                continue;
+            }
+            let r: HashedRow = serde_json::from_str(text).map_err(|e| {
+                ConfigError::new(
+                    &self.name,
+                    &here,
+                    format!("not a row with timestamp, input_length, output_length, hash_ids: {e}"),
+                )
+            })?;
+            if !(r.timestamp.is_finite() && r.timestamp >= 0.0 && r.timestamp <= 1e15) {
+                return Err(ConfigError::new(
+                    &self.name,
+                    format!("{here}.timestamp"),
+                    format!("must be milliseconds in [0, 1e15], got {}", r.timestamp),
+                ));
+            }
+            if r.timestamp < self.last {
+                return Err(ConfigError::new(
+                    &self.name,
+                    format!("{here}.timestamp"),
+                    format!(
+                        "{} is before the previous row's {}: rows must be in time order",
+                        r.timestamp, self.last
+                    ),
+                ));
+            }
+            self.last = r.timestamp;
+            for (f, v) in [
+                ("input_length", r.input_length),
+                ("output_length", r.output_length),
+            ] {
+                if !(1..=16_777_216).contains(&v) {
+                    return Err(ConfigError::new(
+                        &self.name,
+                        format!("{here}.{f}"),
+                        format!("must be in 1..=16777216, got {v}"),
+                    ));
+                }
+            }
+            let blocks = r.input_length.div_ceil(self.block_tokens as u64);
+            if r.hash_ids.len() as u64 > blocks {
+                return Err(ConfigError::new(
+                    &self.name,
+                    format!("{here}.hash_ids"),
+                    format!(
+                        "{} hashes for {} input tokens: at most one per {} tokens ({blocks})",
+                        r.hash_ids.len(),
+                        r.input_length,
+                        self.block_tokens
+                    ),
+                ));
+            }
+            hashes.clear();
+            hashes.extend_from_slice(&r.hash_ids);
+            return Ok(Some((
+                r.timestamp,
+                r.input_length as u32,
+                r.output_length as u32,
+            )));
+        }
+    }
+}
+
+impl HashedSpec {
+    /// Scan the whole trace once (every row checked), keeping nothing but
+    /// its length and the range of totals.
+    pub fn scan(path: &Path, block_tokens: u32, compress: f64) -> Result<HashedSpec, ConfigError> {
+        let mut r = HashedReader::open(path, block_tokens)?;
+        let mut h = Vec::new();
+        let (mut rows, mut lo, mut hi) = (0u64, u64::MAX, 0u64);
+        while let Some((_, i, o)) = r.next(&mut h)? {
+            rows += 1;
+            let t = i as u64 + o as u64;
+            lo = lo.min(t);
+            hi = hi.max(t);
+        }
+        if rows == 0 {
+            return Err(ConfigError::new(path.display().to_string(), "", "no rows"));
+        }
+        Ok(HashedSpec {
+            path: path.to_path_buf(),
+            block_tokens,
+            compress,
+            rows,
+            min_total: lo,
+            max_total: hi,
+        })
+    }
 }
 
 /// A validated workload.
@@ -238,6 +439,25 @@ pub struct Arrival {
 enum Inner {
     Open(Box<OpenLoop>),
     Trace(Box<TraceSource>),
+    Hashed {
+        reader: Box<HashedReader>,
+        compress: f64,
+        /// The next row, read ahead, and its hashes.
+        next: Option<(Nanos, u32, u32)>,
+        next_hashes: Vec<u64>,
+        end: Nanos,
+        left: u64,
+    },
+}
+
+/// A session in progress (multi-turn synthetic prefixes).
+#[derive(Debug, Clone, Copy)]
+struct Session {
+    id: u64,
+    group: u32,
+    /// Tokens of the conversation so far (after the system prompt).
+    context: u32,
+    turns_left: u32,
 }
 
 /// The workload's requests in time order, one ahead.
@@ -247,6 +467,24 @@ pub struct Requests {
     cdf: Option<Len>,
     mix: Vec<(u16, f64)>,
     rng: Rng,
+    synthetic: Option<Synthetic>,
+    sessions: Vec<Option<Session>>,
+    next_session: u64,
+    next_request: u64,
+    /// The block hashes of the request last popped.
+    hashes: Vec<u64>,
+}
+
+/// A block hash from (kind, owner, index): splitmix64 of the three.
+#[inline]
+fn block_hash(kind: u64, owner: u64, k: u64) -> u64 {
+    let mut z = kind
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(owner.wrapping_mul(0xbf58_476d_1ce4_e5b9))
+        .wrapping_add(k.wrapping_mul(0x94d0_49bb_1331_11eb));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// Random-stream scope of a fleet run's workload (and its first pool's
@@ -256,32 +494,131 @@ pub const SCOPE: u64 = 0x39;
 impl Requests {
     /// From time 0 until `end` (exclusive), at most `limit` requests.
     pub fn new(w: &Workload, seed: u64, end: Nanos, limit: u64) -> Result<Self, ConfigError> {
+        let mut synthetic = None;
         let inner = match &w.source {
-            Source::Open { process, len } => Inner::Open(Box::new(OpenLoop::new(
-                process.clone(),
-                match len {
-                    Len::Dists(l) => l.clone(),
-                    // the CDF is drawn here: the open loop's own lengths
-                    // are not used (a constant it never draws from)
-                    Len::Cdf { .. } => Lengths {
-                        input: crate::engine::Sampler::constant(1.0),
-                        output: crate::engine::Sampler::constant(1.0),
+            Source::Hashed(spec) => {
+                let mut reader = Box::new(HashedReader::open(&spec.path, spec.block_tokens)?);
+                let mut next_hashes = Vec::new();
+                let next = reader
+                    .next(&mut next_hashes)?
+                    .map(|(ms, i, o)| (ms_to_ns(ms, spec.compress), i, o));
+                Inner::Hashed {
+                    reader,
+                    compress: spec.compress,
+                    next,
+                    next_hashes,
+                    end,
+                    left: limit,
+                }
+            }
+            Source::Open {
+                process,
+                len,
+                prefix,
+            } => {
+                synthetic = prefix.clone();
+                Inner::Open(Box::new(OpenLoop::new(
+                    process.clone(),
+                    match len {
+                        Len::Dists(l) => l.clone(),
+                        // the CDF is drawn here: the open loop's own lengths
+                        // are not used (a constant it never draws from)
+                        Len::Cdf { .. } => Lengths {
+                            input: crate::engine::Sampler::constant(1.0),
+                            output: crate::engine::Sampler::constant(1.0),
+                        },
                     },
-                },
-                seed,
-                SCOPE,
-                0,
-                end,
-                limit,
-            ))),
+                    seed,
+                    SCOPE,
+                    0,
+                    end,
+                    limit,
+                )))
+            }
             Source::Trace(spec) => Inner::Trace(Box::new(TraceSource::open(spec, seed, SCOPE)?)),
         };
+        let sessions = vec![None; synthetic.as_ref().map_or(0, |s| s.sessions as usize)];
         Ok(Requests {
             inner,
             cdf: w.cdf_len().cloned(),
             mix: w.mix.clone(),
             rng: stream(seed, SCOPE, component::WORKLOAD),
+            synthetic,
+            sessions,
+            next_session: 0,
+            next_request: 0,
+            hashes: Vec::new(),
         })
+    }
+
+    /// The block hashes of the request last popped (empty without).
+    #[inline]
+    pub fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    /// Shared prefixes for a request of `input` drawn tokens: its prompt
+    /// length, its hashes into `self.hashes`.
+    fn prefix(&mut self, input: u32, output: u32) -> u32 {
+        let Some(sy) = &self.synthetic else {
+            return input;
+        };
+        let (u, sys) = (sy.unit, sy.system_tokens);
+        let req = self.next_request;
+        self.next_request += 1;
+        let pick = |rng: &mut Rng, n: u32| ((unit(rng) * n as f64) as u32).min(n.saturating_sub(1));
+        // (group, owner of the tokens after the system prompt, tokens of
+        // the conversation before this turn's input)
+        let (group, owner, context) = if self.sessions.is_empty() {
+            (
+                pick(&mut self.rng, sy.system_prompts),
+                (1u64 << 63) | req,
+                0,
+            )
+        } else {
+            let k = pick(&mut self.rng, sy.sessions) as usize;
+            let s = match self.sessions[k] {
+                Some(s)
+                    if s.turns_left > 0
+                        && sys as u64 + s.context as u64 + input as u64 <= sy.max_prompt as u64 =>
+                {
+                    s
+                }
+                _ => {
+                    // a new session: its number of turns is geometric
+                    let p = 1.0 / sy.turns.max(1.0);
+                    let mut turns = 1u32;
+                    while turns < 10_000 && unit(&mut self.rng) >= p {
+                        turns += 1;
+                    }
+                    self.next_session += 1;
+                    Session {
+                        id: self.next_session,
+                        group: pick(&mut self.rng, sy.system_prompts),
+                        context: 0,
+                        turns_left: turns,
+                    }
+                }
+            };
+            self.sessions[k] = Some(Session {
+                context: s.context.saturating_add(input).saturating_add(output),
+                turns_left: s.turns_left - 1,
+                ..s
+            });
+            (s.group, s.id, s.context)
+        };
+        let prompt = sys.saturating_add(context).saturating_add(input);
+        self.hashes.clear();
+        let units = prompt.div_ceil(u);
+        for k in 0..units as u64 {
+            let h = if sys > 0 && (k + 1) * u as u64 <= sys as u64 {
+                block_hash(1, group as u64, k)
+            } else {
+                block_hash(2, owner, k)
+            };
+            self.hashes.push(h);
+        }
+        prompt
     }
 
     /// The next arrival's time.
@@ -290,20 +627,45 @@ impl Requests {
         match &self.inner {
             Inner::Open(o) => o.peek(),
             Inner::Trace(t) => t.peek(),
+            Inner::Hashed {
+                next, end, left, ..
+            } => next.filter(|n| n.0 < *end && *left > 0).map(|n| n.0),
         }
     }
 
     /// The next request.
     pub fn pop(&mut self) -> Option<Arrival> {
+        let peeked = self.peek()?;
         let (at, mut input, mut output) = match &mut self.inner {
             Inner::Open(o) => o.pop()?,
             Inner::Trace(t) => {
                 let a = t.pop()?;
                 (a.at, a.input, a.output)
             }
+            Inner::Hashed {
+                reader,
+                compress,
+                next,
+                next_hashes,
+                left,
+                ..
+            } => {
+                let row = next.take()?;
+                std::mem::swap(&mut self.hashes, next_hashes);
+                *left -= 1;
+                *next = reader
+                    .next(next_hashes)
+                    .unwrap_or_else(|e| panic!("the trace changed since it was checked: {e}"))
+                    .map(|(ms, i, o)| (ms_to_ns(ms, *compress), i, o));
+                row
+            }
         };
+        debug_assert_eq!(at, peeked);
         if let Some(l) = &self.cdf {
             (input, output) = l.sample(&mut self.rng);
+        }
+        if self.synthetic.is_some() {
+            input = self.prefix(input, output);
         }
         let model = if self.mix.len() == 1 {
             self.mix[0].0
@@ -324,7 +686,24 @@ impl Requests {
     }
 }
 
+/// A trace time in ms, compressed, in ns (the clock's range is checked at
+/// load: timestamps ≤ 1e15 ms).
+fn ms_to_ns(ms: f64, compress: f64) -> Nanos {
+    ((ms / compress) * 1e6).round().min((NEVER - 1) as f64) as Nanos
+}
+
 impl Workload {
+    /// The tokens each block hash covers, if the requests carry hashes.
+    pub fn prefix_unit(&self) -> Option<u32> {
+        match &self.source {
+            Source::Hashed(h) => Some(h.block_tokens),
+            Source::Open {
+                prefix: Some(s), ..
+            } => Some(s.unit),
+            _ => None,
+        }
+    }
+
     /// The CDF lengths, if the source draws from one.
     pub fn cdf_len(&self) -> Option<&Len> {
         match &self.source {
@@ -341,6 +720,10 @@ impl Workload {
     /// buckets; a trace: unknown).
     pub fn total_range(&self) -> Option<(u64, u64)> {
         match &self.source {
+            // shared prefixes lengthen the prompts: no fixed range
+            Source::Open {
+                prefix: Some(_), ..
+            } => None,
             Source::Open {
                 len: Len::Cdf { cdf, .. },
                 ..
@@ -352,6 +735,7 @@ impl Workload {
                 let hi = l.input.max + l.output.max;
                 Some((lo as u64, hi.min(u64::MAX as f64 / 2.0) as u64))
             }
+            Source::Hashed(h) => Some((h.min_total, h.max_total)),
             Source::Trace(_) => None,
         }
     }

@@ -12,11 +12,13 @@
 //! per-token events. A request's state lives only while it is in the server.
 
 pub mod metrics;
+mod prefix;
 pub mod profile;
 mod replica;
 mod request;
 
 pub use metrics::{ClusterMetrics, ReplicaMetrics, TimeAvg};
+pub use prefix::PrefixStats;
 pub use profile::{load_profile, IterationModel, ServerProfile};
 pub use request::{Completion, Request};
 
@@ -101,10 +103,22 @@ struct Scaling {
     log: Vec<ScaleEvent>,
 }
 
-/// The replicas as the core's router sees them, every one ready.
+/// The replicas as the core's router sees them, every one ready; the
+/// request's block hashes and prompt length for prefix matches.
 struct AllReady<'a> {
     r: &'a [Replica],
     total: u64,
+    hashes: &'a [u64],
+    prompt: u32,
+}
+
+/// Replica `r`'s cached leading units of a request, and its full units.
+#[inline]
+fn prefix_hit(r: &Replica, hashes: &[u64], prompt: u32) -> (u64, u64) {
+    match &r.prefix {
+        Some(pc) if !hashes.is_empty() => pc.peek(hashes, prompt),
+        _ => (0, 0),
+    }
 }
 
 impl Targets for AllReady<'_> {
@@ -124,6 +138,9 @@ impl Targets for AllReady<'_> {
     fn kv(&self, i: usize) -> (u64, u64) {
         (self.r[i].blocks_in_use() as u64, self.total)
     }
+    fn prefix_hit(&self, i: usize) -> (u64, u64) {
+        prefix_hit(&self.r[i], self.hashes, self.prompt)
+    }
 }
 
 /// The replicas of an autoscaled cluster: only `Ready` ones take requests.
@@ -131,6 +148,8 @@ struct Serving<'a> {
     r: &'a [Replica],
     life: &'a [Life],
     total: u64,
+    hashes: &'a [u64],
+    prompt: u32,
 }
 
 impl Targets for Serving<'_> {
@@ -153,6 +172,9 @@ impl Targets for Serving<'_> {
     #[inline]
     fn kv(&self, i: usize) -> (u64, u64) {
         (self.r[i].blocks_in_use() as u64, self.total)
+    }
+    fn prefix_hit(&self, i: usize) -> (u64, u64) {
+        prefix_hit(&self.r[i], self.hashes, self.prompt)
     }
 }
 
@@ -185,6 +207,8 @@ pub struct Cluster {
     /// [`advance_lazily`](Self::advance_lazily)): `deadlines` then holds
     /// each replica's [`Replica::leave_bound`].
     lazy: bool,
+    /// Tokens per block hash when the replicas cache prefixes.
+    prefix_unit: Option<u32>,
 }
 
 impl Cluster {
@@ -231,7 +255,27 @@ impl Cluster {
             next_deadline: NEVER,
             deadlines: vec![NEVER; n as usize],
             lazy: false,
+            prefix_unit: None,
             profile,
+        }
+    }
+
+    /// Every replica (and every replica started later) caches prefixes in
+    /// units of `unit` tokens, a multiple of the profile's block size.
+    pub fn with_prefix_cache(mut self, unit: u32) -> Self {
+        assert!(unit > 0 && unit.is_multiple_of(self.profile.block_size));
+        self.prefix_unit = Some(unit);
+        for r in &mut self.replicas {
+            *r = Replica::new(r.idx, self.profile.clone()).with_prefix_cache(unit);
+        }
+        self
+    }
+
+    fn new_replica(&self, i: u32) -> Replica {
+        let r = Replica::new(i, self.profile.clone());
+        match self.prefix_unit {
+            Some(u) => r.with_prefix_cache(u),
+            None => r,
         }
     }
 
@@ -239,9 +283,7 @@ impl Cluster {
     /// with `p.min` replicas ready, whatever it was built with.
     pub fn with_autoscaler(mut self, p: AutoscaleParams) -> Self {
         let n = p.min.max(1);
-        self.replicas = (0..n)
-            .map(|i| Replica::new(i, self.profile.clone()))
-            .collect();
+        self.replicas = (0..n).map(|i| self.new_replica(i)).collect();
         self.metrics.replicas = (0..n)
             .map(|_| ReplicaMetrics::new(self.profile.total_blocks))
             .collect();
@@ -396,17 +438,28 @@ impl Cluster {
                         Some(i) => i,
                         None => {
                             sc.life.push(Life::Gone);
-                            self.replicas.push(Replica::new(
-                                self.replicas.len() as u32,
-                                self.profile.clone(),
-                            ));
+                            let r = match self.prefix_unit {
+                                Some(u) => {
+                                    Replica::new(self.replicas.len() as u32, self.profile.clone())
+                                        .with_prefix_cache(u)
+                                }
+                                None => {
+                                    Replica::new(self.replicas.len() as u32, self.profile.clone())
+                                }
+                            };
+                            self.replicas.push(r);
                             self.metrics
                                 .replicas
                                 .push(ReplicaMetrics::new(self.profile.total_blocks));
                             sc.life.len() - 1
                         }
                     };
-                    self.replicas[i] = Replica::new(i as u32, self.profile.clone());
+                    self.replicas[i] = match self.prefix_unit {
+                        Some(u) => {
+                            Replica::new(i as u32, self.profile.clone()).with_prefix_cache(u)
+                        }
+                        None => Replica::new(i as u32, self.profile.clone()),
+                    };
                     sc.life[i] = Life::Starting(d.ready_at);
                     sc.next_ready = sc.next_ready.min(d.ready_at);
                     sc.log.push(ScaleEvent {
@@ -492,7 +545,7 @@ impl Cluster {
 
     /// The replica the core's router picks (ties drawn from the ROUTER
     /// stream, `gen_range(0..n)`, only when the router asks).
-    fn pick(&mut self) -> usize {
+    fn pick(&mut self, hashes: &[u64], prompt: u32) -> usize {
         if self.replicas.len() == 1 {
             return 0;
         }
@@ -513,6 +566,8 @@ impl Cluster {
                 &AllReady {
                     r: &self.replicas,
                     total,
+                    hashes,
+                    prompt,
                 },
                 &mut below,
             ),
@@ -521,6 +576,8 @@ impl Cluster {
                     r: &self.replicas,
                     life,
                     total,
+                    hashes,
+                    prompt,
                 },
                 &mut below,
             ),
@@ -533,8 +590,67 @@ impl Cluster {
     pub fn submit(&mut self, now: Nanos, req: Request) {
         let now = now.max(self.now);
         self.handle_timeout(now);
+        let i = self.pick(&[], req.input_tokens);
+        self.submit_at(now, i, req, &[], 0);
+    }
+
+    /// [`submit`](Self::submit) with the prompt's block `hashes` (prefix
+    /// caches and prefix-aware routing read them) and `precomputed` prompt
+    /// tokens whose KV comes with the request (a disaggregated decode).
+    /// Returns the replica it went to.
+    pub fn submit_hashed(
+        &mut self,
+        now: Nanos,
+        req: Request,
+        hashes: &[u64],
+        precomputed: u32,
+    ) -> u32 {
+        let now = now.max(self.now);
+        self.handle_timeout(now);
+        let i = self.pick(hashes, req.input_tokens);
+        self.submit_at(now, i, req, hashes, precomputed);
+        i as u32
+    }
+
+    /// The replica the router would pick now for a request (its block
+    /// hashes, its prompt length): decode-first routing chooses the decode
+    /// replica before the prefill runs. The router's state moves on (a
+    /// round-robin position, a draw) as if the request were submitted.
+    pub fn choose(&mut self, now: Nanos, hashes: &[u64], prompt: u32) -> u32 {
+        let now = now.max(self.now);
+        self.handle_timeout(now);
+        self.pick(hashes, prompt) as u32
+    }
+
+    /// Submit to replica `i` (chosen by [`choose`](Self::choose); a replica
+    /// no longer taking requests: the router picks again).
+    pub fn submit_on(
+        &mut self,
+        now: Nanos,
+        i: u32,
+        req: Request,
+        hashes: &[u64],
+        precomputed: u32,
+    ) {
+        let now = now.max(self.now);
+        self.handle_timeout(now);
+        let i = i as usize;
+        let ok = i < self.replicas.len()
+            && self
+                .scaling
+                .as_ref()
+                .is_none_or(|s| s.life[i] == Life::Ready);
+        let i = if ok {
+            i
+        } else {
+            self.pick(hashes, req.input_tokens)
+        };
+        self.submit_at(now, i, req, hashes, precomputed);
+    }
+
+    #[inline(always)]
+    fn submit_at(&mut self, now: Nanos, i: usize, req: Request, hashes: &[u64], precomputed: u32) {
         self.arrivals += 1;
-        let i = self.pick();
         let r = &mut self.replicas[i];
         let m = &mut self.metrics.replicas[i];
         if self.lazy && r.deadline() <= now {
@@ -546,7 +662,7 @@ impl Cluster {
             debug_assert_eq!(self.done.len(), done);
         }
         let before = r.outstanding();
-        r.submit(now, req, &mut self.done, m);
+        r.submit_with(now, req, hashes, precomputed, &mut self.done, m);
         self.outstanding = self.outstanding + r.outstanding() - before;
         if self.lazy {
             // the bound may move either way (the replica was advanced)
@@ -746,6 +862,47 @@ impl Cluster {
             }
         }
         (used, n * self.profile.total_blocks as u64)
+    }
+
+    /// The most leading full units of a request (`hashes`, `prompt`
+    /// tokens) any replica taking requests has cached, and its full units.
+    pub fn best_prefix_hit(&self, hashes: &[u64], prompt: u32) -> (u64, u64) {
+        let mut best = (0, 0);
+        for (i, r) in self.replicas.iter().enumerate() {
+            if self
+                .scaling
+                .as_ref()
+                .is_none_or(|s| s.life[i] == Life::Ready)
+            {
+                let h = prefix_hit(r, hashes, prompt);
+                if h.0 > best.0 || best.1 == 0 {
+                    best = h;
+                }
+            }
+        }
+        best
+    }
+
+    /// Prefix-cache counters summed over the replicas (zero without).
+    pub fn prefix_stats(&self) -> PrefixStats {
+        let mut t = PrefixStats::default();
+        for r in &self.replicas {
+            if let Some(pc) = &r.prefix {
+                t.units += pc.stats.units;
+                t.hit_units += pc.stats.hit_units;
+                t.saved_tokens += pc.stats.saved_tokens;
+            }
+        }
+        t
+    }
+
+    /// Replica `i`'s prefix cache: units cached (held or evictable) and the
+    /// KV blocks of the evictable ones (in free space); zeros without.
+    pub fn prefix_cached(&self, i: u32) -> (u32, u64) {
+        self.replicas[i as usize]
+            .prefix
+            .as_ref()
+            .map_or((0, 0), |pc| (pc.cached_units(), pc.evictable_blocks()))
     }
 
     /// KV blocks in use on replica `i`.
