@@ -23,6 +23,11 @@ QSIM="${QSIM:-}"
 if [ -z "$QSIM" ]; then
   QSIM="$(scripts/qsim-bin.sh)"
 fi
+export QSIM
+# notebooks/pacer-fmapi.ipynb uses the qsim Python package (scripts/py-deps.sh)
+if ! "$VENV/bin/python" -c 'import qsim, openai, tenacity' 2>/dev/null; then
+  scripts/py-deps.sh
+fi
 DATA=notebooks/data
 rm -rf "$DATA"
 mkdir -p "$DATA/executed"

@@ -19,6 +19,14 @@ scripts/llama-deps.sh
 # `cargo test` skips them and says so)
 export QSIM_REQUIRE_LIVE=1
 cargo test --release --locked --workspace
+# the Python package (python/, crates/qsim-py; issue 38): the abi3 wheel built
+# from this release build (only pyo3 and qsim-py compile) and installed into
+# ~/.cache/qsim-venv with its test deps, then its pytest suite: the Pacer's
+# decisions against the simulation's, its contract (threads, asyncio, quota,
+# Ctrl-C), the library against the CLI, the FMAPI batch live against `qsim
+# serve` (counted outcomes only)
+scripts/py-deps.sh
+QSIM="$CARGO_TARGET_DIR/release/qsim" "${QSIM_VENV:-$HOME/.cache/qsim-venv}/bin/python" -m pytest python/tests -q -p no:cacheprovider
 # the real-engine tests (ignored in a plain `cargo test`: their timings are
 # real time on shared cores) run alone, one at a time, with the cores free
 # (engine_calibrate_predict_plan_enforce, issue 24's loop: ~21 min); their

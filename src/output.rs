@@ -84,10 +84,6 @@ impl std::fmt::Display for OutputError {
 
 impl std::error::Error for OutputError {}
 
-fn bad(path: &Path, reason: impl Into<String>) -> OutputError {
-    bad_flag("--out", path, reason)
-}
-
 fn bad_flag(flag: &str, path: &Path, reason: impl Into<String>) -> OutputError {
     OutputError::BadTarget {
         flag: format!("{flag} {}", path.display()),
@@ -136,18 +132,22 @@ fn kind_name(ft: &fs::FileType) -> &'static str {
 /// but a regular file or a new name in an existing directory, and an
 /// existing file without `force`.
 pub fn check_target(path: &Path, force: bool) -> Result<PathBuf, OutputError> {
+    check_target_as("--out", path, force)
+}
+
+/// [`check_target`] for the flag that gave the path (`--html`,
+/// `--emit-proxy-config`): errors name it.
+pub fn check_target_as(flag: &str, path: &Path, force: bool) -> Result<PathBuf, OutputError> {
+    let bad = |path: &Path, r: String| bad_flag(flag, path, r);
     if path.as_os_str().is_empty() {
-        return Err(bad(path, "empty file name"));
+        return Err(bad(path, "empty file name".to_string()));
     }
     let mut real = path.to_path_buf();
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => match fs::canonicalize(path) {
             Ok(t) => real = t,
             Err(_) => {
-                return Err(bad(
-                    path,
-                    "is a symbolic link to nothing; qsim writes through a link only to an existing regular file",
-                ))
+                return Err(bad(path, "is a symbolic link to nothing; qsim writes through a link only to an existing regular file".to_string()))
             }
         },
         Ok(_) => {}
@@ -181,7 +181,7 @@ pub fn check_target(path: &Path, force: bool) -> Result<PathBuf, OutputError> {
         Err(e) => return Err(bad(path, format!("cannot inspect: {}", io_reason(&e)))),
     }
     if real.file_name().is_none() {
-        return Err(bad(path, "names no file"));
+        return Err(bad(path, "names no file".to_string()));
     }
     let dir = parent_dir(&real);
     match fs::metadata(dir) {
@@ -212,7 +212,8 @@ impl Drop for TempGuard {
 }
 
 /// Create a new temporary file next to `target`.
-fn create_temp(path: &Path, target: &Path) -> Result<(File, PathBuf), OutputError> {
+fn create_temp(flag: &str, path: &Path, target: &Path) -> Result<(File, PathBuf), OutputError> {
+    let bad = |path: &Path, r: String| bad_flag(flag, path, r);
     let dir = parent_dir(target);
     let name = target
         .file_name()
@@ -243,13 +244,19 @@ fn create_temp(path: &Path, target: &Path) -> Result<(File, PathBuf), OutputErro
 
 /// Write `text` to the `--out` target atomically (see the module docs).
 pub fn write_file(path: &Path, text: &str, force: bool) -> Result<(), OutputError> {
-    let target = check_target(path, force)?;
-    let (mut file, tmp) = create_temp(path, &target)?;
+    write_file_as("--out", path, text, force)
+}
+
+/// [`write_file`] for the flag that gave the path: errors name it.
+pub fn write_file_as(flag: &str, path: &Path, text: &str, force: bool) -> Result<(), OutputError> {
+    let bad = |path: &Path, r: String| bad_flag(flag, path, r);
+    let target = check_target_as(flag, path, force)?;
+    let (mut file, tmp) = create_temp(flag, path, &target)?;
     // removes the temporary name on every return: after a failure, after a
     // hard link (the target keeps the data), and as a no-op after a rename
     let _guard = TempGuard(Some(tmp.clone()));
     let werr = |e: io::Error| OutputError::Write {
-        what: format!("--out {}", path.display()),
+        what: format!("{flag} {}", path.display()),
         reason: io_reason(&e),
     };
     if force {
@@ -266,7 +273,7 @@ pub fn write_file(path: &Path, text: &str, force: bool) -> Result<(), OutputErro
     drop(file);
     if force {
         // re-check right before the rename: only a regular file is replaced
-        check_target(path, true)?;
+        check_target_as(flag, path, true)?;
         fs::rename(&tmp, &target).map_err(|e| bad(path, io_reason(&e)))?;
     } else {
         match fs::hard_link(&tmp, &target) {
@@ -274,12 +281,12 @@ pub fn write_file(path: &Path, text: &str, force: bool) -> Result<(), OutputErro
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 return Err(bad(
                     path,
-                    "file exists (created while qsim ran); pass --force to replace it",
+                    "file exists (created while qsim ran); pass --force to replace it".to_string(),
                 ))
             }
             // file systems without hard links: check again, then rename
             Err(_) => {
-                check_target(path, false)?;
+                check_target_as(flag, path, false)?;
                 fs::rename(&tmp, &target).map_err(|e| bad(path, io_reason(&e)))?;
             }
         }

@@ -96,7 +96,7 @@ impl Targets {
             }
         }
         if let Some(h) = &self.html {
-            output::check_target(h, self.force).map_err(|e| match e {
+            output::check_target_as("--html", h, self.force).map_err(|e| match e {
                 output::OutputError::BadTarget { reason, .. } => CliError::Config(
                     ConfigError::new(format!("--html {}", h.display()), "", reason),
                 ),
@@ -718,15 +718,41 @@ pub fn write(
 ) -> Result<(), CliError> {
     let io = |what: &Path, e: String| CliError::Io(format!("{}: {e}", what.display()));
     if let Some(dir) = &t.plot {
-        std::fs::create_dir_all(dir).map_err(|e| io(dir, e.to_string()))?;
-        for f in figs {
+        let flag = |e: String| CliError::Io(format!("--plot {}: {e}", dir.display()));
+        let created = !dir.exists();
+        std::fs::create_dir_all(dir).map_err(|e| flag(e.to_string()))?;
+        // every file this run wrote, removed again if a later one fails
+        // (a full disk): nothing partial is left behind
+        let mut written: Vec<PathBuf> = Vec::new();
+        let mut failed = None;
+        'figs: for f in figs {
             for ext in ["png", "svg"] {
                 let p = dir.join(format!("{}.{ext}", f.name));
                 // drawn next to the target, then renamed: never a half file
                 let tmp = dir.join(format!(".{}.tmp.{ext}", f.name));
-                f.figure.save(&tmp).map_err(|e| io(&p, e.0))?;
-                std::fs::rename(&tmp, &p).map_err(|e| io(&p, e.to_string()))?;
+                let r = f
+                    .figure
+                    .save(&tmp)
+                    .map_err(|e| e.0)
+                    .and_then(|_| std::fs::rename(&tmp, &p).map_err(|e| e.to_string()));
+                match r {
+                    Ok(()) => written.push(p),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        failed = Some(format!("{}.{ext}: {e}", f.name));
+                        break 'figs;
+                    }
+                }
             }
+        }
+        if let Some(e) = failed {
+            for p in &written {
+                let _ = std::fs::remove_file(p);
+            }
+            if created {
+                let _ = std::fs::remove_dir(dir);
+            }
+            return Err(flag(e));
         }
     }
     if let Some(h) = &t.html {
@@ -746,7 +772,7 @@ pub fn write(
             doc.push(Block::Heading("Report".into()));
             doc.push(Block::Pre(text.to_string()));
         }
-        output::write_file(h, &doc.render(), t.force)?;
+        output::write_file_as("--html", h, &doc.render(), t.force)?;
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use clap::ValueEnum;
 use qsim_sim::config::ConfigError;
 use qsim_sim::experiment::{self, ExperimentFile};
 use qsim_sim::plan::PlanError;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -91,58 +91,14 @@ pub fn usage_error_line(e: &clap::Error) -> String {
     parts.join("; ")
 }
 
-/// Load an experiment file for `run` and `sweep`. A server or hosted-API
-/// profile given in its place is named as such, and field paths name array
-/// items by their `name` ([`name_fields`]).
+/// Load an experiment file for `run` and `sweep` ([`experiment::load_file`]).
 pub fn load_experiment(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
-    experiment::load(file, sets).map_err(|e| {
-        let src = file.display().to_string();
-        if e.source == src {
-            if let Some(w) = qsim_sim::config::read_toml(file)
-                .ok()
-                .and_then(|v| qsim_sim::config::profile_not_experiment(&src, &v))
-            {
-                return w;
-            }
-        }
-        name_fields(e, Some(file), sets)
-    })
+    experiment::load_file(file, sets)
 }
 
-/// Rewrite an error's field path to name array items (`scenario.heavy.rpm`,
-/// not `scenario.2.rpm`), reading the document it is about: `file` with the
-/// `--set` overrides if the error is about it, else the file (or embedded
-/// file) the error names.
+/// Field paths named after `file` ([`qsim_sim::config::name_fields`]).
 pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> ConfigError {
-    if !e.field.split('.').any(|s| s.parse::<usize>().is_ok()) {
-        return e;
-    }
-    let doc = match file {
-        Some(f) if f.display().to_string() == e.source => {
-            qsim_sim::config::read_toml(f).ok().map(|mut v| {
-                for s in sets {
-                    let _ = qsim_sim::config::apply_set(&mut v, s);
-                }
-                v
-            })
-        }
-        _ => {
-            let name = e
-                .source
-                .strip_suffix(" (embedded)")
-                .map(|n| PathBuf::from(format!("{}{n}", qsim_sim::embedded::PREFIX)));
-            let p = name.unwrap_or_else(|| PathBuf::from(&e.source));
-            if qsim_sim::config::source_exists(&p) {
-                qsim_sim::config::read_toml(&p).ok()
-            } else {
-                None
-            }
-        }
-    };
-    match doc {
-        Some(v) => e.named_in(&v),
-        None => e,
-    }
+    qsim_sim::config::name_fields(e, file, sets)
 }
 
 /// Clap value parser of every duration flag (`--e2e-p95`, `--timeout`, ...):

@@ -247,6 +247,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run { opts, .. } | Cmd::Sweep { opts, .. } => Some(opts.budget.max_requests),
         Cmd::Recommend { args } => Some(args.budget.max_requests),
         Cmd::Options { args } => Some(args.budget.max_requests),
+        Cmd::Trace { cmd } => Some(cmd.budget().max_requests),
         _ => None,
     };
     let Some(max) = max else {
@@ -256,6 +257,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run { file, .. } | Cmd::Sweep { file, .. } => file.display().to_string(),
         Cmd::Recommend { args } => args.file.display().to_string(),
         Cmd::Options { args } => args.file.display().to_string(),
+        Cmd::Trace { cmd } => cmd.source(),
         _ => "qsim plan".to_string(),
     };
     let (r, meter) = qsim_sim::work::scope(max, || dispatch(cli));
@@ -283,10 +285,10 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             let targets = plots.targets(force);
             targets.check()?;
             if let Some(p) = &emit_proxy_config {
-                output::check_target(p, force)?;
+                output::check_target_as("--emit-proxy-config", p, force)?;
                 let (f, _) = qsim_sim::plan::build(&args).map_err(|e| name_fields(e, None, &[]))?;
                 let text = crate::commands::proxy::emit_config(&f.limiter, &f.source);
-                emit(&text, Some(p), force)?;
+                output::write_file_as("--emit-proxy-config", p, &text, force)?;
             }
             let (text, records) = if format == Format::Csv {
                 let (f, model) =

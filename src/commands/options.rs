@@ -41,7 +41,8 @@ pub struct OptionsArgs {
     /// Seed of the simulation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Override a scalar in the options file first (`option[2].replicas=3`).
+    /// Override a scalar in the options file first (by name:
+    /// `option.h100-x4.replicas=3`; by index: `option[6].replicas=3`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub sets: Vec<String>,
     /// Threads (default: all cores); the output is the same whatever the number.
@@ -88,10 +89,17 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
         .build()
         .map_err(|e| ConfigError::new("--threads", "", e.to_string()))?;
     let n = file.options.len();
+    let mut unmet = None;
     let (text, points) = if a.fewest {
         let found = each(&pool, n, |i| fewest::search(&file, i, a.seed, &targets));
         // a run the work budget stopped decided nothing
         qsim_sim::work::check(&fname)?;
+        if !found.iter().any(|f| f.meets(&targets)) {
+            // printed, then exit 1 (as `recommend` when nothing meets)
+            unmet = Some(format!(
+                "{fname}: no option meets the targets (see the report: each option's closest run and why it misses)"
+            ));
+        }
         let text = render::render_fewest(&file, &found, a.seed, &targets);
         let points: Vec<(String, Outcome)> = found
             .into_iter()
@@ -129,7 +137,11 @@ pub fn run_cli(a: &OptionsArgs) -> Result<(), CliError> {
             Some(&text),
         )?;
     }
-    crate::cli::common::emit(&text, a.out.as_deref(), a.force)
+    crate::cli::common::emit(&text, a.out.as_deref(), a.force)?;
+    match unmet {
+        Some(m) => Err(CliError::Unmet(m)),
+        None => Ok(()),
+    }
 }
 
 /// `f(i)` for each option `i` on the pool, in option order, every call

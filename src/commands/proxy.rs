@@ -495,10 +495,23 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
                 Some(dir) if path.is_relative() => dir.join(path),
                 _ => path.clone(),
             };
-            qsim_live::tls::read_ca_file(&path)
+            // bounded: a regular file only, a configuration's cap
+            let pem =
+                qsim_sim::input::read_bytes(&path, qsim_sim::input::Kind::Config).map_err(|e| {
+                    ConfigError::new(
+                        f,
+                        "proxy.upstream_ca_file",
+                        format!("{}: {e}", path.display()),
+                    )
+                })?;
+            qsim_live::tls::parse_ca_pem(&path.display().to_string(), &pem)
                 .map_err(|e| ConfigError::new(f, "proxy.upstream_ca_file", e))?;
-            Some(path)
+            Some((path, std::sync::Arc::<[u8]>::from(pem)))
         }
+    };
+    let (upstream_ca_file, upstream_ca_pem) = match upstream_ca_file {
+        Some((p, pem)) => (Some(p), Some(pem)),
+        None => (None, None),
     };
     let log = log_config(f, args, p.log)?;
     let profile = match (&args.profile, &p.profile) {
@@ -547,6 +560,7 @@ pub fn load(args: &ProxyArgs) -> Result<ProxyConfig, ConfigError> {
         deadline_header,
         deadline_margin,
         upstream_ca_file,
+        upstream_ca_pem,
         drain_timeout,
         drift,
     };
@@ -578,6 +592,20 @@ fn log_config(
             ))
         }
     };
+    // an existing path that is not a directory: a configuration error
+    // naming what gave it (exit 2 before any port is bound)
+    if dir.exists() && !dir.is_dir() {
+        let given = if args.log_dir.is_some() {
+            "--log-dir"
+        } else {
+            "proxy.log.dir"
+        };
+        return Err(ConfigError::new(
+            f,
+            given,
+            format!("{}: not a directory", dir.display()),
+        ));
+    }
     let mb = |field: &str, v: Option<f64>, default: f64| {
         let x = v.unwrap_or(default);
         if x.is_finite() && x > 0.0 && x <= 1e7 {

@@ -133,6 +133,9 @@ pub struct StatsArgs {
     /// directory (trace-rate, trace-input, trace-output; PNG and SVG).
     #[arg(long, value_name = "DIR")]
     pub plot: Option<PathBuf>,
+    /// The work budget (a row read counts 1/4 of a request).
+    #[command(flatten)]
+    pub budget: crate::cli::flags::BudgetFlags,
 }
 
 #[derive(clap::Args, Debug)]
@@ -161,6 +164,27 @@ pub struct PlanArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The work and memory budget, as `qsim run`'s.
+    #[command(flatten)]
+    pub budget: crate::cli::flags::BudgetFlags,
+}
+
+impl TraceCmd {
+    /// The budget flags of the subcommand.
+    pub fn budget(&self) -> crate::cli::flags::BudgetFlags {
+        match self {
+            TraceCmd::Plan(a) => a.budget,
+            TraceCmd::Stats(a) => a.budget,
+        }
+    }
+
+    /// What the budget's refusal names.
+    pub fn source(&self) -> String {
+        match self {
+            TraceCmd::Plan(a) => a.file.display().to_string(),
+            TraceCmd::Stats(a) => a.trace.file.display().to_string(),
+        }
+    }
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -180,8 +204,22 @@ pub fn run_cli(cmd: &TraceCmd) -> Result<(), CliError> {
     match cmd {
         TraceCmd::Plan(a) => plan(a),
         TraceCmd::Stats(a) => {
+            // --plot DIR checked before the trace is read (an existing
+            // file is an error naming the flag)
+            crate::plot::Targets {
+                plot: a.plot.clone(),
+                html: None,
+                force: false,
+            }
+            .check()?;
             let spec = a.trace.spec()?;
-            let st = stats::compute(&spec, a.seed)?;
+            // a scanned trace (looped) is counted before it is read again
+            if let Some((n, _)) = spec.expected() {
+                let mut c = qsim_sim::budget::Cost::default();
+                c.part("reading the trace", n * 0.25, 0.0);
+                c.check(&spec.label(), &a.budget.budget())?;
+            }
+            let st = stats::compute(&spec, a.seed).map_err(flag_names)?;
             if st.reordered > 0 {
                 eprintln!(
                     "warning: {}: {} rows out of time order were put in order",
@@ -212,17 +250,25 @@ pub fn run_cli(cmd: &TraceCmd) -> Result<(), CliError> {
 /// `--plot DIR`: requests per minute, and the length histograms.
 fn plots(st: &TraceStats, dir: &Path) -> Result<(), CliError> {
     use qsim_plot::{metric_lines, LineChart, Series};
+    // minutes, or (a trace longer than the series keeps) the mean per
+    // minute over longer windows
+    let w_min = (st.rate.window_s / 60) as f64;
     let rate = LineChart {
         title: format!("{}: requests per minute", st.file),
-        x_label: "minutes after the first request".into(),
+        x_label: if w_min > 1.0 {
+            format!("minutes after the first request (means over {w_min} min)")
+        } else {
+            "minutes after the first request".into()
+        },
         y_label: "requests per minute".into(),
         series: vec![Series {
             name: "requests".into(),
             points: st
-                .per_minute
+                .rate
+                .counts
                 .iter()
                 .enumerate()
-                .map(|(m, &k)| (m as f64, k as f64))
+                .map(|(m, &k)| (m as f64 * w_min, k as f64 / w_min))
                 .collect(),
             band: Vec::new(),
         }],
@@ -337,7 +383,7 @@ pub fn table(st: &TraceStats, fmt: &str) -> String {
         let c: Vec<String> = st
             .consumers
             .iter()
-            .map(|(n, k)| format!("{n} {k}"))
+            .map(|(n, k)| format!("{} {k}", qsim_sim::report::terminal_safe(n)))
             .collect();
         let _ = writeln!(s, "  consumers       {}", c.join(", "));
     }
@@ -424,9 +470,17 @@ fn plan(a: &PlanArgs) -> Result<(), CliError> {
         )
         .into());
     }
+    // the budget `qsim run` uses: the least this plan costs, refused at
+    // once if over (the search's later runs are counted as they run)
+    let mut cost = qsim_sim::budget::Cost::default();
+    for s in &scenarios {
+        cost.then(qsim_sim::experiment::trace_plan::cost(&suite.profile, s));
+    }
+    cost.check(&a.file.display().to_string(), &a.budget.budget())?;
     let mut out = Vec::new();
     for s in scenarios {
         let c = compare(&suite.profile, s, &targets, a.seed, a.max_replicas)?;
+        qsim_sim::work::check(&a.file.display().to_string())?;
         out.push(c);
     }
     let profile = Path::new(&suite.profile_path)

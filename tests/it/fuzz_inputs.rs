@@ -284,7 +284,7 @@ fn random_number_text(rng: &mut ChaCha8Rng) -> String {
         "0.5",
         "abc",
         "",
-        "4h",
+        "4d",
         "2s",
         "1500ms",
         "-2s",
@@ -790,8 +790,8 @@ fn listed_messages() {
     );
     // units are explained
     refused(
-        &["plan", "--need", "A=100", "--e2e-p95", "4h"],
-        &["--e2e-p95", "accepted units are s and ms"],
+        &["plan", "--need", "A=100", "--e2e-p95", "4d"],
+        &["--e2e-p95", "accepted units are ms, s, m and h"],
     );
     // a model file given as an experiment
     refused(

@@ -101,6 +101,7 @@ fn proxy_config(listen: SocketAddr, upstream: SocketAddr, rpm: Option<u64>) -> P
         deadline_header: None,
         deadline_margin: Duration::ZERO,
         upstream_ca_file: None,
+        upstream_ca_pem: None,
         drain_timeout: Duration::from_secs(1),
         log: None,
         drift: None,

@@ -32,7 +32,14 @@ fn cases() -> u32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn spec(cap: u64, burst: Option<u64>, res: &[u32], th: u32, sem: usize, tpm: bool) -> PlanSpec {
+pub(crate) fn spec(
+    cap: u64,
+    burst: Option<u64>,
+    res: &[u32],
+    th: u32,
+    sem: usize,
+    tpm: bool,
+) -> PlanSpec {
     let total: u32 = res.iter().sum();
     let res: Vec<u32> = if total > 100 {
         res.iter().map(|r| r * 100 / total).collect()

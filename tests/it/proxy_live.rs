@@ -239,6 +239,13 @@ fn bad_input_gets_openai_style_errors() {
             400,
             "invalid_max_tokens",
         ),
+        // issue 41, case 8: a bad `n` was coded invalid_max_tokens
+        (
+            auth.to_vec(),
+            br#"{"model":"m","messages":[],"n":0}"#.to_vec(),
+            400,
+            "invalid_n",
+        ),
         (
             vec![("authorization", "Bearer nobody")],
             br#"{"model":"m","messages":[]}"#.to_vec(),

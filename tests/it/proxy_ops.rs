@@ -395,6 +395,53 @@ fn sigterm_finishes_the_stream_in_flight_and_exits_0() {
     assert!(log.contains("drained"), "{log}");
 }
 
+const SDK_STREAM_CUT_AT_SIGTERM: &str = r#"
+import json, os, signal, openai
+c = openai.OpenAI(base_url=os.environ["PROXY"] + "/v1", api_key="key-a", max_retries=0, timeout=60)
+msgs = [{"role": "user", "content": "Tell me a long story"}]
+chunks, cut = 0, False
+try:
+    for ch in c.chat.completions.create(model="gpt-4o-mini", messages=msgs, max_tokens=64, stream=True):
+        chunks += 1
+        if chunks == 1:
+            os.kill(int(os.environ["PROXY_PID"]), signal.SIGTERM)
+except Exception:
+    cut = True
+print(json.dumps({"chunks": chunks, "cut": cut}))
+"#;
+
+/// Issue 41, case 10: a stream the proxy's drain timeout cut was logged as
+/// `client_disconnect`; it is the proxy's own cut: `drain_timeout`.
+#[test]
+fn a_stream_cut_by_the_drain_timeout_is_logged_as_such() {
+    crate::live!();
+    let dir = tempfile::tempdir().unwrap();
+    // 64 chunks 0.5 s apart: the stream outlasts a 1 s drain
+    let (_up, up) = llmock(&["--stream-chunk-delay-ms", "500"]);
+    let cfg = "drain_timeout_s = 1\n[proxy.keys]\nA = [\"key-a\"]\n[deployment]\ncapacity = 100000\n[[consumer]]\nname = \"A\"\n";
+    let (mut p, url) = proxy(&dir, "cut", &up, cfg);
+    let pid = p.0.id().to_string();
+    let r = python_env(
+        SDK_STREAM_CUT_AT_SIGTERM,
+        &url,
+        &[("PROXY_PID", &pid)],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r["cut"], true, "{r}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the proxy did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = std::fs::read_to_string(dir.path().join("cut.log")).unwrap();
+    assert!(log.contains("drain timeout"), "{log}");
+    assert!(
+        log.contains("reason=\"drain_timeout\"") || log.contains("reason=drain_timeout"),
+        "{log}"
+    );
+    assert!(!log.contains("client_disconnect"), "{log}");
+}
+
 /// A CA and a server certificate for 127.0.0.1, made by `openssl`.
 fn make_certs(dir: &std::path::Path) {
     let run = |args: &[&str]| {

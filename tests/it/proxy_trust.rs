@@ -499,6 +499,15 @@ name = "B"
         r#""max_tokens":null,"max_completion_tokens":90000"#,
         r#""max_tokens":1000000000000"#,
         r#""max_tokens":100,"n":50"#,
+        // issue 41, case 1: these wrapped `input + max_tokens` to a few
+        // tokens and were forwarded (200)
+        r#""max_tokens":18446744073709551615"#,
+        r#""max_tokens":18446744073709551614"#,
+        r#""max_tokens":18446744073709551611"#,
+        r#""max_completion_tokens":18446744073709551615"#,
+        r#""max_output_tokens":18446744073709551613"#,
+        r#""max_tokens":4,"n":9223372036854775808"#,
+        r#""max_tokens":3,"best_of":6148914691236517206"#,
     ] {
         let (st, body) = post(&url, "key-a", &msg(m));
         assert_eq!(st, 400, "{m}: {body}");
@@ -513,6 +522,18 @@ name = "B"
     let (st, body) = post(&url, "key-b", &msg(r#""max_tokens":4"#));
     assert_eq!(st, 403, "{body}");
     assert!(body.contains("\"code\":\"no_capacity\""), "{body}");
-    // only the one request that fits reached the upstream
-    assert_eq!(up.seen.lock().unwrap().len(), 1);
+    // issue 41, case 10: the scheme is case-insensitive (RFC 7235)
+    let (st, _, body) = crate::common::http(
+        &url,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", "bearer key-a"),
+            ("content-type", "application/json"),
+        ],
+        msg(r#""max_tokens":4"#).as_bytes(),
+    );
+    assert_eq!(st, 200, "{body}");
+    // only the two requests that fit reached the upstream
+    assert_eq!(up.seen.lock().unwrap().len(), 2);
 }

@@ -8,6 +8,7 @@
 //! code in real time.
 //!
 //! - [`time`]: `Nanos`, conversions, `NEVER`;
+//! - [`units`]: counts (requests, tokens) whose sums saturate, never wrap;
 //! - [`autoscale`]: the autoscaler (replicas between a minimum and a maximum
 //!   from a windowed metric, cold start, scale-down delay);
 //! - [`stats`]: the one quantile definition (linear, type 7);
@@ -29,6 +30,7 @@ pub mod model;
 pub mod route;
 pub mod stats;
 pub mod time;
+pub mod units;
 
 /// A source of uniform draws in `[0, 1)`, supplied by the driver (the
 /// simulator's seeded ChaCha streams, or the live client's generator).

@@ -101,11 +101,11 @@ pub fn try_secs_positive(s: f64) -> Result<Nanos, TimeError> {
 
 /// The units [`parse_duration`] accepts, as its errors explain them.
 pub const DURATION_UNITS: &str =
-    "accepted units are s and ms (e.g. 2s, 1500ms; a bare number is seconds)";
+    "accepted units are ms, s, m and h (e.g. 1500ms, 2s, 5m, 1h; a bare number is seconds)";
 
 /// The one parser of a duration written by a person (a command-line flag):
-/// a number with the unit `s` or `ms`, or a bare number of seconds (`2s`,
-/// `1.5`, `1500ms`). It must be above 0 and at most [`MAX_SECS`], and is
+/// a number with the unit `ms`, `s`, `m` (or `min`) or `h`, or a bare number
+/// of seconds (`2s`, `1.5`, `1500ms`, `5m`, `1h`). It must be above 0 and at most [`MAX_SECS`], and is
 /// rounded to the nearest nanosecond (at least 1 ns). A bad value is an
 /// error, never zero.
 pub fn parse_duration(text: &str) -> Result<Nanos, String> {
@@ -117,6 +117,8 @@ pub fn parse_duration(text: &str) -> Result<Nanos, String> {
     let scale = match unit.trim() {
         "" | "s" => 1.0,
         "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
         u => return Err(format!("unknown unit {u:?}: {DURATION_UNITS}")),
     };
     let v = match num.parse::<f64>() {
@@ -162,12 +164,16 @@ mod tests {
         assert_eq!(parse_duration("2s"), Ok(2 * NS_PER_SEC));
         assert_eq!(parse_duration(" 1500ms "), Ok(1_500_000_000));
         assert_eq!(parse_duration("1.5"), Ok(1_500_000_000));
+        // issue 41, case 8: `options --help` showed `--within 5m`, refused
+        assert_eq!(parse_duration("5m"), Ok(300 * NS_PER_SEC));
+        assert_eq!(parse_duration("2 min"), Ok(120 * NS_PER_SEC));
+        assert_eq!(parse_duration("1h"), Ok(3600 * NS_PER_SEC));
         for bad in [
-            "", "s", "abc", "2 min", "0", "-1s", "0ms", "1e-12", "nan", "inf", "1e300",
+            "", "s", "abc", "2 days", "0", "-1s", "0ms", "1e-12", "nan", "inf", "1e300", "1e6h",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} parsed");
         }
-        assert!(parse_duration("2h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("2d").unwrap_err().contains("unknown unit"));
     }
     #[test]
     fn round_trip() {

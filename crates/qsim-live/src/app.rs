@@ -101,6 +101,10 @@ pub struct App {
     pub waits: Waits,
     /// Completions being written to the shared state (awaited at shutdown).
     pub pending_writes: AtomicUsize,
+    /// The drain timeout passed at shutdown: the answers still open are
+    /// being cut by the proxy (logged as `drain_timeout`, not as the
+    /// client's disconnect).
+    pub cut: std::sync::atomic::AtomicBool,
     pub reload: Option<Reloader>,
     /// The decision log (`[proxy] log`), written off the request path.
     pub log: Option<Arc<DecisionLog>>,

@@ -307,6 +307,13 @@ impl Drop for Tracked {
         if self.guard.is_some() {
             if self.done || self.inner.is_end_stream() {
                 self.finish();
+            } else if self
+                .guard
+                .as_ref()
+                .is_some_and(|g| g.app.cut.load(std::sync::atomic::Ordering::Acquire))
+            {
+                // the proxy's drain timeout cut the answer
+                self.fail("drain_timeout");
             } else {
                 // the client went away before the end of the answer
                 self.fail("client_disconnect");

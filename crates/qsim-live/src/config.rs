@@ -100,6 +100,9 @@ pub struct ProxyConfig {
     /// PEM file of extra CA certificates trusted for an https upstream
     /// (besides the system's roots).
     pub upstream_ca_file: Option<PathBuf>,
+    /// The CA file's PEM bytes, read through the bounded input reader when
+    /// the configuration was loaded (this crate opens no input file).
+    pub upstream_ca_pem: Option<std::sync::Arc<[u8]>>,
     /// On SIGTERM/SIGINT: how long in-flight requests may take to finish.
     pub drain_timeout: Duration,
     /// The decision log (`None`: off).

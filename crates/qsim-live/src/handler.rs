@@ -21,6 +21,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use qsim_core::limiter::admission::Request as LimRequest;
 use qsim_core::model::GenRequest;
 use qsim_core::time::NEVER;
+use qsim_core::units::Units;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -110,11 +111,22 @@ fn identify(gen: &Gen, h: &HeaderMap) -> Option<usize> {
         None => h
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .map(|v| v.strip_prefix("Bearer ").unwrap_or(v).trim()),
+            .map(bearer_token),
         Some(name) => h.get(name.as_str()).and_then(|v| v.to_str().ok()),
     };
     key.and_then(|k| gen.keys.get(k).copied())
         .or(gen.cfg.unknown_consumer)
+}
+
+/// The token of an `Authorization` value: after the scheme `Bearer`, in
+/// any case (RFC 7235: the scheme is case-insensitive) and followed by
+/// spaces; a value without that scheme is the key itself.
+fn bearer_token(v: &str) -> &str {
+    let v = v.trim();
+    match v.get(..7) {
+        Some(s) if s.eq_ignore_ascii_case("bearer ") => v[7..].trim(),
+        _ => v,
+    }
 }
 
 /// The client's deadline, in seconds from now: the configured header, else
@@ -258,13 +270,16 @@ async fn read(
     };
     let max_tokens = match output_bound(&body, gen.cfg.default_max_tokens) {
         Ok(n) => n,
-        Err(e) => {
-            return Err(invalid(
-                app,
-                StatusCode::BAD_REQUEST,
-                "invalid_max_tokens",
-                &e,
-            ))
+        Err((field, e)) => {
+            // the code names the field: invalid_max_tokens, invalid_n, …
+            let code = match field {
+                "n" => "invalid_n",
+                "best_of" => "invalid_best_of",
+                "max_completion_tokens" => "invalid_max_completion_tokens",
+                "max_output_tokens" => "invalid_max_output_tokens",
+                _ => "invalid_max_tokens",
+            };
+            return Err(invalid(app, StatusCode::BAD_REQUEST, code, &e));
         }
     };
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
@@ -308,15 +323,17 @@ const OUTPUT_MULTIPLIERS: [&str; 2] = ["n", "best_of"];
 
 /// The most output tokens a request body allows the upstream to produce,
 /// which the limiter reserves: the largest stated cap (a `null` one is not
-/// stated; none stated: `default`) times the largest multiplier. A cap that
-/// is not a positive integer is an error naming the field.
-pub fn output_bound(body: &Value, default: u64) -> Result<u64, String> {
-    let field = |f: &str| -> Result<Option<u64>, String> {
+/// stated; none stated: `default`) times the largest multiplier, in
+/// saturating [`Units`] (a product past `u64::MAX` is `u64::MAX`, which no
+/// limit holds). A field that is not a positive integer is an error: the
+/// field's name and the message.
+pub fn output_bound(body: &Value, default: u64) -> Result<u64, (&'static str, String)> {
+    let field = |f: &'static str| -> Result<Option<u64>, (&'static str, String)> {
         match body.get(f) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => match v.as_u64() {
                 Some(n) if n > 0 => Ok(Some(n)),
-                _ => Err(format!("{f} must be a positive integer, got {v}")),
+                _ => Err((f, format!("{f} must be a positive integer, got {v}"))),
             },
         }
     };
@@ -328,7 +345,7 @@ pub fn output_bound(body: &Value, default: u64) -> Result<u64, String> {
     for f in OUTPUT_MULTIPLIERS {
         mult = mult.max(field(f)?.unwrap_or(1));
     }
-    Ok(cap.unwrap_or(default).saturating_mul(mult))
+    Ok((Units(cap.unwrap_or(default)) * mult).get())
 }
 
 /// 408 for a body not read within `body_read_timeout` (hyper then closes
@@ -674,6 +691,16 @@ mod tests {
         assert_eq!(deadline(None, &h), Some(Duration::from_secs(600)));
     }
 
+    /// Issue 41, case 10: `Authorization: bearer KEY` (lowercase scheme,
+    /// which RFC 7235 allows) got a 401.
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer k1", "bearer k1", "BEARER   k1 ", "k1", " BeArEr k1"] {
+            assert_eq!(bearer_token(v), "k1", "{v:?}");
+        }
+        assert_eq!(bearer_token("Bearerk1"), "Bearerk1");
+    }
+
     /// Issue 26 (2): `{"max_tokens": 1, "max_completion_tokens": 90000}`
     /// reserved 1 token; `"max_tokens": null` fell back to the default even
     /// with `max_completion_tokens` set; `n` was ignored.
@@ -693,13 +720,15 @@ mod tests {
         assert_eq!(b(json!({"n": 4})), Ok(1024));
         assert_eq!(b(json!({"max_tokens": 10, "n": 3, "best_of": 5})), Ok(50));
         assert_eq!(b(json!({"max_tokens": u64::MAX, "n": 2})), Ok(u64::MAX));
-        for bad in [
-            json!({"max_completion_tokens": 0}),
-            json!({"max_tokens": "9"}),
-            json!({"n": -1}),
-            json!({"max_tokens": 1.5}),
+        for (bad, field) in [
+            (json!({"max_completion_tokens": 0}), "max_completion_tokens"),
+            (json!({"max_tokens": "9"}), "max_tokens"),
+            (json!({"n": -1}), "n"),
+            (json!({"best_of": 0}), "best_of"),
+            (json!({"max_tokens": 1.5}), "max_tokens"),
         ] {
-            let e = b(bad.clone()).unwrap_err();
+            let (f, e) = b(bad.clone()).unwrap_err();
+            assert_eq!(f, field, "{bad}");
             assert!(e.contains("must be a positive integer"), "{bad}: {e}");
         }
     }

@@ -30,7 +30,6 @@ use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 use std::convert::Infallible;
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -348,9 +347,10 @@ const POOL_IDLE: Duration = Duration::from_secs(4);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The client for a base URL (`https://…`: TLS with the system's roots and
-/// the CA certificates of `ca_file`, if given).
-pub fn client(base: &str, ca_file: Option<&Path>) -> Result<HttpClient, String> {
-    let c = connector(base.starts_with("https://"), ca_file)?;
+/// the CA certificates `ca` holds, if given: PEM bytes the caller read
+/// through the bounded input reader, and the name to report them by).
+pub fn client(base: &str, ca: Option<(&str, &[u8])>) -> Result<HttpClient, String> {
+    let c = connector(base.starts_with("https://"), ca)?;
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(POOL_IDLE)
         .build(c))
@@ -426,16 +426,17 @@ pub fn closed_before_answer(e: &hyper_util::client::legacy::Error) -> bool {
     false
 }
 
-/// The certificates of a PEM file (at least one), or why not.
-pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+/// The certificates in PEM bytes (at least one), or why not; `name`
+/// names them in the error (the file they were read from). The bytes come
+/// from the caller, read through the bounded input reader: this crate
+/// opens no input file.
+pub fn parse_ca_pem(name: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: not PEM certificates: {e}", path.display()))?;
+        .map_err(|e| format!("{name}: not PEM certificates: {e}"))?;
     if certs.is_empty() {
         return Err(format!(
-            "{}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it",
-            path.display()
+            "{name}: no PEM certificate (-----BEGIN CERTIFICATE-----) in it"
         ));
     }
     Ok(certs)
@@ -443,7 +444,7 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, String>
 
 /// The connector. `tls`: load roots (only when the base is https; reading
 /// the system's store takes a few ms).
-pub fn connector(tls: bool, ca_file: Option<&Path>) -> Result<Connector, String> {
+pub fn connector(tls: bool, ca: Option<(&str, &[u8])>) -> Result<Connector, String> {
     let mut http = HttpConnector::new();
     http.set_nodelay(true);
     http.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -452,14 +453,14 @@ pub fn connector(tls: bool, ca_file: Option<&Path>) -> Result<Connector, String>
     if tls {
         let native = rustls_native_certs::load_native_certs();
         let (ok, _bad) = roots.add_parsable_certificates(native.certs);
-        if ok == 0 && ca_file.is_none() {
+        if ok == 0 && ca.is_none() {
             tracing::warn!("no system root certificates found: https upstreams will fail to verify (set proxy.upstream_ca_file)");
         }
-        if let Some(p) = ca_file {
-            for c in read_ca_file(p)? {
+        if let Some((name, pem)) = ca {
+            for c in parse_ca_pem(name, pem)? {
                 roots
                     .add(c)
-                    .map_err(|e| format!("{}: unusable CA certificate: {e}", p.display()))?;
+                    .map_err(|e| format!("{name}: unusable CA certificate: {e}"))?;
             }
         }
     }

@@ -66,10 +66,14 @@ mod wait;
 
 /// How the proxy compiles its config's limiter (with its lease).
 pub use app::compile as compile_limiter;
+/// The one clock (model time ↔ real time) and the one retry-hint reader,
+/// for drivers outside this crate (the Python package's Pacer).
+pub use clock::Clock;
 pub use config::{LimitShape, OnLimit, ProxyConfig};
 pub use drift::{DriftConfig, ShadowFactory};
 /// The output tokens the proxy reserves for a request body.
 pub use handler::output_bound;
+pub use http::retry_hint;
 pub use hyper::Uri;
 /// The retry hint the proxy announces (whole milliseconds, rounded up);
 /// `qsim whatif` replays callers with it.

@@ -92,6 +92,7 @@ pub fn apply(app: &Arc<App>, mut cfg: ProxyConfig) -> Result<u64, String> {
     cfg.listen = old.cfg.listen;
     cfg.upstream = old.cfg.upstream.clone();
     cfg.upstream_ca_file = old.cfg.upstream_ca_file.clone();
+    cfg.upstream_ca_pem = old.cfg.upstream_ca_pem.clone();
     cfg.state = old.cfg.state.clone();
     cfg.threads = old.cfg.threads;
     let params = compile(&cfg)?;

@@ -34,7 +34,16 @@ impl Proxy {
     /// configuration errors: nothing is bound yet).
     pub fn new(cfg: ProxyConfig) -> Result<Proxy, String> {
         let params = Arc::new(compile(&cfg)?);
-        let client = http::client(&cfg.upstream, cfg.upstream_ca_file.as_deref())?;
+        let name = cfg
+            .upstream_ca_file
+            .as_ref()
+            .map_or(String::new(), |p| p.display().to_string());
+        let client = http::client(
+            &cfg.upstream,
+            cfg.upstream_ca_pem
+                .as_deref()
+                .map(|pem| (name.as_str(), pem)),
+        )?;
         Ok(Proxy {
             cfg,
             params,
@@ -142,6 +151,7 @@ impl Proxy {
             next_id: AtomicU64::new(1),
             waits: Waits::default(),
             pending_writes: AtomicUsize::new(0),
+            cut: std::sync::atomic::AtomicBool::new(false),
             reload: self.reload,
             drift,
         });
@@ -181,6 +191,10 @@ impl Proxy {
         let drained = tokio::time::timeout(drain, graceful.shutdown())
             .await
             .is_ok();
+        if !drained {
+            // the requests still open are cut by us from here on
+            app.cut.store(true, Ordering::Release);
+        }
         // completions being written to the shared state
         let t = Instant::now();
         while app.pending_writes.load(Ordering::Acquire) > 0 && t.elapsed() < Duration::from_secs(2)

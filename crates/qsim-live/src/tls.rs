@@ -2,4 +2,4 @@
 //! and its CA file are in the HTTP plumbing (`http.rs`, the one client
 //! builder); this module keeps the path the root crate reads a CA file by.
 
-pub use crate::http::read_ca_file;
+pub use crate::http::parse_ca_pem;

@@ -16,22 +16,38 @@
 //! tables), [`read::read_column`] (one column of a CSV, Parquet or JSON
 //! Lines file) and [`table::write_table`] (named columns → Parquet + CSV).
 
+//!
+//! Without the default feature `polars` only the polars-free part builds:
+//! the columns ([`columns`]), the tables' columns from tidy records
+//! ([`ResultsBuilder`], [`Results::runs_columns`], [`Results::points_columns`])
+//! and the manifest; the Python package builds its `.to_polars()` frames
+//! from these columns with the Python polars package.
+
+pub mod columns;
 pub mod error;
 pub mod manifest;
+#[cfg(feature = "polars")]
 pub mod merge;
+#[cfg(feature = "polars")]
 pub mod parquet_rows;
+#[cfg(feature = "polars")]
 pub mod read;
 pub mod results;
+#[cfg(feature = "polars")]
 pub mod table;
 
+pub use columns::{NamedColumn, Values};
 pub use error::ResultsError;
 pub use manifest::{Input, Manifest};
+#[cfg(feature = "polars")]
 pub use read::{read_column, read_parquet_text};
 pub use results::{Axis, Results, ResultsBuilder, FILE_NAMES, MANIFEST};
-pub use table::{encode_table, write_table, NamedColumn, Values};
+#[cfg(feature = "polars")]
+pub use table::{encode_table, write_table};
 
 /// Every file of an output directory, (name, bytes): the four tables and
 /// `manifest.json` (which lists the tables' sizes and hashes).
+#[cfg(feature = "polars")]
 pub fn output_files(
     results: &Results,
     manifest: &Manifest,

@@ -10,8 +10,8 @@
 //! sharding (a merge that pushes the shards' rows back in point order builds
 //! the same tables).
 
+use crate::columns::{NamedColumn, Values};
 use crate::error::ResultsError;
-use crate::table::{encode_table, NamedColumn, Values};
 use std::collections::BTreeMap;
 
 /// One swept parameter: its path and its values, in grid order.
@@ -339,9 +339,10 @@ impl Results {
 
     /// The four table files, (name, bytes), in this order: runs.parquet,
     /// runs.csv, points.parquet, points.csv.
+    #[cfg(feature = "polars")]
     pub fn encode(&self) -> Result<Vec<(String, Vec<u8>)>, ResultsError> {
-        let runs = encode_table(&self.runs_columns())?;
-        let points = encode_table(&self.points_columns())?;
+        let runs = crate::table::encode_table(&self.runs_columns())?;
+        let points = crate::table::encode_table(&self.points_columns())?;
         Ok(vec![
             (RUNS_PARQUET.into(), runs.parquet),
             (RUNS_CSV.into(), runs.csv),

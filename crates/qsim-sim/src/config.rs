@@ -221,6 +221,62 @@ pub fn source_exists(path: &Path) -> bool {
     }
 }
 
+/// Why a referenced file (a profile, a batch) cannot be read, as the end of
+/// a message about it: `"{what} not found: PATH"` when nothing is there
+/// (or no embedded file has the name), else the bounded reader's reason
+/// (`PATH: cannot read: a FIFO, not a regular file …`), checked before the
+/// path is opened or resolved through a link.
+pub fn source_problem(what: &str, path: &Path) -> Option<String> {
+    let s = path.display().to_string();
+    if let Some(name) = s.strip_prefix(crate::embedded::PREFIX) {
+        return crate::embedded::get(name)
+            .is_none()
+            .then(|| format!("{what} not found: {s}"));
+    }
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Some(format!("{what} not found: {s}"))
+        }
+        _ => crate::input::check(path)
+            .err()
+            .map(|r| format!("{what} {s}: {r}")),
+    }
+}
+
+/// Rewrite an error's field path to name array items (`scenario.heavy.rpm`,
+/// not `scenario.2.rpm`), reading the document it is about: `file` with the
+/// `--set` overrides if the error is about it, else the file (or embedded
+/// file) the error names.
+pub fn name_fields(e: ConfigError, file: Option<&Path>, sets: &[String]) -> ConfigError {
+    if !e.field.split('.').any(|s| s.parse::<usize>().is_ok()) {
+        return e;
+    }
+    let doc = match file {
+        Some(f) if f.display().to_string() == e.source => read_toml(f).ok().map(|mut v| {
+            for s in sets {
+                let _ = apply_set(&mut v, s);
+            }
+            v
+        }),
+        _ => {
+            let name = e
+                .source
+                .strip_suffix(" (embedded)")
+                .map(|n| PathBuf::from(format!("{}{n}", crate::embedded::PREFIX)));
+            let p = name.unwrap_or_else(|| PathBuf::from(&e.source));
+            if source_exists(&p) {
+                read_toml(&p).ok()
+            } else {
+                None
+            }
+        }
+    };
+    match doc {
+        Some(v) => e.named_in(&v),
+        None => e,
+    }
+}
+
 /// Parse TOML text; `source` names it in errors.
 pub fn parse_toml(source: &str, text: &str) -> Result<toml::Value, ConfigError> {
     text.parse::<toml::Table>()
@@ -288,7 +344,9 @@ pub fn apply_set(root: &mut toml::Value, assignment: &str) -> Result<(), ConfigE
     if path.is_empty() {
         return Err(ConfigError::new(&flag, "", "empty path"));
     }
-    let segs: Vec<&str> = path.split('.').collect();
+    // `option[2].replicas` (as errors name fields) is `option.2.replicas`
+    let path = path.replace('[', ".").replace(']', "");
+    let segs: Vec<&str> = path.split('.').filter(|s| !s.is_empty()).collect();
     let mut cur = root;
     for (i, seg) in segs.iter().enumerate() {
         let last = i + 1 == segs.len();

@@ -83,6 +83,12 @@ fn regular(path: &Path) -> Result<std::fs::Metadata, String> {
     Ok(meta)
 }
 
+/// Whether `path` is a regular file qsim may read (the reason if not), as
+/// [`read_bytes`] checks it, without opening it.
+pub fn check(path: &Path) -> Result<(), String> {
+    regular(path).map(|_| ())
+}
+
 /// The regular file at `path`, opened to be read as a stream (a request
 /// trace): the reader holds a bounded buffer and a bounded line (see
 /// `trace::read`), so memory does not depend on the file's size and no

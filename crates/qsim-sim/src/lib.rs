@@ -16,6 +16,7 @@
 //! - [`work`]: the work meter (budgets by counted units).
 
 pub mod budget;
+pub mod calibrate;
 pub mod client;
 pub mod config;
 pub mod embedded;
@@ -26,6 +27,7 @@ pub mod hosted;
 pub mod input;
 pub mod options;
 pub mod plan;
+pub mod recommend;
 pub mod report;
 pub mod serve_model;
 pub mod serve_spec;

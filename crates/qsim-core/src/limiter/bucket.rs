@@ -53,7 +53,9 @@ impl BucketSpec {
     #[inline]
     pub fn refill(&self, level: i128, from: Nanos, to: Nanos) -> i128 {
         if to > from {
-            (level + (to - from) as i128 * self.capacity as i128).min(self.full_level())
+            level
+                .saturating_add(((to - from) as i128).saturating_mul(self.capacity as i128))
+                .min(self.full_level())
         } else {
             level
         }
@@ -75,7 +77,9 @@ impl BucketSpec {
         if n > self.capacity {
             return NEVER;
         }
-        let need = n as i128 * self.window as i128 - level;
+        let need = (n as i128)
+            .saturating_mul(self.window as i128)
+            .saturating_sub(level);
         if need <= 0 {
             return at;
         }
@@ -85,12 +89,16 @@ impl BucketSpec {
     /// Take `n` tokens unconditionally (the level may go negative).
     #[inline]
     pub fn take(&self, level: &mut i128, n: u64) {
-        *level -= n as i128 * self.window as i128;
+        // saturating: a forced charge of an absurd count (an upstream's
+        // usage) is a deep debt, never a wrap to a full bucket
+        *level = level.saturating_sub((n as i128).saturating_mul(self.window as i128));
     }
     /// Give back `n` tokens; the level never exceeds capacity.
     #[inline]
     pub fn refund(&self, level: &mut i128, n: u64) {
-        *level = (*level + n as i128 * self.window as i128).min(self.full_level());
+        *level = level
+            .saturating_add((n as i128).saturating_mul(self.window as i128))
+            .min(self.full_level());
     }
 }
 

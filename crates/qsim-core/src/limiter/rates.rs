@@ -7,6 +7,7 @@
 
 use super::bucket::{BucketSpec, TokenBucket};
 use crate::time::Nanos;
+use crate::units::Units;
 use serde::{Deserialize, Serialize};
 
 /// What a limit counts.
@@ -75,15 +76,17 @@ impl LimitSpec {
     /// deployment buckets (one set of accounting rules).
     #[inline]
     pub fn admit_charge(&self, c: Cost) -> (u64, u64) {
+        // in saturating units: a huge max_tokens is a charge no bucket
+        // holds (denied), never a wrapped small one
         let out = match self.accounting {
-            OutputAccounting::OnCompletion => 0,
-            _ => c.max_tokens,
+            OutputAccounting::OnCompletion => Units::ZERO,
+            _ => Units(c.max_tokens),
         };
         let charge = match self.counts {
             Counts::Requests => 1,
             Counts::InputTokens => c.input_tokens,
-            Counts::OutputTokens => out,
-            Counts::Tokens => c.input_tokens + out,
+            Counts::OutputTokens => out.get(),
+            Counts::Tokens => (out + c.input_tokens).get(),
         };
         let counts_output = matches!(self.counts, Counts::OutputTokens | Counts::Tokens);
         let need = if counts_output && self.accounting == OutputAccounting::OnCompletion {
@@ -102,9 +105,10 @@ impl LimitSpec {
         }
         // output above the reservation (an upstream that honoured a larger
         // cap than the one reserved, or ignored it) is charged when known
-        let over = actual_output.saturating_sub(c.max_tokens);
+        let (actual, reserved) = (Units(actual_output), Units(c.max_tokens));
+        let over = (actual - reserved).get();
         match self.accounting {
-            OutputAccounting::ReserveRefund => (c.max_tokens.saturating_sub(actual_output), over),
+            OutputAccounting::ReserveRefund => ((reserved - actual).get(), over),
             OutputAccounting::ReserveNoRefund => (0, over),
             OutputAccounting::OnCompletion => (0, actual_output),
         }

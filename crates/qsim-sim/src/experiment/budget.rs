@@ -27,9 +27,13 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
                 (process.rate * d, n, n)
             }
             ServerLoad::Trace(t) => {
-                // the scan's count; in flight bounded by the requests
+                // the scan's count; in flight: the fluid backlog of its
+                // arrivals against the replicas' full-batch throughput
                 let (n, _) = t.expected().unwrap_or((0.0, 0.0));
-                (n, n, n)
+                let in_flight = t.summary.as_ref().map_or(n, |sum| {
+                    trace_in_flight(p, reps, sum, t.scale, t.loops).min(n)
+                });
+                (n, n, in_flight)
             }
             ServerLoad::Closed { clients, think } => {
                 let step = min_step_s(p);
@@ -57,6 +61,40 @@ pub fn server_suite(suite: &ServerSuite) -> Cost {
         c.keep(records * RECORD_BYTES);
     }
     c
+}
+
+/// The most requests of a trace in a server at once, estimated as a fluid
+/// queue: each window of the scan's arrival series ([`RateSeries`]: a
+/// minute, or longer for long traces) brings its arrivals (× `scale`), and
+/// the replicas serve at their full-batch throughput ([`full_batch_cycle_s`]
+/// at `max_num_seqs`); in flight is the backlog plus the window's arrivals
+/// plus a full batch per replica. It leans high (a window's arrivals are
+/// counted as present at once), never by the trace's length when the
+/// replicas keep up (issue 41: the estimate was every request of a 10 M-row
+/// trace, 1.5 GB, for a run that peaked at 16 MB). Loops: an overloaded
+/// loop leaves its backlog to the next.
+///
+/// [`RateSeries`]: crate::trace::RateSeries
+pub(crate) fn trace_in_flight(
+    p: &crate::server::ServerProfile,
+    reps: f64,
+    sum: &crate::trace::Summary,
+    scale: f64,
+    loops: u32,
+) -> f64 {
+    let rows = sum.rows.max(1) as f64;
+    let mean_in = (sum.input_total as f64 / rows).max(1.0);
+    let mean_out = (sum.output_total as f64 / rows).max(1.0);
+    let cycle = full_batch_cycle_s(p, p.max_num_seqs as f64, mean_in, mean_out);
+    let served = reps * sum.arrivals.window_s as f64 / cycle.max(1e-12);
+    let (mut backlog, mut peak) = (0.0f64, 0.0f64);
+    for &a in &sum.arrivals.counts {
+        let a = a as f64 * scale;
+        peak = peak.max(backlog + a);
+        backlog = (backlog + a - served).max(0.0);
+    }
+    let running = reps * p.max_num_seqs as f64;
+    peak + backlog * (loops.max(1) - 1) as f64 + running
 }
 
 /// One seed of a hosted-API suite.

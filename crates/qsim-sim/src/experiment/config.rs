@@ -7,9 +7,7 @@ use crate::client::presets::{aimd_window, preset, ClientPolicy};
 use crate::client::throttle::{AdaptiveThrottle, RetryQuota};
 use crate::client::RawRetry;
 use crate::client::{CallerPolicy, PoolShared};
-use crate::config::{
-    duration_s, from_value, read_toml, resolve_relative, source_exists, ConfigError,
-};
+use crate::config::{duration_s, from_value, read_toml, resolve_relative, ConfigError};
 use crate::engine::{RawDist, Sampler};
 use crate::hosted::HostedProfile;
 use crate::time::{secs, Nanos};
@@ -389,12 +387,8 @@ impl HostedSuite {
         let raw: RawHostedSuite = from_value(f, v)?;
         crate::config::expect_kind(f, &raw.kind, "hosted", "a hosted experiment file")?;
         let ppath = resolve_relative(file, &raw.endpoint);
-        if !source_exists(&ppath) {
-            return Err(ConfigError::new(
-                f,
-                "endpoint",
-                format!("endpoint profile not found: {}", ppath.display()),
-            ));
+        if let Some(why) = crate::config::source_problem("endpoint profile", &ppath) {
+            return Err(ConfigError::new(f, "endpoint", why));
         }
         let pv = read_toml(&ppath)?;
         let mut profile = HostedProfile::from_value(&ppath.display().to_string(), pv)?;

@@ -117,3 +117,21 @@ pub fn load(path: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError>
         )),
     }
 }
+
+/// Load an experiment file for `run` and `sweep`. A server or hosted-API
+/// profile given in its place is named as such, and field paths name array
+/// items by their `name` ([`crate::config::name_fields`]).
+pub fn load_file(file: &Path, sets: &[String]) -> Result<ExperimentFile, ConfigError> {
+    load(file, sets).map_err(|e| {
+        let src = file.display().to_string();
+        if e.source == src {
+            if let Some(w) = crate::config::read_toml(file)
+                .ok()
+                .and_then(|v| crate::config::profile_not_experiment(&src, &v))
+            {
+                return w;
+            }
+        }
+        crate::config::name_fields(e, Some(file), sets)
+    })
+}

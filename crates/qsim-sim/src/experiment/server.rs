@@ -178,12 +178,8 @@ impl ServerSuite {
         let raw: RawServerSuite = from_value(f, v)?;
         crate::config::expect_kind(f, &raw.kind, "server", "a server experiment file")?;
         let ppath = resolve_relative(file, &raw.server);
-        if !ppath.is_file() {
-            return Err(ConfigError::new(
-                f,
-                "server",
-                format!("server profile not found: {}", ppath.display()),
-            ));
+        if let Some(why) = crate::config::source_problem("server profile", &ppath) {
+            return Err(ConfigError::new(f, "server", why));
         }
         let mut profile = load_profile(&ppath)?;
         if let Some(p) = &raw.price {

@@ -17,7 +17,10 @@ use crate::engine::DurationHist;
 use crate::server::ServerProfile;
 use crate::time::Nanos;
 use crate::trace::stats::{self, Fitted, TraceStats};
+use crate::trace::TraceSource;
+use crate::workload::OpenLoop;
 use crate::workload::{ArrivalProcess, Lengths, RawArrivals};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const MINUTE: Nanos = 60_000_000_000;
@@ -92,51 +95,138 @@ impl Run {
     }
 }
 
-/// Simulate `s` with `replicas`, draining, and measure each minute.
+/// Arrivals per minute of `s`'s load as the driver will submit them (the
+/// same source, seed and scope): a minute's p95 is final once that many of
+/// its requests have completed. Memory: one count per minute with arrivals.
+fn arrivals_per_minute(s: &Scenario, seed: u64) -> BTreeMap<u64, u64> {
+    let mut m = BTreeMap::new();
+    match &s.load {
+        Load::Trace(spec) => {
+            if let Ok(mut src) = TraceSource::open(spec, seed, s.index) {
+                while let Ok(Some(a)) = src.next() {
+                    *m.entry(a.at / MINUTE).or_insert(0) += 1;
+                }
+            }
+        }
+        Load::Open { process, .. } => {
+            let mut src = OpenLoop::new(
+                process.clone(),
+                s.lengths.clone(),
+                seed,
+                s.index,
+                0,
+                s.duration,
+                u64::MAX,
+            );
+            while let Some((at, _, _)) = src.pop() {
+                *m.entry(at / MINUTE).or_insert(0) += 1;
+            }
+        }
+        // no closed loops in a trace plan: every minute kept to the end
+        Load::Closed { .. } => {}
+    }
+    m
+}
+
+/// One minute's measurements while its requests complete.
+#[derive(Default)]
+struct Open {
+    requests: u64,
+    e2e: DurationHist,
+    ttft: DurationHist,
+}
+
+impl Open {
+    fn minute(&self, minute: u64) -> Minute {
+        let p95 = |h: &DurationHist| {
+            if h.count() > 0 {
+                h.quantile_s(0.95)
+            } else {
+                0.0
+            }
+        };
+        Minute {
+            minute,
+            requests: self.requests,
+            e2e_p95_s: p95(&self.e2e),
+            ttft_p95_s: p95(&self.ttft),
+        }
+    }
+}
+
+/// Simulate `s` with `replicas`, draining, and measure each minute. A
+/// minute's histograms live only while its requests are in the server
+/// (issue 41: a vector indexed by minute made memory follow the trace's
+/// span: 3.5 GB for two rows 1e9 s apart); memory follows the minutes in
+/// flight, and one count per minute with arrivals.
 pub fn run(profile: &Arc<ServerProfile>, s: &Scenario, replicas: u32, seed: u64) -> Run {
     let mut sc = s.clone();
     sc.replicas = replicas;
     sc.drain = true;
     sc.snapshots.clear();
-    let mut per: Vec<(u64, DurationHist, DurationHist)> = Vec::new();
+    let expected = arrivals_per_minute(s, seed);
+    let mut open: BTreeMap<u64, Open> = BTreeMap::new();
+    let mut minutes: Vec<Minute> = Vec::new();
     let mut rejected = 0;
     run_scenario_observed(profile.clone(), &sc, seed, s.index, None, &mut |c| {
-        let m = (c.arrival / MINUTE) as usize;
-        if m >= per.len() {
-            per.resize_with(m + 1, || (0, DurationHist::new(), DurationHist::new()));
-        }
-        per[m].0 += 1;
+        let m = c.arrival / MINUTE;
+        let o = open.entry(m).or_default();
+        o.requests += 1;
         if c.rejected {
             rejected += 1;
         } else {
-            per[m].1.record(c.finished - c.arrival);
-            per[m].2.record(c.first_token - c.arrival);
+            o.e2e.record(c.finished - c.arrival);
+            o.ttft.record(c.first_token - c.arrival);
+        }
+        if expected.get(&m) == Some(&o.requests) {
+            minutes.push(o.minute(m));
+            open.remove(&m);
         }
     });
-    let minutes = per
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.0 > 0)
-        .map(|(m, (n, e2e, ttft))| Minute {
-            minute: m as u64,
-            requests: *n,
-            e2e_p95_s: if e2e.count() > 0 {
-                e2e.quantile_s(0.95)
-            } else {
-                0.0
-            },
-            ttft_p95_s: if ttft.count() > 0 {
-                ttft.quantile_s(0.95)
-            } else {
-                0.0
-            },
-        })
-        .collect();
+    minutes.extend(open.iter().map(|(&m, o)| o.minute(m)));
+    minutes.sort_by_key(|m| m.minute);
     Run {
         replicas,
         minutes,
         rejected,
     }
+}
+
+/// What `qsim trace plan` of scenario `s` costs at the least, for the work
+/// and memory budget `qsim run` uses ([`crate::budget`]): the statistics'
+/// pass over the trace (a row is a quarter of a request), then the search's
+/// first run of each of the three workloads (the trace, the fitted gamma,
+/// Poisson) at one replica — as `qsim run` of the scenario at one replica
+/// costs (its requests and engine iterations; in flight the trace's fluid
+/// backlog). The search's later runs are counted by the run-time meter.
+pub fn cost(profile: &Arc<ServerProfile>, s: &Scenario) -> crate::budget::Cost {
+    use crate::budget::*;
+    let mut c = Cost::default();
+    let Load::Trace(t) = &s.load else {
+        return c;
+    };
+    let (n, mean_out) = t.expected().unwrap_or((0.0, 0.0));
+    let name = format!("scenario {:?}", s.name);
+    c.part(&format!("{name}: statistics"), n * 0.25, 0.0);
+    let d = crate::time::to_secs(s.duration);
+    let its = iterations(profile, 1.0, d, n, mean_out);
+    let in_flight = t.summary.as_ref().map_or(n, |sum| {
+        super::budget::trace_in_flight(profile, 1.0, sum, t.scale, t.loops).min(n)
+    });
+    // per-minute histograms of the minutes in flight (two each): at most
+    // one minute per request in flight, at most the trace's minutes
+    let minutes = t
+        .last_arrival()
+        .map_or(n, |l| l as f64 / MINUTE as f64 + 1.0)
+        .min(in_flight)
+        .max(1.0);
+    let mem = replicas_bytes(1.0, n, n * mean_out)
+        + in_flight * IN_FLIGHT_BYTES
+        + 2.0 * hists_bytes(minutes, in_flight);
+    for w in ["the trace", "the fitted gamma", "Poisson"] {
+        c.part(&format!("{name}: {w} at 1 replica"), n + its, mem);
+    }
+    c
 }
 
 /// The fewest replicas for one workload.

@@ -41,9 +41,7 @@ pub mod batch;
 pub mod fewest;
 pub mod render;
 
-use crate::config::{
-    apply_set, from_value, read_toml, resolve_relative, source_exists, ConfigError,
-};
+use crate::config::{apply_set, from_value, read_toml, resolve_relative, ConfigError};
 use crate::engine::DurationHist;
 use crate::experiment::hosted::{run_suite, HostedResult};
 use crate::experiment::scaling::RawAutoscale;
@@ -218,12 +216,8 @@ pub fn load(path: &Path, sets: &[String], rows: Option<u64>) -> Result<OptionsFi
     let raw: RawOptions = from_value(f, v)?;
     crate::config::expect_kind(f, &raw.kind, "options", "a deployment-options file")?;
     let bpath = resolve_relative(path, &raw.batch);
-    if !source_exists(&bpath) {
-        return Err(ConfigError::new(
-            f,
-            "batch",
-            format!("batch file not found: {}", bpath.display()),
-        ));
+    if let Some(why) = crate::config::source_problem("batch file", &bpath) {
+        return Err(ConfigError::new(f, "batch", why));
     }
     let within = match raw.within_s {
         Some(w) if !(w.is_finite() && w > 0.0 && w <= 1e9) => {
@@ -314,18 +308,15 @@ pub fn load(path: &Path, sets: &[String], rows: Option<u64>) -> Result<OptionsFi
                     ));
                 };
                 // absolute, as the batch file resolves it against itself
-                let ep = o
-                    .endpoint
+                let ep = o.endpoint.as_ref().map(|e| resolve_relative(path, e));
+                // checked as named (before a link is resolved)
+                if let Some(why) = ep
                     .as_ref()
-                    .map(|e| resolve_relative(path, e))
-                    .map(|e| std::fs::canonicalize(&e).unwrap_or(e));
-                if let Some(e) = ep.as_ref().filter(|e| !source_exists(e)) {
-                    return Err(ConfigError::new(
-                        f,
-                        fld("endpoint"),
-                        format!("endpoint profile not found: {}", e.display()),
-                    ));
+                    .and_then(|e| crate::config::source_problem("endpoint profile", e))
+                {
+                    return Err(ConfigError::new(f, fld("endpoint"), why));
                 }
+                let ep = ep.map(|e| std::fs::canonicalize(&e).unwrap_or(e));
                 let bsrc = bpath.display().to_string();
                 let mut s = HostedSuite::from_value(
                     &bpath,
@@ -352,12 +343,8 @@ pub fn load(path: &Path, sets: &[String], rows: Option<u64>) -> Result<OptionsFi
                     ));
                 };
                 let sp = resolve_relative(path, sp);
-                if !source_exists(&sp) {
-                    return Err(ConfigError::new(
-                        f,
-                        fld("server"),
-                        format!("server profile not found: {}", sp.display()),
-                    ));
+                if let Some(why) = crate::config::source_problem("server profile", &sp) {
+                    return Err(ConfigError::new(f, fld("server"), why));
                 }
                 let mut profile = load_profile(&sp)?;
                 if let Some(v) = o.replica_hour_usd {

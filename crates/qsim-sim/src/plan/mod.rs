@@ -466,11 +466,8 @@ pub fn build(args: &PlanSpec) -> Result<(SharedFile, Model), ConfigError> {
         (Some(m), _) if m == "ideal" => Model::Ideal,
         (Some(p), _) => {
             let path = std::path::Path::new(p);
-            if !path.is_file() {
-                return Err(flag_err(
-                    "--model",
-                    format!("server profile not found: {p}"),
-                ));
+            if let Some(why) = crate::config::source_problem("server profile", path) {
+                return Err(flag_err("--model", why));
             }
             Model::Server {
                 name: p.clone(),

@@ -87,3 +87,39 @@ mod tests {
         assert_eq!(spread(&[3.0]).median, 3.0);
     }
 }
+
+/// Text read from a data file (a consumer name in a log or trace), made
+/// safe to print on a terminal: control characters (escape sequences,
+/// newlines, carriage returns, backspaces) and Unicode's bidirectional
+/// overrides are shown escaped (`\u{1b}`, `\n`), so such text can neither
+/// drive the terminal nor forge a line of the report. Everything else is
+/// as given.
+pub fn terminal_safe(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod safe_tests {
+    #[test]
+    fn control_characters_and_bidi_overrides_are_escaped() {
+        use super::terminal_safe as t;
+        assert_eq!(t("team-a"), "team-a");
+        assert_eq!(t("équipe 東"), "équipe 東");
+        assert_eq!(t("a\x1b[31mred"), "a\\u{1b}[31mred");
+        assert_eq!(t("x\nforged line"), "x\\nforged line");
+        assert_eq!(t("r\rb\u{202e}"), "r\\rb\\u{202e}");
+    }
+}

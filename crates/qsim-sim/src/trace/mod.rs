@@ -92,6 +92,50 @@ pub struct Summary {
     /// Tokens of the rows in the window.
     pub input_total: u64,
     pub output_total: u64,
+    /// Arrivals per window of one loop (bounded: see [`RateSeries`]), for
+    /// the memory estimate's backlog.
+    pub arrivals: RateSeries,
+}
+
+/// The most windows a [`RateSeries`] keeps.
+pub const MAX_RATE_POINTS: usize = 1440;
+
+/// Requests per window of arrival, windows of a minute doubled (pairs
+/// merged) whenever more than [`MAX_RATE_POINTS`] would be needed: memory
+/// and plots follow the cap, never the trace's span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateSeries {
+    /// The window (s): 60 × a power of two.
+    pub window_s: u64,
+    /// Requests per window, from the first arrival's.
+    pub counts: Vec<u64>,
+}
+
+impl Default for RateSeries {
+    fn default() -> Self {
+        RateSeries {
+            window_s: 60,
+            counts: Vec::new(),
+        }
+    }
+}
+
+impl RateSeries {
+    #[inline]
+    pub fn add(&mut self, since_first: u64) {
+        let mut i = since_first / (self.window_s * 1_000_000_000);
+        while i >= MAX_RATE_POINTS as u64 {
+            let merged: Vec<u64> = self.counts.chunks(2).map(|c| c.iter().sum()).collect();
+            self.counts = merged;
+            self.window_s *= 2;
+            i = since_first / (self.window_s * 1_000_000_000);
+        }
+        let i = i as usize;
+        if i >= self.counts.len() {
+            self.counts.resize(i + 1, 0);
+        }
+        self.counts[i] += 1;
+    }
 }
 
 /// A validated trace workload.
@@ -113,7 +157,15 @@ pub struct TraceSpec {
     pub summary: Option<Summary>,
     /// The rows the scan read, copied for the replays (see [`cache`]).
     pub copy: Copied,
+    /// Where the fields came from and their prefix (`from_raw`'s `file`
+    /// and `at`), for errors found while replaying: a row past the bounds
+    /// names the field that put it there (`compress`, `loops`).
+    pub source: (String, String),
 }
+
+/// The latest replay time a trace may reach: [`MAX_SECS`] (1e9 s), the
+/// bound every duration in qsim has.
+pub const MAX_REPLAY_NS: Nanos = 1_000_000_000 * 1_000_000_000;
 
 /// The most a trace's rows may be multiplied by.
 pub const MAX_SCALE: f64 = 1000.0;
@@ -293,6 +345,7 @@ impl TraceSpec {
             period: 0,
             summary: None,
             copy: Copied::default(),
+            source: (file.to_string(), at.to_string()),
         };
         if scan || loops > 1 {
             let (s, copy) = spec.scan_copy()?;
@@ -325,7 +378,7 @@ impl TraceSpec {
                     }
                 }
                 .max(1);
-                if spec.period as f64 * loops as f64 > MAX_SECS * 1e9 {
+                if (spec.period as u128) * (loops as u128) > MAX_REPLAY_NS as u128 {
                     return Err(ConfigError::new(
                         file,
                         fld("loops"),
@@ -384,9 +437,12 @@ impl TraceSpec {
         one.copy = Copied::default();
         let mut src = TraceSource::open_with(&one, 0, 0, cache::Writer::create())?;
         let (mut rows, mut last, mut input_total, mut output_total) = (0u64, 0, 0u64, 0u64);
+        let mut first = None;
+        let mut arrivals = RateSeries::default();
         while let Some(a) = src.next()? {
             rows += 1;
             last = a.at;
+            arrivals.add(a.at - *first.get_or_insert(a.at));
             input_total += a.input as u64;
             output_total += a.output as u64;
         }
@@ -400,6 +456,7 @@ impl TraceSpec {
                 skipped: src.skipped(),
                 input_total,
                 output_total,
+                arrivals,
             },
             copy,
         ))
@@ -598,12 +655,7 @@ impl TraceSource {
                 self.reader = self.spec.rows()?;
                 continue;
             };
-            let t = if self.spec.compress == 1.0 {
-                rel
-            } else {
-                (rel as f64 / self.spec.compress).round() as Nanos
-            };
-            let at = t + self.loop_k as u64 * self.spec.period;
+            let at = self.replay_time(rel)?;
             let (whole, frac) = self.scale;
             self.copies = whole + (frac > 0.0 && unit(&mut self.rng) < frac) as u32;
             self.cur = Some(Arrival {
@@ -613,6 +665,60 @@ impl TraceSource {
                 consumer: r.consumer,
             });
         }
+    }
+
+    /// The replay time of a row `rel` ns after the window's start: time
+    /// compressed, then shifted by its loop — the checked clock: a row
+    /// later than [`MAX_REPLAY_NS`] (1e9 s) is an error naming what put it
+    /// there (the trace's own span, `compress` or `loops`), never a wrapped
+    /// or saturated time that would collapse rows onto one instant.
+    fn replay_time(&self, rel: Nanos) -> Result<Nanos, ConfigError> {
+        let (file, at) = &self.spec.source;
+        // the field as given: a file's path to it, or (flags: no file) its
+        // bare name, which the command line names as its flag
+        let err = |field: &str, why: String| {
+            if file.is_empty() {
+                ConfigError::new("", field, format!("{}: {why}", self.spec.label()))
+            } else {
+                ConfigError::new(file.clone(), format!("{at}{field}"), why)
+            }
+        };
+        if rel > MAX_REPLAY_NS {
+            return Err(ConfigError::new(
+                self.spec.label(),
+                "",
+                format!(
+                    "a row {} s after the first: a trace may span at most 1e9 s",
+                    rel / 1_000_000_000
+                ),
+            ));
+        }
+        let c = self.spec.compress;
+        let t = if c == 1.0 {
+            rel
+        } else {
+            let t = (rel as f64 / c).round();
+            if t > MAX_REPLAY_NS as f64 {
+                return Err(err(
+                    "compress",
+                    format!(
+                        "{} puts a row {} s after the first, past 1e9 s",
+                        crate::time::show(c),
+                        crate::time::show((t * 1e-9).round())
+                    ),
+                ));
+            }
+            t as Nanos
+        };
+        let shift = (self.loop_k as u128) * (self.spec.period as u128);
+        let at = t as u128 + shift;
+        if at > MAX_REPLAY_NS as u128 {
+            return Err(err(
+                "loops",
+                "the looped trace lasts more than 1e9 s".into(),
+            ));
+        }
+        Ok(at as Nanos)
     }
 
     /// The next arrival, or None at the end (an error in the file: the

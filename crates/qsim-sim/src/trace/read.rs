@@ -564,8 +564,17 @@ fn datetime_any(b: &[u8]) -> Result<i64, String> {
             frac_ns = frac_ns * 10 + f.get(1 + k).map_or(0, |&c| (c - b'0') as i64);
         }
     }
+    // checked: a date outside what nanoseconds since 1970 hold in an i64
+    // (about 1677-09-21 to 2262-04-11) is refused, never wrapped
     let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + s;
-    Ok(secs * 1_000_000_000 + frac_ns)
+    secs.checked_mul(1_000_000_000)
+        .and_then(|ns| ns.checked_add(frac_ns))
+        .ok_or_else(|| {
+            format!(
+                "a date out of range (qsim reads 1677-09-22 to 2262-04-11): {}",
+                shown(b)
+            )
+        })
 }
 
 /// [`datetime_ns`] of a plain `YYYY-MM-DD HH:MM:SS[.f]` (no spaces
@@ -574,7 +583,8 @@ fn datetime_any(b: &[u8]) -> Result<i64, String> {
 #[inline]
 fn datetime_plain(b: &[u8]) -> Option<i64> {
     let days = plain_date(b)?;
-    Some(days * 86_400_000_000_000 + plain_time(b)?)
+    days.checked_mul(86_400_000_000_000)?
+        .checked_add(plain_time(b)?)
 }
 
 /// The days since 1970-01-01 of a plain datetime's date (its first 10
@@ -685,7 +695,9 @@ impl DateCache {
             self.set = true;
             days
         };
-        Some(days * 86_400_000_000_000 + plain_time(b)?)
+        // out of range: None, and the general path says so
+        days.checked_mul(86_400_000_000_000)?
+            .checked_add(plain_time(b)?)
     }
 }
 
@@ -1219,6 +1231,19 @@ mod tests {
                 - datetime_ns(b"2000-02-28 00:00:00").unwrap(),
             2 * 86_400 * 1_000_000_000
         );
+        // issue 41, case 5: dates past 2262 (or before 1677) wrapped
+        // (2608-08-07 read as a time before 2023-01-01)
+        for far in [
+            &b"2608-08-07 00:00:00"[..],
+            b"9999-12-31 23:59:59",
+            b"0000-01-01 00:00:00",
+            b"2262-04-12 00:00:00",
+        ] {
+            let e = datetime_ns(far).unwrap_err();
+            assert!(e.contains("out of range"), "{e}");
+            assert!(DateCache::default().datetime_ns(far).is_err());
+        }
+        assert!(datetime_ns(b"2262-04-11 00:00:00").is_ok());
         for bad in [
             &b"2023-02-29 00:00:00"[..],
             b"2023-11-16",

@@ -9,8 +9,10 @@
 //! - inter-arrival CV: population standard deviation / mean of the gaps
 //!   between consecutive arrivals (ties are gaps of 0);
 //! - index of dispersion at window w: variance / mean of the request counts
-//!   of the aligned windows covering [first, last] (empty windows count);
-//!   1 for a Poisson process, far above 1 for bursty traffic;
+//!   of the whole aligned windows before the last arrival's (`⌊span / w⌋`
+//!   of them; empty windows count; the last window is partial and left
+//!   out); 0 for a constant rate, 1 for a Poisson process, far above 1 for
+//!   bursty traffic; not a number with fewer than two whole windows;
 //! - length percentiles: qsim's one quantile definition
 //!   (`qsim_core::stats::quantile_by`, type 7) over the lengths kept as
 //!   counts per distinct value (memory per distinct length, not per request).
@@ -21,6 +23,7 @@
 //! log-normal lengths through the trace's median and 95th percentile,
 //! clamped to [1, the trace's maximum].
 
+pub use super::{RateSeries, MAX_RATE_POINTS};
 use super::{TraceSource, TraceSpec};
 use crate::config::ConfigError;
 use crate::engine::RawDist;
@@ -181,12 +184,35 @@ impl Bins {
         self.count += 1;
     }
     fn close(&mut self) {
+        self.peak_check();
+        self.sum_sq += self.count as u128 * self.count as u128;
+        self.count = 0;
+    }
+    fn peak_check(&mut self) {
         if self.count > self.peak {
             self.peak = self.count;
             self.peak_bin = self.cur;
         }
-        self.sum_sq += self.count as u128 * self.count as u128;
-        self.count = 0;
+    }
+    /// At the end: the last window (the one holding the last arrival) is
+    /// partial — it ends after the last arrival — so it counts for the peak
+    /// but not for the dispersion; its requests are returned.
+    fn finish(&mut self) -> u64 {
+        self.peak_check();
+        std::mem::take(&mut self.count)
+    }
+    /// Index of dispersion over the `span / w` whole windows before the
+    /// last, partial one (`n_full` requests in them; empty windows count);
+    /// NaN with fewer than two whole windows (no variance to speak of).
+    fn dispersion(&self, span: u64, n_full: u64) -> f64 {
+        let k = span / self.w;
+        if k < 2 || n_full == 0 {
+            return f64::NAN;
+        }
+        let windows = k as f64;
+        let mean = n_full as f64 / windows;
+        let var = (self.sum_sq as f64 / windows - mean * mean).max(0.0);
+        var / mean
     }
 }
 
@@ -219,8 +245,10 @@ pub struct TraceStats {
     pub output_total: u64,
     /// Requests per consumer (empty with one consumer).
     pub consumers: Vec<(String, u64)>,
-    /// Requests per minute after the first arrival (`--plot`).
-    pub per_minute: Vec<u64>,
+    /// Requests per window of arrival after the first arrival (`--plot`):
+    /// minutes, or longer windows when the trace lasts longer than
+    /// [`MAX_RATE_POINTS`] minutes.
+    pub rate: RateSeries,
     /// Length histograms (`--plot`): [`HIST_BINS`] equal bins from 0 to the
     /// maximum, each (bin start, requests).
     pub input_hist: Vec<(f64, u64)>,
@@ -232,6 +260,9 @@ pub struct TraceStats {
 /// Read the trace once and measure it.
 pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
     let mut src = TraceSource::open(spec, seed, 0)?;
+    // the run-time work budget: a row read is one unit (a quarter of a
+    // simulated request, as a hosted-API attempt)
+    let mut tally = crate::work::Tally::new();
     let mut first = None;
     let mut prev = 0u64;
     let (mut n, mut gap_mean, mut gap_m2) = (0u64, 0.0f64, 0.0f64);
@@ -239,8 +270,12 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
     let mut disp: Vec<Bins> = DISPERSION_WINDOWS_S.iter().map(|&w| Bins::new(w)).collect();
     let (mut inp, mut out) = (Counts::default(), Counts::default());
     let mut per: Vec<u64> = Vec::new();
-    let mut per_minute: Vec<u64> = Vec::new();
+    let mut rate = RateSeries::default();
     while let Some(a) = src.next()? {
+        if !tally.at(n) {
+            // over the budget: the command refuses (`work::check`)
+            break;
+        }
         let f = *first.get_or_insert(a.at);
         if n > 0 {
             // Welford over the gaps
@@ -256,11 +291,7 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
         for b in peaks.iter_mut().chain(disp.iter_mut()) {
             b.add(since);
         }
-        let m = (since / 60_000_000_000) as usize;
-        if m >= per_minute.len() {
-            per_minute.resize(m + 1, 0);
-        }
-        per_minute[m] += 1;
+        rate.add(since);
         inp.add(a.input);
         out.add(a.output);
         let c = a.consumer as usize;
@@ -269,6 +300,8 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
         }
         per[c] += 1;
     }
+    tally.finish(n);
+    crate::work::check(&spec.label())?;
     if n == 0 {
         return Err(ConfigError::new(
             spec.label(),
@@ -283,9 +316,10 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
     let first = first.unwrap_or(0);
     let span = prev - first;
     let duration_s = span as f64 * 1e-9;
-    for b in peaks.iter_mut().chain(disp.iter_mut()) {
-        b.close();
+    for b in peaks.iter_mut() {
+        b.finish();
     }
+    let disp_full: Vec<u64> = disp.iter_mut().map(|b| n - b.finish()).collect();
     let gaps = (n - 1) as f64;
     let gap_sd = if n > 1 {
         (gap_m2 / gaps).sqrt()
@@ -328,16 +362,12 @@ pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
         },
         dispersion: disp
             .iter()
-            .map(|b| {
-                let bins = (span / b.w + 1) as f64;
-                let mean = n as f64 / bins;
-                let var = b.sum_sq as f64 / bins - mean * mean;
-                (b.w / 1_000_000_000, var / mean)
-            })
+            .zip(&disp_full)
+            .map(|(b, &full)| (b.w / 1_000_000_000, b.dispersion(span, full)))
             .collect(),
         input: inp.summary(),
         output: out.summary(),
-        per_minute,
+        rate,
         input_hist: inp.histogram(),
         output_hist: out.histogram(),
         input_total: inp.sum as u64,

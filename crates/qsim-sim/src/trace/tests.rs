@@ -411,11 +411,14 @@ fn stats_measure_a_small_trace() {
     // gaps 0.5, 0.5, 0, 2: mean 0.75, population sd sqrt(2.25 / 4) = 0.75
     assert!((st.gap_mean_s - 0.75).abs() < 1e-12);
     assert!((st.gap_cv - 1.0).abs() < 1e-9, "{}", st.gap_cv);
-    // 1 s bins [0,1): 2, [1,2): 2, [2,3): 0, [3,4): 1
+    // 1 s bins [0,1): 2, [1,2): 2, [2,3): 0, [3,4): 1; the dispersion
+    // over the 3 whole windows before the last (partial) one
     assert_eq!(st.peaks[0].requests, 2);
     assert_eq!(st.peaks[0].start_s, 0);
-    let (m, v) = (5.0 / 4.0, (4.0 + 4.0 + 0.0 + 1.0) / 4.0 - 25.0 / 16.0);
+    let (m, v) = (4.0 / 3.0, (4.0 + 4.0 + 0.0) / 3.0 - 16.0 / 9.0);
     assert!((st.dispersion[0].1 - v / m).abs() < 1e-12);
+    // fewer than two whole 10 s windows: no index
+    assert!(st.dispersion[1].1.is_nan());
     assert_eq!(st.input.p50(), 3.0);
     assert_eq!(st.output.max(), 50.0);
     assert_eq!((st.input_total, st.output_total), (15, 150));
@@ -527,4 +530,64 @@ fn a_replay_from_the_scans_copy_equals_one_from_the_file() {
         a.3
     );
     assert!(a == b, "the proxy log's copy differs");
+}
+
+/// Issue 41, case 7: the last, partial window was counted as a whole one
+/// (a constant 1 req/s trace over 600 s showed 5.27 at 60 s windows and
+/// 99.2 at 300 s; here 1,200 s, so that 300 s windows are whole three
+/// times: fewer than two whole windows give no index). The answers are known: 0 for a constant rate; 1 for a
+/// Poisson process, within the estimate's sampling error (the variance of
+/// `K` window counts has a relative standard error of about `√(2/(K−1))`;
+/// allowed: five of them).
+#[test]
+fn the_index_of_dispersion_is_0_for_a_constant_rate_and_1_for_poisson() {
+    let spec_of = |text: &str| {
+        let (d, p) = write("t.csv", text);
+        let s = spec(
+            &p,
+            RawTrace {
+                format: Some("csv".into()),
+                time_column: Some("t".into()),
+                input_column: Some("i".into()),
+                output_column: Some("o".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (d, s)
+    };
+    let mut text = String::from("t,i,o\n");
+    for k in 0..1200 {
+        text.push_str(&format!("{k},10,10\n"));
+    }
+    let (_d, s) = spec_of(&text);
+    let st = stats::compute(&s, 1).unwrap();
+    for &(w, d) in &st.dispersion {
+        assert!(d.abs() < 1e-12, "constant rate, window {w} s: {d}");
+    }
+    // Poisson at 5 req/s over 40,000 s (exponential gaps, SplitMix64 draws)
+    let mut x = 0x41_0007u64;
+    let mut unit = || {
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64)
+    };
+    let (mut t, mut text) = (0.0f64, String::from("t,i,o\n"));
+    while t < 40_000.0 {
+        text.push_str(&format!("{t:.6},10,10\n"));
+        t += -unit().ln() / 5.0;
+    }
+    let (_d, s) = spec_of(&text);
+    let st = stats::compute(&s, 1).unwrap();
+    for &(w, d) in &st.dispersion {
+        let k = (st.duration_s / w as f64).floor();
+        let bound = 5.0 * (2.0 / (k - 1.0)).sqrt();
+        assert!(
+            (d - 1.0).abs() < bound,
+            "Poisson, window {w} s: {d} (±{bound})"
+        );
+    }
 }

@@ -16,6 +16,7 @@ use super::layout::{Layout, Sizing, MINUTE};
 use super::params::Params;
 use super::state::{State, Window};
 use crate::time::{Nanos, NEVER};
+use crate::units::Units;
 
 pub(super) fn layout(cfg: &LimiterConfig, s: &Sizing, lay: &mut Layout) -> Result<(), String> {
     for (k, cs) in cfg.consumers.iter().enumerate() {
@@ -43,7 +44,7 @@ pub(super) fn on_admit(s: &mut State, t: Nanos, charge: u64) {
     };
     s.window = Some(Window {
         start: w.start,
-        units: w.units + charge.max(1),
+        units: (Units(w.units) + charge.max(1)).get(),
     });
 }
 
