@@ -3,6 +3,7 @@
 
 pub mod calibrate;
 pub mod compare;
+pub mod fleet;
 pub mod load;
 pub mod options;
 pub mod proxy;

@@ -141,6 +141,7 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
             autoscale: None,
             models,
             max_tokens,
+            min_tokens: None,
             replica_hour_usd: 1.0,
             prefix_cache: unit(&mut rng) < 0.7,
         });

@@ -272,6 +272,8 @@ pub struct RawPool {
     pub models: Option<Vec<String>>,
     /// The longest request (input + output tokens) the pool takes.
     pub max_tokens: Option<i64>,
+    /// Requests of this many tokens or fewer go to other pools.
+    pub min_tokens: Option<i64>,
     /// US dollars per replica-hour (default: the profile's `[price]`, or
     /// the GPU's price × tp for a derived profile).
     pub price_usd_hour: Option<f64>,
@@ -578,8 +580,7 @@ pub fn workload(
                     ));
                 }
             }
-            let path = resolve_relative(base, &t.file);
-            let spec = TraceSpec::from_raw(file, &fld("trace."), &path, t, true)?;
+            let spec = TraceSpec::from_raw(file, &fld("trace."), base, t, true)?;
             Source::Trace(Arc::new(spec))
         }
         (None, cdf) => {
@@ -866,6 +867,17 @@ pub fn pools(
                 ))
             }
         };
+        let min_tokens = match p.min_tokens {
+            None => None,
+            Some(m) if m >= 1 && max_tokens.is_none_or(|x| (m as u64) < x) => Some(m as u64),
+            Some(m) => {
+                return Err(ConfigError::new(
+                    file,
+                    fld("min_tokens"),
+                    format!("must be at least 1 and below max_tokens, got {m}"),
+                ))
+            }
+        };
         let price = match p.price_usd_hour {
             Some(v) if v.is_finite() && (0.0..=1e6).contains(&v) => v,
             Some(v) => {
@@ -907,6 +919,7 @@ pub fn pools(
             policy,
             models: idx,
             max_tokens,
+            min_tokens,
             replica_hour_usd: price,
             prefix_cache: p.prefix_cache.unwrap_or(true),
         });

@@ -17,9 +17,15 @@
 //! - [`config`]: the fleet file (`[[pool]]`, `[route]`) → [`FleetSpec`];
 //! - [`workload`]: the requests (distributions, a token-length CDF, a
 //!   trace, Mooncake traces with block hashes, synthetic shared prefixes);
-//! - [`run`]: the driver (one event queue) and its results.
+//! - [`run`]: the driver (one event queue) and its results;
+//! - [`optimize`]: `qsim fleet`'s search for the cheapest fleet;
+//! - [`command`], [`report`]: `qsim fleet`'s spec → outcome, and its
+//!   text, JSON and tables.
 
+pub mod command;
 pub mod config;
+pub mod optimize;
+pub mod report;
 pub mod run;
 pub mod workload;
 
@@ -53,6 +59,9 @@ pub struct PoolSpec {
     /// The longest request (input + output tokens) the pool takes; `None`:
     /// any (up to the profile's `max_model_len`).
     pub max_tokens: Option<u64>,
+    /// Requests of this many tokens or fewer go elsewhere (the long pool
+    /// of a length split); `None`: none.
+    pub min_tokens: Option<u64>,
     /// US dollars per replica-hour.
     pub replica_hour_usd: f64,
     /// Replicas cache prefixes (when the workload carries block hashes).
@@ -89,6 +98,8 @@ pub(crate) struct Pool {
     /// Bit `m` set: serves model `m` (at most 64 models); 0 for a pool
     /// without replicas (never chosen).
     models: u64,
+    /// The pool takes requests of `min_tokens + 1 ..= max_tokens` tokens.
+    min_tokens: u64,
     max_tokens: u64,
     /// The cluster's deadline as last read.
     deadline: Nanos,
@@ -111,7 +122,7 @@ impl Targets for PoolView<'_> {
     #[inline]
     fn open(&self, i: usize) -> bool {
         let p = &self.pools[i];
-        p.models >> self.model & 1 == 1 && self.tokens <= p.max_tokens
+        p.models >> self.model & 1 == 1 && self.tokens <= p.max_tokens && self.tokens > p.min_tokens
     }
     /// Outstanding requests per ready replica, in 1/1024ths.
     #[inline]
@@ -181,6 +192,7 @@ impl Fleet {
                     } else {
                         ps.models.iter().fold(0u64, |m, &i| m | 1 << i)
                     },
+                    min_tokens: ps.min_tokens.unwrap_or(0),
                     max_tokens: ps.max_tokens.unwrap_or(u64::MAX),
                     deadline: c.poll_timeout().unwrap_or(NEVER),
                     cluster: c,

@@ -53,6 +53,11 @@ pub trait Observer {
     fn steps(&self) -> bool {
         false
     }
+    /// The run may stop now (e.g. an evaluation already lost); asked
+    /// every 256 steps.
+    fn stop(&self) -> bool {
+        false
+    }
 }
 
 /// Watches nothing.
@@ -195,7 +200,7 @@ pub fn run_observed(
     let end = opts.duration;
     let watch = obs.steps();
     loop {
-        if !tally.at(work(&fleet, next_id, steps)) {
+        if !tally.at(work(&fleet, next_id, steps)) || (steps & 255 == 0 && obs.stop()) {
             break;
         }
         steps += 1;

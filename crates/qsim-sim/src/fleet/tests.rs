@@ -50,6 +50,7 @@ pub(crate) fn pool(name: &str, p: Arc<ServerProfile>, replicas: u32, policy: Pol
         policy,
         models: vec![0],
         max_tokens: None,
+        min_tokens: None,
         replica_hour_usd: 1.0,
         prefix_cache: false,
     }

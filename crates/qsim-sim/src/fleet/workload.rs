@@ -36,6 +36,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenCdf {
     pub points: Vec<(u32, f64)>,
+    /// The first bucket starts after this length (0: at 1).
+    pub base: u32,
 }
 
 #[derive(Deserialize)]
@@ -52,6 +54,7 @@ impl TokenCdf {
         let name = path.display().to_string();
         let text = crate::input::read_text(path, crate::input::Kind::Config)
             .map_err(|r| ConfigError::new(&name, "", r))?;
+        crate::config::note_read(&name, &text);
         Self::parse(&name, &text)
     }
 
@@ -120,7 +123,10 @@ impl TokenCdf {
                 format!("the cumulative fraction must reach 1, ends at {prev_f}"),
             ));
         }
-        Ok(TokenCdf { points: out })
+        Ok(TokenCdf {
+            points: out,
+            base: 0,
+        })
     }
 
     /// The longest total a draw can give: the first length whose
@@ -132,9 +138,39 @@ impl TokenCdf {
             .map_or(self.points[self.points.len() - 1].0, |p| p.0)
     }
 
+    /// The distribution of draws in `above < total <= at_most` (the same
+    /// uniform spread within each bucket), or `None` if none falls there.
+    pub fn restrict(&self, above: Option<u32>, at_most: Option<u32>) -> Option<TokenCdf> {
+        let a = above.unwrap_or(self.base).max(self.base);
+        let b = at_most.unwrap_or(u32::MAX);
+        let mut pts = Vec::new();
+        let (mut pl, mut pf) = (self.base, 0.0f64);
+        let mut mass = 0.0;
+        for &(len, f) in &self.points {
+            let (lo, hi) = (pl.max(a), len.min(b));
+            if hi > lo && f > pf {
+                mass += (f - pf) * (hi - lo) as f64 / (len - pl) as f64;
+                pts.push((hi, mass));
+            }
+            (pl, pf) = (len, f);
+        }
+        if mass <= 0.0 {
+            return None;
+        }
+        for p in &mut pts {
+            p.1 /= mass;
+        }
+        let last = pts.len() - 1;
+        pts[last].1 = 1.0;
+        Some(TokenCdf {
+            points: pts,
+            base: a,
+        })
+    }
+
     /// The shortest total a draw can give.
     pub fn min_len(&self) -> u32 {
-        let mut prev = 0;
+        let mut prev = self.base;
         for &(len, f) in &self.points {
             if f > 0.0 {
                 return prev + 1;
@@ -147,7 +183,10 @@ impl TokenCdf {
     /// Fraction of requests with total ≤ `x` tokens (linear within a
     /// bucket, as the draws are uniform there).
     pub fn fraction_below(&self, x: f64) -> f64 {
-        let (mut pl, mut pf) = (0.0f64, 0.0f64);
+        let (mut pl, mut pf) = (self.base as f64, 0.0f64);
+        if x <= pl {
+            return 0.0;
+        }
         for &(len, f) in &self.points {
             let len = len as f64;
             if x <= len {
@@ -160,7 +199,7 @@ impl TokenCdf {
 
     /// Mean total tokens.
     pub fn mean(&self) -> f64 {
-        let (mut pl, mut pf, mut m) = (0.0f64, 0.0f64, 0.0f64);
+        let (mut pl, mut pf, mut m) = (self.base as f64, 0.0f64, 0.0f64);
         for &(len, f) in &self.points {
             let len = len as f64;
             // uniform integers in [pl + 1, len]
@@ -173,7 +212,7 @@ impl TokenCdf {
     /// One total: the bucket by a uniform draw, then uniform within it.
     pub fn sample(&self, rng: &mut Rng) -> u32 {
         let u = unit(rng);
-        let mut prev = 0u32;
+        let mut prev = self.base;
         for &(len, f) in &self.points {
             if u < f {
                 let span = (len - prev) as f64;
@@ -791,6 +830,21 @@ mod tests {
         assert!((sum / n as f64 / c.mean() - 1.0).abs() < 0.01);
         assert!((c.fraction_below(550.0) - 0.5).abs() < 1e-12);
         assert_eq!(split(1000, 0.8), (800, 200));
+        // restricted to (500, 1500]: 500 of bucket 2's 900 (mass 0.5 ×
+        // 5/9) and 500 of bucket 3's 1000 (mass 0.25 × 1/2)
+        let r = c.restrict(Some(500), Some(1500)).unwrap();
+        let m2 = 0.5 * 500.0 / 900.0;
+        let m3 = 0.25 * 0.5;
+        assert_eq!(r.points.len(), 2);
+        assert_eq!((r.base, r.points[0].0, r.points[1].0), (500, 1000, 1500));
+        assert!((r.points[0].1 - m2 / (m2 + m3)).abs() < 1e-12);
+        assert!((c.fraction_below(1500.0) - c.fraction_below(500.0) - (m2 + m3)).abs() < 1e-12);
+        let mut rng = stream(4, 0, 1);
+        for _ in 0..10_000 {
+            assert!((501..=1500).contains(&r.sample(&mut rng)));
+        }
+        assert_eq!((r.min_len(), r.max_len()), (501, 1500));
+        assert!(c.restrict(Some(2000), None).is_none());
         assert_eq!(split(1, 0.8), (1, 1));
     }
 }
