@@ -17,7 +17,7 @@ use qsim_sim::engine::rng::{stream, unit, Rng};
 use qsim_sim::engine::RawDist;
 use qsim_sim::fleet::run::{run_observed, Observer, RunOpts};
 use qsim_sim::fleet::workload::{Arrival, Len, Source, Synthetic, Workload};
-use qsim_sim::fleet::{Fleet, FleetCompletion, FleetSpec, PoolSpec};
+use qsim_sim::fleet::{Fleet, FleetCompletion, FleetSpec, PoolSpec, PrefillLink, Role};
 use qsim_sim::server::{Completion, ServerProfile};
 use qsim_sim::time::{secs, Nanos};
 use qsim_sim::workload::{ArrivalProcess, Lengths, RawArrivals};
@@ -144,7 +144,27 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
             min_tokens: None,
             replica_hour_usd: 1.0,
             prefix_cache: unit(&mut rng) < 0.7,
+            role: Role::Serve,
         });
+    }
+    // prefill/decode: the last pool prefills for some of the others
+    if npools >= 2 && unit(&mut rng) < 0.4 {
+        let pf = npools - 1;
+        pools[pf].role = Role::Prefill;
+        pools[pf].replicas = pools[pf].replicas.max(1);
+        for p in 0..pf {
+            if unit(&mut rng) < 0.7 {
+                pools[p].role = Role::Decode(PrefillLink {
+                    pool: pf as u16,
+                    bytes_per_s: 10f64.powf(8.0 + 3.0 * unit(&mut rng)),
+                    local_max: if unit(&mut rng) < 0.5 {
+                        0
+                    } else {
+                        pick(&mut rng, 1, 600) as u32
+                    },
+                });
+            }
+        }
     }
     let route = random_policy(&mut rng, npools, true);
     let spec = FleetSpec {
@@ -197,8 +217,9 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
 /// The checker: what the spec alone says.
 struct Check<'a> {
     spec: &'a FleetSpec,
-    /// Requests in flight: id → (pool, replica, leading full blocks, input).
-    inside: BTreeMap<u64, (usize, u32, Vec<u64>, u32)>,
+    /// Requests in flight: id → (pool, replica, leading full blocks, input,
+    /// arrival).
+    inside: BTreeMap<u64, (usize, u32, Vec<u64>, u32, Nanos)>,
     /// Per (pool, replica): every block hash a request sent there carried.
     seen: BTreeMap<(usize, u32), HashSet<u64>>,
     hits: u64,
@@ -213,6 +234,7 @@ impl Check<'_> {
     fn eligible(&self, a: &Arrival, p: usize) -> bool {
         let ps = &self.spec.pools[p];
         ps.replicas > 0
+            && ps.role != Role::Prefill
             && ps.models.contains(&a.model)
             && ps
                 .max_tokens
@@ -254,7 +276,9 @@ impl Observer for Check<'_> {
                     .or_default()
                     .extend(full.iter().copied());
                 assert!(
-                    self.inside.insert(id, (p, r, full, a.input)).is_none(),
+                    self.inside
+                        .insert(id, (p, r, full, a.input, a.at))
+                        .is_none(),
                     "request {id} routed twice"
                 );
                 self.routed += 1;
@@ -264,8 +288,12 @@ impl Observer for Check<'_> {
     fn completed(&mut self, c: &FleetCompletion) {
         let id = c.c.id;
         match self.inside.remove(&id) {
-            Some((p, r, full, input)) => {
+            Some((p, r, full, input, at)) => {
                 assert_eq!(p, c.pool as usize, "request {id} left from another pool");
+                assert_eq!(
+                    at, c.c.arrival,
+                    "request {id}: its arrival, as it reached the fleet"
+                );
                 assert_eq!(r, c.c.replica, "request {id} left from another replica");
                 let cached = c.c.cached_tokens;
                 let ps = &self.spec.pools[p];
@@ -318,6 +346,7 @@ fn seeds() -> Vec<u64> {
 #[test]
 fn fleet_swarm_invariants() {
     let mut totals = (0u64, 0u64, 0u64, 0u64);
+    let (mut remote, mut local) = (0u64, 0u64);
     for seed in seeds() {
         let (spec, w, dur) = random_case(seed);
         let mut ck = Check {
@@ -375,6 +404,32 @@ fn fleet_swarm_invariants() {
         totals.1 += ck.unrouted;
         totals.2 += r.pools.iter().map(|p| p.metrics.preemptions).sum::<u64>();
         totals.3 += ck.hits;
+        remote += r.disagg.remote;
+        local += r.disagg.local;
+        // every prompt prefilled remotely moves its KV, unless the prefill
+        // pool rejected it (it then leaves its decode pool rejected)
+        let rejected = ck
+            .done
+            .iter()
+            .filter(|(p, c)| c.rejected && matches!(spec.pools[*p as usize].role, Role::Decode(_)))
+            .count() as u64;
+        let d = r.disagg;
+        assert!(
+            d.transfers <= d.remote && d.transfers + rejected >= d.remote,
+            "seed {seed}: {d:?}"
+        );
+        let decoded: u64 = r
+            .pools
+            .iter()
+            .zip(&spec.pools)
+            .filter(|(_, ps)| matches!(ps.role, Role::Decode(_)))
+            .map(|(p, _)| p.routed)
+            .sum();
+        assert_eq!(
+            d.remote + d.local,
+            decoded,
+            "seed {seed}: every decode pool's request prefilled once"
+        );
     }
     if seeds().len() > 1 {
         // the swarm covers routed and unrouted requests and preemption
@@ -382,5 +437,7 @@ fn fleet_swarm_invariants() {
             totals.0 > 10_000 && totals.1 > 100 && totals.2 > 100 && totals.3 > 1000,
             "{totals:?}"
         );
+        // and prefill/decode disaggregation, both ways
+        assert!(remote > 1000 && local > 100, "{remote} {local}");
     }
 }

@@ -27,7 +27,7 @@
 //! ```
 
 use super::workload::{HashedSpec, Len, Source, Synthetic, TokenCdf, Workload};
-use super::{FleetSpec, PoolSpec};
+use super::{FleetSpec, PoolSpec, PrefillLink, Role};
 use crate::config::{from_value, read_toml, resolve_relative, source_exists, ConfigError};
 use crate::engine::RawDist;
 use crate::experiment::scaling::RawAutoscale;
@@ -280,6 +280,18 @@ pub struct RawPool {
     /// Cache prefixes by the workload's block hashes (default: yes, as
     /// vLLM does).
     pub prefix_cache: Option<bool>,
+    /// `"prefill"`: the pool only prefills for decode pools naming it
+    /// (default `"serve"`).
+    pub role: Option<String>,
+    /// Prefill/decode disaggregation: the pool decodes, its prompts
+    /// prefilled on this pool (of `role = "prefill"`).
+    pub prefill_pool: Option<String>,
+    /// The KV link into each decode replica, GB/s (default 50: a 400 Gb/s
+    /// NIC).
+    pub kv_link_gb_s: Option<f64>,
+    /// Prompts whose uncached part is at most this many tokens are
+    /// prefilled on the decode replica (default 0).
+    pub local_prefill_tokens: Option<i64>,
 }
 
 /// A trace with block hashes (Mooncake's JSON Lines).
@@ -922,9 +934,101 @@ pub fn pools(
             min_tokens,
             replica_hour_usd: price,
             prefix_cache: p.prefix_cache.unwrap_or(true),
+            role: match p.role.as_deref() {
+                None | Some("serve") => Role::Serve,
+                Some("prefill") => Role::Prefill,
+                Some(r) => {
+                    return Err(ConfigError::new(
+                        file,
+                        fld("role"),
+                        format!("{r:?}: \"serve\" or \"prefill\""),
+                    ))
+                }
+            },
         });
     }
+    disagg(file, raw, &mut out)?;
     Ok((out, models))
+}
+
+/// The decode pools' links to their prefill pools.
+fn disagg(file: &str, raw: &[RawPool], out: &mut [PoolSpec]) -> Result<(), ConfigError> {
+    for (i, p) in raw.iter().enumerate() {
+        let fld = |x: &str| format!("pool[{i}].{x}");
+        let Some(name) = &p.prefill_pool else {
+            for (set, f) in [
+                (p.kv_link_gb_s.is_some(), "kv_link_gb_s"),
+                (p.local_prefill_tokens.is_some(), "local_prefill_tokens"),
+            ] {
+                if set {
+                    return Err(ConfigError::new(file, fld(f), "only with prefill_pool"));
+                }
+            }
+            continue;
+        };
+        let Some(k) = raw.iter().position(|q| &q.name == name) else {
+            return Err(ConfigError::new(
+                file,
+                fld("prefill_pool"),
+                format!("no pool is named {name:?}"),
+            ));
+        };
+        if out[k].role != Role::Prefill || k == i {
+            return Err(ConfigError::new(
+                file,
+                fld("prefill_pool"),
+                format!("pool {name:?} is not a prefill pool (role = \"prefill\")"),
+            ));
+        }
+        if out[i].role == Role::Prefill {
+            return Err(ConfigError::new(
+                file,
+                fld("prefill_pool"),
+                "a prefill pool does not decode",
+            ));
+        }
+        if out[k].replicas == 0 && out[k].autoscale.is_none() {
+            return Err(ConfigError::new(
+                file,
+                fld("prefill_pool"),
+                format!("pool {name:?} has no replicas"),
+            ));
+        }
+        let gb = p.kv_link_gb_s.unwrap_or(50.0);
+        if !(gb.is_finite() && gb > 0.0 && gb <= 1e4) {
+            return Err(ConfigError::new(
+                file,
+                fld("kv_link_gb_s"),
+                format!("must be in (0, 1e4] GB/s, got {gb}"),
+            ));
+        }
+        let local = p.local_prefill_tokens.unwrap_or(0);
+        if !(0..=u32::MAX as i64).contains(&local) {
+            return Err(ConfigError::new(
+                file,
+                fld("local_prefill_tokens"),
+                format!("must be 0 or more, got {local}"),
+            ));
+        }
+        out[i].role = Role::Decode(PrefillLink {
+            pool: k as u16,
+            bytes_per_s: gb * 1e9,
+            local_max: local as u32,
+        });
+    }
+    for (i, p) in out.iter().enumerate() {
+        let used = out
+            .iter()
+            .any(|q| matches!(q.role, Role::Decode(l) if l.pool as usize == i));
+        if p.role == Role::Prefill && !used {
+            return Err(ConfigError::new(
+                file,
+                format!("pool[{i}].role"),
+                "no pool names this prefill pool as its prefill_pool",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The checks between pools and the workload: some replica somewhere;
@@ -948,7 +1052,7 @@ pub fn check(file: &str, fleet: &FleetSpec, w: &Workload) -> Result<(), ConfigEr
     if fleet
         .pools
         .iter()
-        .all(|p| p.replicas == 0 && p.autoscale.is_none())
+        .all(|p| p.replicas == 0 && p.autoscale.is_none() || p.role == Role::Prefill)
     {
         return Err(ConfigError::new(
             file,
@@ -975,7 +1079,11 @@ pub fn check(file: &str, fleet: &FleetSpec, w: &Workload) -> Result<(), ConfigEr
         let serving: Vec<&PoolSpec> = fleet
             .pools
             .iter()
-            .filter(|p| p.models.contains(&model) && (p.replicas > 0 || p.autoscale.is_some()))
+            .filter(|p| {
+                p.models.contains(&model)
+                    && p.role != Role::Prefill
+                    && (p.replicas > 0 || p.autoscale.is_some())
+            })
             .collect();
         let name = &fleet.models[model as usize];
         if serving.is_empty() {

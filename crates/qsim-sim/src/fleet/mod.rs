@@ -66,6 +66,35 @@ pub struct PoolSpec {
     pub replica_hour_usd: f64,
     /// Replicas cache prefixes (when the workload carries block hashes).
     pub prefix_cache: bool,
+    /// What the pool does: serve requests, or prefill for decode pools.
+    pub role: Role,
+}
+
+/// A pool's part in prefill/decode disaggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Role {
+    /// Takes requests from the router and serves them whole.
+    #[default]
+    Serve,
+    /// Closed to the router: runs the prompts of the decode pools that
+    /// name it (each as a request of one output token).
+    Prefill,
+    /// Takes requests from the router; their prompts are prefilled on
+    /// another pool and their KV sent over a link.
+    Decode(PrefillLink),
+}
+
+/// A decode pool's prefill pool and the link between them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefillLink {
+    /// Index of the prefill pool.
+    pub pool: u16,
+    /// Bytes per second into each decode replica (one transfer at a time
+    /// per replica, first come first served).
+    pub bytes_per_s: f64,
+    /// Prompts of which the decode replica would compute at most this many
+    /// tokens (after its cached prefix) are prefilled there.
+    pub local_max: u32,
 }
 
 /// A validated fleet: its models, pools and the router between pools.
@@ -103,6 +132,29 @@ pub(crate) struct Pool {
     max_tokens: u64,
     /// The cluster's deadline as last read.
     deadline: Nanos,
+    role: Role,
+}
+
+/// A disaggregated request between its prefill and its decode.
+struct Remote {
+    /// When it reached the fleet.
+    arrival: Nanos,
+    pool: u16,
+    replica: u32,
+    req: Request,
+    hashes: Vec<u64>,
+}
+
+/// Counters of prefill/decode disaggregation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DisaggStats {
+    /// Prompts prefilled on a prefill pool, and on the decode replica.
+    pub remote: u64,
+    pub local: u64,
+    /// KV bytes sent, and the transfers' time (link queueing included).
+    pub kv_bytes: f64,
+    pub transfer_ns: u64,
+    pub transfers: u64,
 }
 
 /// What the fleet's router sees of the pools for one request.
@@ -158,6 +210,17 @@ pub struct Fleet {
     /// No pool autoscales: pools run their deadlines up to a limit at once
     /// (an autoscaler's ticks look at every replica, one deadline at a time).
     fused: bool,
+    /// Disaggregated requests by id, from their routing to their end.
+    remote: std::collections::HashMap<u64, Remote>,
+    /// KV transfers in flight: (done at, sequence, id), earliest first.
+    transfers: std::collections::BinaryHeap<std::cmp::Reverse<(Nanos, u64, u64)>>,
+    seq: u64,
+    /// Per pool, per replica: when its incoming KV link is free.
+    links: Vec<Vec<Nanos>>,
+    /// Some pool is a decode pool.
+    disagg: bool,
+    prefix_unit: u32,
+    stats: DisaggStats,
 }
 
 impl Fleet {
@@ -185,8 +248,9 @@ impl Fleet {
                 if let (true, Some(u)) = (ps.prefix_cache, spec.prefix_unit) {
                     c = c.with_prefix_cache(u);
                 }
-                let closed = ps.replicas == 0 && ps.autoscale.is_none();
+                let closed = ps.replicas == 0 && ps.autoscale.is_none() || ps.role == Role::Prefill;
                 Pool {
+                    role: ps.role,
                     models: if closed {
                         0
                     } else {
@@ -206,7 +270,17 @@ impl Fleet {
             done: VecDeque::new(),
             next: NEVER,
             unrouted: 0,
-            fused: spec.pools.iter().all(|p| p.autoscale.is_none()),
+            fused: spec
+                .pools
+                .iter()
+                .all(|p| p.autoscale.is_none() && p.role == Role::Serve),
+            remote: Default::default(),
+            transfers: Default::default(),
+            seq: 0,
+            links: vec![Vec::new(); spec.pools.len()],
+            disagg: spec.pools.iter().any(|p| matches!(p.role, Role::Decode(_))),
+            prefix_unit: spec.prefix_unit.unwrap_or(0),
+            stats: DisaggStats::default(),
         }
         .refreshed()
     }
@@ -217,7 +291,14 @@ impl Fleet {
     }
 
     fn refresh(&mut self) {
-        self.next = self.pools.iter().map(|p| p.deadline).min().unwrap_or(NEVER);
+        let t = self.transfers.peek().map_or(NEVER, |r| r.0 .0);
+        self.next = self
+            .pools
+            .iter()
+            .map(|p| p.deadline)
+            .min()
+            .unwrap_or(NEVER)
+            .min(t);
     }
 
     /// Advance replicas only as routing needs (see
@@ -226,7 +307,7 @@ impl Fleet {
     /// does (and has no autoscaler). For open-loop drivers only; call
     /// [`settle`](Self::settle) before reading the replicas' state.
     pub fn advance_lazily(&mut self) {
-        if !self.router.policy().reads_outstanding_only() {
+        if !self.router.policy().reads_outstanding_only() || self.disagg {
             return;
         }
         for p in &mut self.pools {
@@ -280,9 +361,108 @@ impl Fleet {
             self.unrouted += 1;
             return None;
         };
-        let r = self.pools[p].cluster.submit_hashed(now, req, hashes, 0);
-        self.after(p);
+        let Role::Decode(link) = self.pools[p].role else {
+            let r = self.pools[p].cluster.submit_hashed(now, req, hashes, 0);
+            self.after(p);
+            return Some((p, r));
+        };
+        // decode first: the replica, then where the prompt is computed
+        let c = &mut self.pools[p].cluster;
+        let r = c.choose(now, hashes, req.input_tokens);
+        let cached = c.replica_prefix_hit(r, hashes, req.input_tokens).0 * self.prefix_unit as u64;
+        let cached = cached.min(u32::MAX as u64) as u32;
+        if !qsim_core::route::remote_prefill(req.input_tokens, cached, link.local_max) {
+            self.stats.local += 1;
+            c.submit_on(now, r, req, hashes, 0);
+            self.after(p);
+            return Some((p, r));
+        }
+        self.stats.remote += 1;
+        self.remote.insert(
+            req.id,
+            Remote {
+                arrival: now,
+                pool: p as u16,
+                replica: r,
+                req,
+                hashes: hashes.to_vec(),
+            },
+        );
+        let pf = link.pool as usize;
+        let prefill = Request {
+            output_tokens: 1,
+            ..req
+        };
+        self.pools[pf]
+            .cluster
+            .submit_hashed(now, prefill, hashes, 0);
+        self.after(pf);
         Some((p, r))
+    }
+
+    /// Prefills that finished: their KV onto the decode replica's link
+    /// (a prompt the prefill pool rejected leaves as the decode pool's
+    /// rejection).
+    fn prefilled(&mut self, pf: usize, c: Completion) {
+        let Some(x) = self.remote.get(&c.id) else {
+            unreachable!("a prefill pool runs only disaggregated requests");
+        };
+        let d = x.pool as usize;
+        if c.rejected {
+            let x = self.remote.remove(&c.id).expect("present");
+            self.done.push_back(FleetCompletion {
+                pool: d as u16,
+                c: Completion {
+                    arrival: x.arrival,
+                    replica: x.replica,
+                    ..c
+                },
+            });
+            return;
+        }
+        let Role::Decode(link) = self.pools[d].role else {
+            unreachable!("a disaggregated request's pool decodes");
+        };
+        debug_assert_eq!(link.pool as usize, pf);
+        let bytes = x.req.input_tokens as f64 * self.pools[d].cluster.profile().kv_bytes_per_token;
+        let dur = ((bytes / link.bytes_per_s * 1e9).ceil() as Nanos).max(1);
+        let links = &mut self.links[d];
+        let r = x.replica as usize;
+        if links.len() <= r {
+            links.resize(r + 1, 0);
+        }
+        let start = links[r].max(c.finished);
+        let end = start + dur;
+        links[r] = end;
+        self.stats.kv_bytes += bytes;
+        self.stats.transfer_ns += end - c.finished;
+        self.stats.transfers += 1;
+        self.seq += 1;
+        self.transfers
+            .push(std::cmp::Reverse((end, self.seq, c.id)));
+    }
+
+    /// KV transfers done by `now`: their requests onto their decode
+    /// replicas, the prompt's KV there already.
+    fn transferred(&mut self, now: Nanos) {
+        while let Some(&std::cmp::Reverse((t, _, id))) = self.transfers.peek() {
+            if t > now {
+                break;
+            }
+            self.transfers.pop();
+            let x = self.remote.get(&id).expect("a transfer's request");
+            let (p, r, req) = (x.pool as usize, x.replica, x.req);
+            let hashes = std::mem::take(&mut self.remote.get_mut(&id).expect("present").hashes);
+            self.pools[p]
+                .cluster
+                .submit_on(t, r, req, &hashes, req.input_tokens);
+            self.after(p);
+        }
+    }
+
+    /// Prefill/decode counters.
+    pub fn disagg_stats(&self) -> DisaggStats {
+        self.stats
     }
 
     /// Pool `p` changed: its deadline and completions.
@@ -290,9 +470,14 @@ impl Fleet {
         let pool = &mut self.pools[p];
         pool.deadline = pool.cluster.poll_timeout().unwrap_or(NEVER);
         // a request no replica could ever run comes back at once
+        let mut back = Vec::new();
         while let Some(c) = pool.cluster.poll_completion() {
-            self.done.push_back(FleetCompletion { pool: p as u16, c });
+            back.push(c);
         }
+        for c in back {
+            self.emit(p, c);
+        }
+        let pool = &self.pools[p];
         if pool.deadline < self.next {
             self.next = pool.deadline;
         } else {
@@ -307,10 +492,17 @@ impl Fleet {
         let mark = self.done.len();
         let mut from = usize::MAX;
         let mut mixed = false;
-        for (p, pool) in self.pools.iter_mut().enumerate() {
+        for p in 0..self.pools.len() {
             let before = self.done.len();
-            while let Some(c) = pool.cluster.poll_completion() {
-                self.done.push_back(FleetCompletion { pool: p as u16, c });
+            if self.disagg {
+                while let Some(c) = self.pools[p].cluster.poll_completion() {
+                    self.emit(p, c);
+                }
+            } else {
+                let pool = &mut self.pools[p];
+                while let Some(c) = pool.cluster.poll_completion() {
+                    self.done.push_back(FleetCompletion { pool: p as u16, c });
+                }
             }
             if self.done.len() > before {
                 mixed |= from != usize::MAX;
@@ -320,6 +512,21 @@ impl Fleet {
         if mixed {
             self.done.make_contiguous()[mark..].sort_by_key(|f| (f.c.finished, f.pool));
         }
+    }
+
+    /// A completion out of pool `p`: a prefill goes on to its transfer; a
+    /// disaggregated decode leaves with the time it reached the fleet.
+    fn emit(&mut self, p: usize, mut c: Completion) {
+        match self.pools[p].role {
+            Role::Serve => {}
+            Role::Prefill => return self.prefilled(p, c),
+            Role::Decode(_) => {
+                if let Some(x) = self.remote.remove(&c.id) {
+                    c.arrival = x.arrival;
+                }
+            }
+        }
+        self.done.push_back(FleetCompletion { pool: p as u16, c });
     }
 
     /// The next completion, in order of leaving.
@@ -341,9 +548,13 @@ impl Fleet {
         &self.pools[p].cluster
     }
 
-    /// Requests waiting or running in every pool.
+    /// Requests waiting or running in every pool, or their KV in transfer.
     pub fn outstanding(&self) -> usize {
-        self.pools.iter().map(|p| p.cluster.outstanding()).sum()
+        self.pools
+            .iter()
+            .map(|p| p.cluster.outstanding())
+            .sum::<usize>()
+            + self.transfers.len()
     }
 
     /// Engine iterations of every pool.
@@ -370,6 +581,9 @@ impl Timed for Fleet {
             }
         }
         self.collect();
+        if self.disagg {
+            self.transferred(now);
+        }
         self.refresh();
     }
 

@@ -352,6 +352,7 @@ fn pool_spec(
         min_tokens: above,
         replica_hour_usd: c.price,
         prefix_cache: true,
+        role: super::Role::Serve,
     }
 }
 

@@ -130,6 +130,8 @@ pub struct FleetResult {
     pub unrouted: u64,
     pub arrivals: u64,
     pub cost_usd: f64,
+    /// Prefill/decode disaggregation's counters (zeros without).
+    pub disagg: super::DisaggStats,
 }
 
 impl FleetResult {
@@ -279,5 +281,6 @@ pub fn run_observed(
         unrouted: fleet.unrouted(),
         arrivals: next_id,
         cost_usd: cost,
+        disagg: fleet.disagg_stats(),
     })
 }

@@ -53,6 +53,7 @@ pub(crate) fn pool(name: &str, p: Arc<ServerProfile>, replicas: u32, policy: Pol
         min_tokens: None,
         replica_hour_usd: 1.0,
         prefix_cache: false,
+        role: Role::Serve,
     }
 }
 
@@ -312,4 +313,96 @@ fn unbounded_cache_hits_the_repeated_blocks_of_the_mooncake_trace() {
     assert_eq!(r.arrivals, text.lines().count() as u64);
     let s = r.prefix();
     assert_eq!((s.units, s.hit_units), (full, repeated));
+}
+
+/// Drive a timed component until it has nothing left to do.
+fn drain<T: crate::engine::Timed>(t: &mut T) {
+    while let Some(at) = t.poll_timeout() {
+        t.handle_timeout(at);
+    }
+}
+
+/// Prefill/decode disaggregation, one request alone: its TTFT is the
+/// prefill pool's prefill, then the KV transfer (prompt × KV bytes per
+/// token over the link), then the decode replica's first step with the
+/// prompt's KV already there; each part measured on its own cluster. A
+/// prompt within `local_max` skips the prefill pool: exactly a plain pool.
+#[test]
+fn disaggregated_ttft_is_prefill_then_transfer_then_decode() {
+    let prof = profile("llama-3.1-8b-h100-vllm");
+    let link = PrefillLink {
+        pool: 1,
+        bytes_per_s: 25e9,
+        local_max: 100,
+    };
+    let spec = |role: Role| FleetSpec {
+        models: vec!["*".into()],
+        pools: vec![
+            PoolSpec {
+                role,
+                ..pool("decode", prof.clone(), 2, Policy::LeastOutstanding)
+            },
+            PoolSpec {
+                role: Role::Prefill,
+                ..pool("prefill", prof.clone(), 1, Policy::LeastOutstanding)
+            },
+        ],
+        route: Policy::First,
+        prefix_unit: None,
+    };
+    for input in [3000u32, 100] {
+        let req = Request {
+            id: 0,
+            input_tokens: input,
+            output_tokens: 50,
+        };
+        let mut f = Fleet::new(&spec(Role::Decode(link)), 3);
+        assert_eq!(f.submit(1000, req, 0, &[]), Some((0, 0)));
+        drain(&mut f);
+        let got = f.poll_completion().expect("it leaves");
+        assert!(f.poll_completion().is_none());
+        assert_eq!((got.pool, got.c.arrival), (0, 1000));
+        let mut want = Cluster::with_policy(prof.clone(), 1, Policy::LeastOutstanding, 0);
+        if input > link.local_max {
+            let mut p = Cluster::with_policy(prof.clone(), 1, Policy::LeastOutstanding, 0);
+            p.submit(
+                1000,
+                Request {
+                    output_tokens: 1,
+                    ..req
+                },
+            );
+            drain(&mut p);
+            let done = p.poll_completion().unwrap().finished;
+            let bytes = input as f64 * prof.kv_bytes_per_token;
+            let at = done + (bytes / link.bytes_per_s * 1e9).ceil() as Nanos;
+            want.submit_hashed(at, req, &[], input);
+            let d = f.disagg_stats();
+            assert_eq!((d.remote, d.local, d.transfers), (1, 0, 1));
+            assert_eq!(d.transfer_ns, at - done);
+        } else {
+            want.submit(1000, req);
+            assert_eq!(f.disagg_stats().local, 1);
+        }
+        drain(&mut want);
+        let w = want.poll_completion().unwrap();
+        assert_eq!(
+            (got.c.first_token, got.c.finished),
+            (w.first_token, w.finished),
+            "input {input}"
+        );
+        // TTFT composed of both parts: more than the decode replica's own
+        // first step, less than the whole request prefilled there
+        if input > link.local_max {
+            let mut alone = Cluster::with_policy(prof.clone(), 1, Policy::LeastOutstanding, 0);
+            alone.submit(1000, req);
+            drain(&mut alone);
+            let a = alone.poll_completion().unwrap();
+            assert!(
+                got.c.first_token > a.first_token,
+                "a transfer costs time alone"
+            );
+            assert!(got.c.first_token - w.arrival < a.first_token - 1000);
+        }
+    }
 }

@@ -883,6 +883,14 @@ impl Cluster {
         best
     }
 
+    /// The leading full units of a request (`hashes`, `prompt` tokens)
+    /// replica `i` has cached, and its full units.
+    pub fn replica_prefix_hit(&self, i: u32, hashes: &[u64], prompt: u32) -> (u64, u64) {
+        self.replicas
+            .get(i as usize)
+            .map_or((0, 0), |r| prefix_hit(r, hashes, prompt))
+    }
+
     /// Prefix-cache counters summed over the replicas (zero without).
     pub fn prefix_stats(&self) -> PrefixStats {
         let mut t = PrefixStats::default();
