@@ -39,12 +39,10 @@ use qsim_sim::plan::config::SharedFile;
 use qsim_sim::report::records::{Records, Spreads};
 use qsim_sim::report::sweep::{Point, Row};
 use qsim_sim::report::{self, fmt_spread};
-use qsim_sim::time::Nanos;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Samples of the server's time series per scenario.
-pub const SAMPLES: u64 = 240;
+pub use qsim_sim::experiment::extras::{sample_every, Extras, SAMPLES};
 /// Points of a CDF (quantiles 0, 1/N, …, 1).
 pub const CDF_POINTS: usize = 200;
 /// Most figures of one kind per metric a sweep draws (the first in grid
@@ -105,77 +103,6 @@ impl Targets {
         }
         Ok(())
     }
-}
-
-/// What a run measured that the records do not hold: latency histograms
-/// pooled over seeds, and the server's samples in the first seed.
-#[derive(Debug, Default)]
-pub struct Extras {
-    /// Hosted: (experiment, row latency); server: (scenario, E2E).
-    pub latency: Vec<(String, DurationHist)>,
-    /// Server: (scenario, samples of the first seed).
-    pub series: Vec<(String, experiment::server::Series)>,
-    /// Server, autoscaled or time-varying scenarios: (scenario, its minutes
-    /// in the first seed).
-    pub minutes: Vec<(String, Vec<experiment::server::Minute>)>,
-}
-
-fn pool(into: &mut Vec<(String, DurationHist)>, name: &str, h: &DurationHist) {
-    match into.iter_mut().find(|(n, _)| n == name) {
-        Some((_, a)) => a.merge(h),
-        None => into.push((name.to_string(), h.clone())),
-    }
-}
-
-/// [`ExperimentFile::records`], also keeping the [`Extras`]: the same runs,
-/// reduced to the same records in the same order.
-pub fn records_with_extras(
-    ef: &ExperimentFile,
-    seed: u64,
-    seeds: u64,
-) -> Result<(Records, Extras), ConfigError> {
-    let mut out = Records::default();
-    let mut x = Extras::default();
-    for k in 0..seeds {
-        let s = seed.wrapping_add(k);
-        match ef {
-            ExperimentFile::Hosted(suite) => {
-                let results = experiment::hosted::run_suite(suite, s);
-                report::hosted::records(&mut out, s, &results);
-                for r in &results {
-                    pool(&mut x.latency, &r.name, &r.latency);
-                }
-            }
-            ExperimentFile::Server(suite) => {
-                let mut results = Vec::with_capacity(suite.scenarios.len());
-                for sc in &suite.scenarios {
-                    let every = (k == 0).then(|| sample_every(sc.duration));
-                    let (r, series) = experiment::server::run_scenario_sampled(
-                        suite.profile.clone(),
-                        sc,
-                        s,
-                        sc.index,
-                        every,
-                    );
-                    if let Some(se) = series {
-                        x.series.push((sc.name.clone(), se));
-                    }
-                    if k == 0 && !r.minutes.is_empty() {
-                        x.minutes.push((sc.name.clone(), r.minutes.clone()));
-                    }
-                    results.push(r);
-                }
-                report::server::records(&mut out, s, &results);
-                for r in &results {
-                    pool(&mut x.latency, &r.name, &r.metrics.total(r.until).e2e);
-                }
-            }
-            ExperimentFile::Shared(_) => {
-                out.extend_from(&ef.records(s, 1)?);
-            }
-        }
-    }
-    Ok((out, x))
 }
 
 /// Three panels over the minutes of a run: arrivals, replicas and p95 TTFT.
@@ -897,12 +824,6 @@ pub fn sweep_outputs(
     )
 }
 
-/// Sample interval of a scenario's series: [`SAMPLES`] samples over its
-/// duration, at least 1 ms apart.
-pub fn sample_every(duration: Nanos) -> Nanos {
-    (duration / SAMPLES).max(1_000_000)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -932,7 +853,7 @@ mod tests {
             let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let ef = experiment::load(&p, &sets).unwrap();
             let plain = ef.records(3, 2).unwrap();
-            let (with, x) = records_with_extras(&ef, 3, 2).unwrap();
+            let (with, x) = qsim_sim::experiment::extras::records_with_extras(&ef, 3, 2).unwrap();
             assert_eq!(csv(plain), csv(with), "{file}");
             assert!(!x.latency.is_empty(), "{file}");
             if let ExperimentFile::Server(s) = &ef {

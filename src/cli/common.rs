@@ -19,6 +19,16 @@ pub enum Format {
     Csv,
 }
 
+impl From<Format> for qsim_sim::report::Format {
+    fn from(f: Format) -> Self {
+        match f {
+            Format::Table => qsim_sim::report::Format::Table,
+            Format::Json => qsim_sim::report::Format::Json,
+            Format::Csv => qsim_sim::report::Format::Csv,
+        }
+    }
+}
+
 /// An error the CLI reports: configuration/usage problems exit 2, anything
 /// else 1.
 #[derive(Debug)]
@@ -34,6 +44,16 @@ pub enum CliError {
 impl From<OutputError> for CliError {
     fn from(e: OutputError) -> Self {
         CliError::Output(e)
+    }
+}
+
+impl From<qsim_api::Error> for CliError {
+    fn from(e: qsim_api::Error) -> Self {
+        match e {
+            qsim_api::Error::Config(c) => CliError::Config(c),
+            qsim_api::Error::Io(m) => CliError::Io(m),
+            qsim_api::Error::Unmet(m) => CliError::Unmet(m),
+        }
     }
 }
 

@@ -4,14 +4,12 @@
 pub mod common;
 pub mod flags;
 
-use common::{emit, load_experiment, name_fields, plan_err, CliError, Format};
+use common::{emit, name_fields, plan_err, CliError, Format};
 use flags::BudgetFlags;
 
 use crate::output;
 use clap::{Parser, Subcommand};
-use qsim_sim::budget::Cost;
 use qsim_sim::config::ConfigError;
-use qsim_sim::experiment::ExperimentFile;
 use qsim_sim::report;
 use qsim_sim::report::records::PointRecords;
 use std::path::{Path, PathBuf};
@@ -379,100 +377,39 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 budget,
                 plots,
             } = opts;
-            let budget = budget.budget();
             check_out(out.as_deref(), force)?;
             let targets = plots.targets(force);
             targets.check()?;
-            let mut ef = load_experiment(&file, &sets)?;
-            ef.retain_only(&only)?;
-            ef.cost(seeds)
-                .and_then(|c| c.check(&file.display().to_string(), &budget))
-                .map_err(|e| name_fields(e, Some(&file), &sets))?;
             let fname = file.display().to_string();
-            let dir = out_dir(out.as_deref());
-            let shared = matches!(ef, ExperimentFile::Shared(_));
-            // plots: the same runs, also keeping latency histograms and
-            // server samples (crate::plot)
-            let with_extras = match &ef {
-                ExperimentFile::Shared(_) => None,
-                _ if targets.wanted() => Some(crate::plot::records_with_extras(&ef, seed, seeds)?),
-                _ => None,
-            };
-            // the tidy records, when a table, the CSV or --out DIR is made
-            // from them (a shared file's text report is the plan's own, and
-            // its records come with it)
-            let mut records = match &with_extras {
-                Some((r, _)) => Some(r.clone()),
-                None if format == Format::Csv || !shared => Some(ef.records(seed, seeds)?),
-                None => None,
-            };
-            qsim_sim::work::check(&fname)?;
-            let spreads = |r: &Option<report::records::Records>| {
-                r.as_ref().map(|r| r.spreads()).unwrap_or_default()
-            };
-            let text = match (&ef, format) {
-                (_, Format::Csv) => {
-                    let records = records.clone().unwrap_or_default();
-                    if let (ExperimentFile::Shared(args), true) = (&ef, targets.wanted()) {
-                        let (f, _) = qsim_sim::plan::build(args)?;
-                        crate::plot::plan_outputs(&targets, &f, &records, seed, seeds, None)?;
+            let r = qsim_sim::run::run(&qsim_sim::run::RunSpec {
+                file: file.clone(),
+                sets: sets.clone(),
+                only,
+                seed,
+                seeds,
+                format: format.into(),
+                budget: budget.budget(),
+                extras: targets.wanted(),
+            })
+            .map_err(|e| plan_err(e, Some(&file), &sets))?;
+            if targets.wanted() {
+                let t = (format == Format::Table).then_some(r.text.as_str());
+                match (&r.plan, &r.records, &r.extras) {
+                    (Some(f), Some(records), _) => {
+                        crate::plot::plan_outputs(&targets, f, records, seed, seeds, t)?
                     }
-                    report::records::to_csv(&[PointRecords {
-                        params: vec![],
-                        records,
-                    }])
+                    (None, Some(records), Some(x)) => crate::plot::run_outputs(
+                        &targets, &r.file, &fname, records, x, seed, seeds, t,
+                    )?,
+                    _ => {}
                 }
-                // a shared file is a plan: its full report (per-minute
-                // tables, findings) plus the spreads over seeds
-                (ExperimentFile::Shared(args), _) => {
-                    let args = qsim_sim::plan::PlanSpec {
-                        seed,
-                        seeds,
-                        ..args.clone()
-                    };
-                    let r =
-                        qsim_sim::plan::run::run_cli_full(&args, format == Format::Json, &budget)
-                            .map_err(|e| plan_err(e, Some(&file), &sets))?;
-                    if targets.wanted() {
-                        let text = (format == Format::Table).then_some(r.text.as_str());
-                        crate::plot::plan_outputs(
-                            &targets, &r.file, &r.records, seed, seeds, text,
-                        )?;
-                    }
-                    records = Some(r.records);
-                    r.text
-                }
-                (ExperimentFile::Hosted(suite), _) => {
-                    let s = spreads(&records);
-                    let aggs = report::hosted::aggregate(suite, &s);
-                    match format {
-                        Format::Json => report::json_text(&report::hosted::render_json(
-                            suite, &fname, seed, &aggs,
-                        )),
-                        _ => report::hosted::render_table(suite, &fname, seed, &aggs),
-                    }
-                }
-                (ExperimentFile::Server(suite), _) => {
-                    let s = spreads(&records);
-                    let aggs = report::server::aggregate(suite, &s);
-                    match format {
-                        Format::Json => report::json_text(&report::server::render_json(
-                            suite, &fname, seed, &aggs,
-                        )),
-                        _ => report::server::render_table(suite, &fname, seed, &aggs),
-                    }
-                }
-            };
-            if let Some((r, x)) = &with_extras {
-                let t = (format == Format::Table).then_some(text.as_str());
-                crate::plot::run_outputs(&targets, &ef, &fname, r, x, seed, seeds, t)?;
             }
-            if let (Some(d), Some(records)) = (dir, &records) {
+            if let (Some(d), Some(records)) = (out_dir(out.as_deref()), &r.records) {
                 let t = crate::results::tables(&[], &[(0, records)])?;
                 let m = crate::results::manifest(&[], seed, seeds, None);
                 crate::results::write(d, force, &t, &m)?;
             }
-            emit(&text, out_file(out.as_deref()), force)
+            emit(&r.text, out_file(out.as_deref()), force)
         }
         Cmd::Merge { files, out, force } => {
             let dirs = files.iter().filter(|f| f.is_dir()).count();
@@ -529,21 +466,8 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
                 budget,
                 plots,
             } = opts;
-            let budget = budget.budget();
             let targets = plots.targets(force);
-            let dims = qsim_sim::sweep::parse_vary(&vary)?;
-            let shard = shard
-                .as_deref()
-                .map(qsim_sim::sweep::Shard::parse)
-                .transpose()?;
             let dir = out_dir(out.as_deref());
-            if let (Some(_), false) = (&shard, format == Format::Csv || dir.is_some()) {
-                return Err(CliError::Config(ConfigError::new(
-                    "--shard",
-                    "",
-                    "a shard writes records to merge: add --out DIR or --format csv (qsim merge joins the shards)",
-                )));
-            }
             if let (Some(_), true) = (&shard, targets.wanted()) {
                 return Err(CliError::Config(ConfigError::new(
                     "--shard",
@@ -554,108 +478,34 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
             check_out(out.as_deref(), force)?;
             targets.check()?;
             let fname = file.display().to_string();
-            // every point is loaded (the whole grid validated, whatever the
-            // shard) and the shard's cost added up before any runs
-            let combos = qsim_sim::sweep::grid(&dims);
-            let mine: Vec<usize> = (0..combos.len())
-                .filter(|&p| shard.is_none_or(|s| s.owns(p)))
-                .collect();
-            let mut efs = Vec::with_capacity(combos.len());
-            let mut cost = Cost::default();
-            for (p, combo) in combos.iter().enumerate() {
-                let mut all = sets.clone();
-                all.extend(combo.iter().map(|(k, v)| format!("{k}={v}")));
-                let point_err = |mut e: ConfigError| {
-                    if let Some((k, v)) = combo
-                        .iter()
-                        .find(|(k, v)| e.source == format!("--set {k}={v}"))
-                    {
-                        e.source = format!("--vary {k}={v}");
-                    } else if !sets.iter().any(|s| e.source == format!("--set {s}")) {
-                        let at: Vec<String> =
-                            combo.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                        e.reason =
-                            format!("{} (at the sweep point --vary {})", e.reason, at.join(" "));
-                    }
-                    e
-                };
-                let mut ef = load_experiment(&file, &all).map_err(point_err)?;
-                ef.retain_only(&only).map_err(point_err)?;
-                if mine.binary_search(&p).is_ok() {
-                    cost.then(
-                        ef.cost(seeds)
-                            .map_err(|e| name_fields(e, Some(&file), &all))?,
-                    );
-                }
-                efs.push(ef);
-            }
-            cost.check(&fname, &budget)?;
-            let threads = threads.map(usize::from);
-            let results = qsim_sim::sweep::run_points(&efs, &mine, seed, seeds, threads)?;
-            qsim_sim::work::check(&fname)?;
-            let mut points = Vec::new();
-            let mut tidy = Vec::new();
-            let mut cols: &[&str] = report::hosted::SWEEP_COLS;
-            for (p, records) in mine.iter().copied().zip(results) {
-                let combo = combos[p].clone();
-                // rows for the table and JSON, and for plots
-                let s = (format != Format::Csv || targets.wanted()).then(|| records.spreads());
-                if format == Format::Csv || dir.is_some() {
-                    tidy.push((
-                        p,
-                        PointRecords {
-                            params: combo.clone(),
-                            records,
-                        },
-                    ));
-                }
-                let Some(s) = s else { continue };
-                let rows = match &efs[p] {
-                    ExperimentFile::Hosted(suite) => {
-                        report::hosted::sweep_rows(&report::hosted::aggregate(suite, &s))
-                    }
-                    ExperimentFile::Server(suite) => {
-                        cols = report::server::SWEEP_COLS;
-                        report::server::sweep_rows(&report::server::aggregate(suite, &s))
-                    }
-                    ExperimentFile::Shared(args) => {
-                        cols = qsim_sim::plan::seeds::SWEEP_COLS;
-                        let (f, _) = qsim_sim::plan::build(args)?;
-                        qsim_sim::plan::seeds::sweep_rows(&f, &s)
-                    }
-                };
-                points.push((combo, rows));
-            }
+            let r = qsim_sim::run::sweep(&qsim_sim::run::SweepSpec {
+                file,
+                vary,
+                sets,
+                only,
+                seed,
+                seeds,
+                threads: threads.map(usize::from),
+                shard,
+                format: format.into(),
+                budget: budget.budget(),
+                tidy: format == Format::Csv || dir.is_some(),
+                rows: targets.wanted(),
+            })?;
             if let Some(d) = dir {
                 let recs: Vec<(usize, &report::records::Records)> =
-                    tidy.iter().map(|(p, t)| (*p, &t.records)).collect();
-                let t = crate::results::tables(&dims, &recs)?;
-                let m = crate::results::manifest(&dims, seed, seeds, shard);
+                    r.tidy.iter().map(|(p, t)| (*p, &t.records)).collect();
+                let t = crate::results::tables(&r.dims, &recs)?;
+                let m = crate::results::manifest(&r.dims, seed, seeds, r.shard);
                 crate::results::write(d, force, &t, &m)?;
             }
-            let text = match (format, shard) {
-                (Format::Csv, Some(_)) => {
-                    let axes: Vec<String> = dims.iter().map(|(k, _)| k.clone()).collect();
-                    qsim_sim::sweep::shard_csv(&axes, combos.len(), &tidy)
-                }
-                (Format::Csv, None) => {
-                    let tidy: Vec<PointRecords> = tidy.into_iter().map(|(_, p)| p).collect();
-                    report::records::to_csv(&tidy)
-                }
-                (Format::Table, _) => {
-                    report::sweep::render_table(&fname, seed, seeds, &points, cols)
-                }
-                (Format::Json, _) => {
-                    report::json_text(&report::sweep::render_json(&fname, seed, seeds, &points))
-                }
-            };
-            if let (true, Some(ef)) = (targets.wanted(), efs.first()) {
-                let t = (format == Format::Table).then_some(text.as_str());
+            if let (true, Some(ef)) = (targets.wanted(), &r.first) {
+                let t = (format == Format::Table).then_some(r.text.as_str());
                 crate::plot::sweep_outputs(
-                    &targets, ef, &fname, &dims, &points, cols, seed, seeds, t,
+                    &targets, ef, &fname, &r.dims, &r.points, r.cols, seed, seeds, t,
                 )?;
             }
-            emit(&text, out_file(out.as_deref()), force)
+            emit(&r.text, out_file(out.as_deref()), force)
         }
     }
 }

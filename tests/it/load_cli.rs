@@ -168,6 +168,8 @@ fn closed_loop_with_retries_through_the_proxy() {
         let n = |k: &str| c[k].as_u64().unwrap();
         assert_eq!(n("admitted") + n("limited"), n("offered"), "{c}");
         assert!(n("limited") > 0, "the workers are over the limit: {c}");
+        // llmock never limits: every 429 is the proxy's (marked)
+        assert_eq!(n("upstream_limited"), 0, "{c}");
         rows += n("rows");
         offered += n("offered");
         admitted += n("admitted");
@@ -206,4 +208,101 @@ fn closed_loop_with_retries_through_the_proxy() {
         linked > 0 && linked <= rows,
         "{linked} callers with retries: {w}"
     );
+}
+
+/// Issue 37: `qsim load` through the proxy counted the upstream's 429s as
+/// the proxy's ("−91.7 % against the plan" while the proxy admitted
+/// exactly the plan). The proxy now marks its own refusals
+/// (`x-qsim-limited-by`); `qsim load` counts the rest as the upstream's and
+/// warns when they dominate. The proxy's plan allows 120 RPM; the upstream
+/// (`qsim serve`, a hosted profile) 20 RPM. 60 RPM offered open-loop: the
+/// proxy admits all of it and every 429 is the upstream's (warned);
+/// the closed-loop workers' retries: both limit, the proxy most (no warning).
+#[test]
+fn upstream_429s_are_told_from_the_proxys() {
+    crate::live!();
+    let dir = tempfile::tempdir().unwrap();
+    let closed = dir.path().join("closed.toml");
+    std::fs::write(&closed, CLOSED).unwrap();
+    let open = dir.path().join("open.toml");
+    let i = CLOSED.find("load = ").unwrap();
+    std::fs::write(
+        &open,
+        format!("{}load = [{{ who = \"all\", rpm = 30 }}]\n", &CLOSED[..i]),
+    )
+    .unwrap();
+    let cfg = dir.path().join("proxy.toml");
+    let o = qsim()
+        .args(["plan", "--scenarios"])
+        .arg(&closed)
+        .arg("--emit-proxy-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let profile = dir.path().join("up.toml");
+    std::fs::write(
+        &profile,
+        "kind = \"hosted\"\nname = \"tight\"\n\
+         [[limits]]\nname = \"RPM\"\ncounts = \"requests\"\nlimit = 20\nwindow_s = 60\n\
+         [rejection]\nhint = \"retry_after_ms\"\nlatency = { dist = \"const\", value = 0.01 }\n\
+         [latency]\nttft = { dist = \"const\", value = 0.05 }\ntpot = { dist = \"const\", value = 0.001 }\n",
+    )
+    .unwrap();
+    let (_up, up) = crate::common::serve::serve(&profile, 10.0, 1);
+    let child = qsim()
+        .args(["proxy", "--allow-placeholder-keys", "--config"])
+        .arg(&cfg)
+        .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+        .args(["--upstream", &up])
+        .args(["--time-scale", "10"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut proxy = Proc(child);
+    let url = &crate::common::proxy_url(&mut proxy);
+    let run = |file: &std::path::Path, format: &str| {
+        let o = qsim()
+            .arg("load")
+            .arg(file)
+            .args(["--target", url, "--time-scale", "10", "--threads", "1"])
+            .args(["--timeout", "10s", "--format", format])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let counts = |r: &Value| {
+        let (mut up429, mut all429, mut ok) = (0, 0, 0);
+        for c in r["consumers"].as_array().unwrap() {
+            let n = |k: &str| c[k].as_u64().unwrap();
+            up429 += n("upstream_limited");
+            all429 += n("limited");
+            ok += n("admitted");
+        }
+        (up429, all429, ok)
+    };
+    // open loop, under the proxy's plan: every 429 is the upstream's
+    let (up429, all429, ok) = counts(&serde_json::from_str(&run(&open, "json")).unwrap());
+    eprintln!("open loop, 60 RPM through a 20 RPM upstream: {ok} admitted, {all429} 429s, {up429} from the upstream");
+    assert!(up429 > 0 && up429 == all429, "{up429} of {all429}");
+    let t = run(&open, "table");
+    assert!(
+        t.contains("429 by proxy") && t.contains("429 upstream"),
+        "{t}"
+    );
+    assert!(
+        t.contains("came from the upstream, not from a qsim proxy"),
+        "{t}"
+    );
+    // closed loop: the workers' retries overrun the proxy's plan too
+    let (up429, all429, ok) = counts(&serde_json::from_str(&run(&closed, "json")).unwrap());
+    eprintln!("closed loop through a 20 RPM upstream: {ok} admitted, {all429} 429s, {up429} from the upstream");
+    assert!(
+        ok < 100,
+        "the proxy alone admits 100..134 here (test above): {ok}"
+    );
+    assert!(up429 > 0 && 2 * up429 < all429, "{up429} of {all429}");
+    assert!(!run(&closed, "table").contains("came from the upstream"));
 }

@@ -222,10 +222,8 @@ fn serve_hosted_backend_in_virtual_time_matches_the_simulation() {
             .map(|i| {
                 let input = suite.input_tokens.sample(&mut wl).round().max(1.0) as u64;
                 let _natural = qsim_sim::hosted::natural_output(&suite.output_tokens, &mut wl);
-                let body = target.body(
-                    &qsim::commands::replay::generated_prompt(i, input),
-                    e2.max_tokens,
-                );
+                let body =
+                    target.body(&qsim_api::replay::generated_prompt(i, input), e2.max_tokens);
                 GenRequest {
                     input_tokens: qsim_live::estimate::input_tokens(&body),
                     max_tokens: Some(e2.max_tokens),

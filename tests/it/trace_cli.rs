@@ -32,7 +32,7 @@ fn percentile(v: &mut [f64], q: f64) -> f64 {
 
 fn stats_json(args: &[&str]) -> serde_json::Value {
     let out = qsim()
-        .args(["trace", "stats", "--json"])
+        .args(["trace", "stats", "--format", "json"])
         .args(args)
         .output()
         .unwrap();
@@ -239,7 +239,7 @@ fn unsorted_rows_are_sorted_with_a_warning() {
     )
     .unwrap();
     let out = qsim()
-        .args(["trace", "stats", "--json"])
+        .args(["trace", "stats", "--format", "json"])
         .arg(&p)
         .output()
         .unwrap();

@@ -130,7 +130,7 @@ fn a_parquet_decision_log_replays_exactly() {
     assert_eq!(sj.summary, s.summary);
     // and the binary reads it: `qsim trace stats`
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_qsim"))
-        .args(["trace", "stats", "--json"])
+        .args(["trace", "stats", "--format", "json"])
         .arg(&pq)
         .output()
         .unwrap();
@@ -205,7 +205,7 @@ fn bad_parquet_traces_are_one_line_errors_with_exit_2() {
     let p = d.path().join("log.parquet");
     std::fs::write(&p, &good).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_qsim"))
-        .args(["trace", "stats", "--format", "azure"])
+        .args(["trace", "stats", "--trace-format", "azure"])
         .arg(&p)
         .output()
         .unwrap();

@@ -93,7 +93,7 @@ fn azure_exp(dir: &Path, name: &str, extra: &str) -> String {
 }
 
 const CSV_FLAGS: [&str; 8] = [
-    "--format",
+    "--trace-format",
     "csv",
     "--time-column",
     "t",
@@ -349,7 +349,7 @@ fn names_from_a_log_cannot_drive_the_terminal_or_forge_lines() {
         + &line("plain", 2_000_000_000);
     std::fs::write(&p, text).unwrap();
     let out = qsim()
-        .args(["trace", "stats", "--format", "proxy"])
+        .args(["trace", "stats", "--trace-format", "proxy"])
         .arg(&p)
         .output()
         .unwrap();

@@ -77,6 +77,6 @@ pub use http::retry_hint;
 pub use hyper::Uri;
 /// The retry hint the proxy announces (whole milliseconds, rounded up);
 /// `qsim whatif` replays callers with it.
-pub use respond::wait_ms;
+pub use respond::{wait_ms, LIMITED_BY};
 pub use server::Proxy;
 pub use store::{FailMode, StateBackend};

@@ -160,8 +160,12 @@ pub struct ConsumerObs {
     pub offered: u64,
     /// Attempts answered 2xx (forwarded and served).
     pub admitted: u64,
-    /// Attempts answered 429.
+    /// Attempts answered 429 (by the proxy or forwarded from the upstream).
     pub limited: u64,
+    /// Of those, the 429s that do not carry a qsim proxy's
+    /// [`crate::LIMITED_BY`] mark: the upstream's (or, without a proxy in
+    /// front, every 429).
+    pub upstream_limited: u64,
     /// Attempts answered with another status (the status and count).
     pub other_status: Vec<(u16, u64)>,
     /// Attempts without an answer (connection error or timeout).
@@ -303,6 +307,9 @@ enum Answer {
         output_tokens: u64,
         /// Virtual time from the send to the answer's last byte.
         e2e: Nanos,
+        /// A 429 made by a qsim proxy's limiter (it carries
+        /// [`crate::LIMITED_BY`]), not forwarded from the upstream.
+        by_proxy: bool,
     },
     /// No answer (connection error or timeout), and why.
     None(#[allow(dead_code)] String),
@@ -350,6 +357,7 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
             .map_err(|e| e.to_string())?;
         let status = resp.status().as_u16();
         let hint = http::retry_hint(resp.headers(), None);
+        let by_proxy = resp.headers().contains_key(crate::LIMITED_BY);
         let bytes = resp
             .into_body()
             .collect()
@@ -378,6 +386,7 @@ async fn attempt(sh: &Shared, consumer: usize, body: &Bytes, retries: u32) -> An
             hint,
             output_tokens,
             e2e,
+            by_proxy,
         })
     };
     let why = match tokio::time::timeout(sh.cfg.timeout, fut).await {
@@ -463,6 +472,7 @@ async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input:
                     hint,
                     output_tokens,
                     e2e,
+                    by_proxy,
                 } => {
                     sh.obs(|o, limited| {
                         let c = &mut o[consumer];
@@ -479,6 +489,9 @@ async fn row(sh: Arc<Shared>, consumer: usize, load: usize, first: Nanos, input:
                             }
                             429 => {
                                 c.limited += 1;
+                                if !by_proxy {
+                                    c.upstream_limited += 1;
+                                }
                                 limited[sec] = true;
                             }
                             s => match c.other_status.iter_mut().find(|(x, _)| *x == s) {

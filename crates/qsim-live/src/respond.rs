@@ -20,7 +20,30 @@ pub fn wait_ms(retry_at: Nanos, now: Nanos) -> u64 {
 /// when no wait can ever admit it (`retry_at` is `NEVER`), a 400 saying
 /// which limit it can never fit and by how much (a 403 when the consumer has
 /// no capacity at all), so that no client retries it.
+///
+/// Every such answer carries [`LIMITED_BY`] (the limit's name): a client
+/// (`qsim load`) tells the proxy's own refusals from the upstream's 429s,
+/// which the proxy forwards as they came.
 pub fn limited(
+    gen: &Gen,
+    req: &LimRequest,
+    limit: Limit,
+    retry_at: Nanos,
+    now: Nanos,
+) -> Response<RespBody> {
+    let mut r = answer(gen, req, limit, retry_at, now);
+    r.headers_mut().insert(
+        HeaderName::from_static(LIMITED_BY),
+        HeaderValue::from_static(limit.name()),
+    );
+    r
+}
+
+/// The header that marks an answer made by the proxy's limiter (not
+/// forwarded from the upstream); its value names the limit.
+pub const LIMITED_BY: &str = "x-qsim-limited-by";
+
+fn answer(
     gen: &Gen,
     req: &LimRequest,
     limit: Limit,

@@ -18,6 +18,7 @@
 pub mod budget;
 pub mod calibrate;
 pub mod client;
+pub mod compare;
 pub mod config;
 pub mod embedded;
 pub mod engine;
@@ -29,6 +30,7 @@ pub mod options;
 pub mod plan;
 pub mod recommend;
 pub mod report;
+pub mod run;
 pub mod serve_model;
 pub mod serve_spec;
 pub mod server;

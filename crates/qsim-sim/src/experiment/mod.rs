@@ -3,10 +3,12 @@
 
 pub mod budget;
 pub mod config;
+pub mod extras;
 pub mod hosted;
 pub mod scaling;
 pub mod server;
 pub mod trace_plan;
+pub mod trace_plan_run;
 
 pub use config::HostedSuite;
 pub use server::ServerSuite;

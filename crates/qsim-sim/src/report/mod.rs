@@ -1,5 +1,15 @@
 //! Reports: plain-text tables and JSON, and aggregation over seeds.
 
+/// A report's output format (the doors map their flags to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Table,
+    Json,
+    /// The tidy records, one per (point, seed, subject, metric).
+    Csv,
+}
+
 pub mod cost;
 pub mod hosted;
 pub mod records;

@@ -148,6 +148,7 @@ impl Spreads {
 }
 
 /// A sweep point: its parameters (path, value) and its records.
+#[derive(Debug, Clone)]
 pub struct PointRecords {
     pub params: Vec<(String, String)>,
     pub records: Records,
@@ -167,8 +168,14 @@ fn csv_field(s: &str) -> String {
 /// subject, metric, value`. Values are written with Rust's shortest
 /// round-trip formatting, so the file reads back to the same numbers.
 pub fn to_csv(points: &[PointRecords]) -> String {
+    to_csv_refs(points.iter())
+}
+
+/// [`to_csv`] of points held elsewhere (a sweep's `(index, point)` pairs).
+pub fn to_csv_refs<'a>(points: impl Iterator<Item = &'a PointRecords> + Clone) -> String {
     let cols: Vec<&str> = points
-        .first()
+        .clone()
+        .next()
         .map(|p| p.params.iter().map(|(k, _)| k.as_str()).collect())
         .unwrap_or_default();
     let mut out = String::new();

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 
 /// One experiment (or scenario) at one grid point: its name and every
 /// metric as (JSON key, decimals, spread over seeds).
+#[derive(Debug, Clone)]
 pub struct Row {
     pub name: String,
     pub metrics: Vec<(&'static str, i32, Spread)>,

@@ -24,6 +24,7 @@
 
 pub mod cache;
 pub mod read;
+pub mod render;
 pub mod stats;
 
 use crate::config::{resolve_relative, ConfigError};

@@ -257,6 +257,31 @@ pub struct TraceStats {
     pub skipped: u64,
 }
 
+/// [`compute`] under the work budget: a trace whose rows are known from
+/// its scan (a looped one) is counted before it is read again (a row is a
+/// quarter of a simulated request); the reading itself is counted by the
+/// run-time meter.
+///
+/// ```no_run
+/// use qsim_sim::trace::{stats, RawTrace, TraceSpec};
+/// let raw = RawTrace { file: "trace.csv".into(), ..Default::default() };
+/// let spec = TraceSpec::from_raw("", "", std::path::Path::new(""), &raw, false).unwrap();
+/// let st = stats::measure(&spec, 1, &Default::default()).unwrap();
+/// print!("{}", qsim_sim::trace::render::table(&st, "azure"));
+/// ```
+pub fn measure(
+    spec: &TraceSpec,
+    seed: u64,
+    budget: &crate::budget::Budget,
+) -> Result<TraceStats, ConfigError> {
+    if let Some((n, _)) = spec.expected() {
+        let mut c = crate::budget::Cost::default();
+        c.part("reading the trace", n * 0.25, 0.0);
+        c.check(&spec.label(), budget)?;
+    }
+    compute(spec, seed)
+}
+
 /// Read the trace once and measure it.
 pub fn compute(spec: &TraceSpec, seed: u64) -> Result<TraceStats, ConfigError> {
     let mut src = TraceSource::open(spec, seed, 0)?;

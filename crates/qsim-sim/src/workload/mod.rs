@@ -9,6 +9,7 @@ use crate::time::{secs, show, Nanos, MAX_SECS, NEVER};
 use serde::Deserialize;
 use std::sync::Arc;
 
+pub mod bench;
 pub mod rate;
 pub use rate::{RateShape, RawShape};
 
