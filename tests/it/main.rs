@@ -10,6 +10,7 @@ mod common;
 mod compare_cli;
 mod docs_output;
 mod engine;
+mod fleet_cli;
 mod fleet_swarm;
 mod fuzz_inputs;
 mod golden;

@@ -231,6 +231,13 @@ fn result_json(res: &FleetResult) -> Value {
         "cost_usd": num(res.cost_usd),
         "latency": lat_json(&res.lat, &itl),
         "prefix": prefix_json(&res.prefix(), prefill),
+        "disagg": {
+            "remote_prefills": res.disagg.remote,
+            "local_prefills": res.disagg.local,
+            "kv_bytes": num(res.disagg.kv_bytes),
+            "transfers": res.disagg.transfers,
+            "transfer_s": num(to_secs(res.disagg.transfer_ns)),
+        },
         "pools": res.pools.iter().map(|p| json!({
             "name": p.name,
             "routed": p.routed,
