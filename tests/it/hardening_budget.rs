@@ -198,13 +198,10 @@ fn every_shipped_experiment_fits_the_default_budget() {
     for e in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/experiments")).unwrap() {
         let p = e.unwrap().path();
         if p.extension().is_some_and(|x| x == "toml") {
-            // an options file runs with `qsim options` (same default budget),
-            // a fleet file with `qsim fleet` (its own)
+            // an options file runs with `qsim options` (same default budget)
             let text = std::fs::read_to_string(&p).unwrap();
             let cmd = if text.contains("kind = \"options\"") {
                 "options"
-            } else if text.contains("kind = \"fleet\"") {
-                "fleet"
             } else {
                 "run"
             };
