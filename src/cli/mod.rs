@@ -149,6 +149,14 @@ pub enum Cmd {
         #[command(flatten)]
         args: crate::commands::recommend::RecommendArgs,
     },
+    /// Fleets of GPU server pools: run a fleet file (pools, routing, prefix
+    /// caches; per-pool percentiles and cost), or find the cheapest fleet
+    /// for a workload and P99 targets (candidate GPUs, one pool or two split
+    /// by length; what-if rates, router comparison).
+    Fleet {
+        #[command(flatten)]
+        args: crate::commands::fleet::FleetArgs,
+    },
     /// One batch against several deployment options (hosted pay-per-token,
     /// provisioned units, fixed or autoscaled replicas): completion time,
     /// failures, 429s, p95s and cost of each, and the cheapest finishing
@@ -257,6 +265,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run { opts, .. } | Cmd::Sweep { opts, .. } => Some(opts.budget.max_requests),
         Cmd::Recommend { args } => Some(args.budget.max_requests),
         Cmd::Options { args } => Some(args.budget.max_requests),
+        Cmd::Fleet { args } => Some(args.max_requests),
         Cmd::Trace { cmd } => Some(cmd.budget().max_requests),
         _ => None,
     };
@@ -267,6 +276,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run { file, .. } | Cmd::Sweep { file, .. } => file.display().to_string(),
         Cmd::Recommend { args } => args.file.display().to_string(),
         Cmd::Options { args } => args.file.display().to_string(),
+        Cmd::Fleet { args } => args.source(),
         Cmd::Trace { cmd } => cmd.source(),
         _ => "qsim plan".to_string(),
     };
@@ -344,6 +354,7 @@ fn dispatch(cli: Cli) -> Result<(), CliError> {
         }
         Cmd::Recommend { args } => crate::commands::recommend::run_cli(&args),
         Cmd::Options { args } => crate::commands::options::run_cli(&args),
+        Cmd::Fleet { args } => crate::commands::fleet::run_cli(&args),
         Cmd::Sim2real { args } => crate::commands::sim2real::run_cli(&args),
         Cmd::Proxy { args } => {
             let spec = args.spec();

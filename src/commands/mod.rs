@@ -4,6 +4,7 @@
 pub mod calibrate;
 pub mod compare;
 pub mod examples;
+pub mod fleet;
 pub mod load;
 pub mod options;
 pub mod proxy;

@@ -11,6 +11,8 @@ mod compare_cli;
 mod discover;
 mod docs_output;
 mod engine;
+mod fleet_cli;
+mod fleet_swarm;
 mod fuzz_inputs;
 mod gateway_agree;
 mod gateway_cli;

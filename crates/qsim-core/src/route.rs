@@ -112,6 +112,16 @@ pub enum Policy {
 }
 
 impl Policy {
+    /// The policy reads nothing of the targets but whether they are open
+    /// and their outstanding counts (a driver may then keep the targets'
+    /// other figures stale between choices).
+    pub fn reads_outstanding_only(&self) -> bool {
+        matches!(
+            self,
+            Policy::First | Policy::RoundRobin | Policy::Weighted(_) | Policy::LeastOutstanding
+        )
+    }
+
     /// The policy's name in configs and reports.
     pub fn name(&self) -> &'static str {
         match self {
@@ -303,8 +313,30 @@ where
     unreachable!("an open target has the minimum key")
 }
 
+/// Prefill/decode disaggregation's one choice (BLIS's and llm-d's
+/// decode-first flow): the decode replica is chosen first, then the
+/// request's prompt is prefilled on the prefill pool unless what that
+/// replica would compute itself (the `prompt` less the `cached` prefix it
+/// holds) is at most `local_max` tokens (short prompts and cached prefixes
+/// skip the prefill pool and its KV transfer).
+#[inline]
+pub fn remote_prefill(prompt: u32, cached: u32, local_max: u32) -> bool {
+    prompt.saturating_sub(cached) > local_max
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn prefill_goes_remote_past_the_local_share() {
+        use super::remote_prefill;
+        assert!(remote_prefill(1000, 0, 0));
+        assert!(!remote_prefill(1000, 0, 1000));
+        assert!(remote_prefill(1001, 0, 1000));
+        assert!(!remote_prefill(1000, 512, 488));
+        assert!(remote_prefill(1000, 512, 487));
+        assert!(!remote_prefill(100, 200, 0));
+    }
+
     use super::*;
 
     struct View {

@@ -9,6 +9,7 @@
 //! - [`workload`]: open-loop arrival processes and closed-loop clients;
 //! - [`trace`]: request traces (real traffic) replayed as workloads, and their statistics;
 //! - [`experiment`]: experiment files, validation and the simulation drivers;
+//! - [`fleet`]: pools of servers behind the core's router, prefix caches, `qsim fleet`;
 //! - [`plan`]: shared-deployment scenarios and `qsim plan`;
 //! - [`sweep`]: grids of overrides run in parallel;
 //! - [`calibrate`]: a server profile fitted to serving benchmarks, with intervals;
@@ -23,6 +24,7 @@ pub mod config;
 pub mod embedded;
 pub mod engine;
 pub mod experiment;
+pub mod fleet;
 pub mod hosted;
 pub mod input;
 pub mod options;

@@ -12,17 +12,20 @@
 //! per-token events. A request's state lives only while it is in the server.
 
 pub mod metrics;
+mod prefix;
 pub mod profile;
 mod replica;
 mod request;
 
 pub use metrics::{ClusterMetrics, ReplicaMetrics, TimeAvg};
+pub use prefix::PrefixStats;
 pub use profile::{load_profile, IterationModel, ServerProfile};
 pub use request::{Completion, Request};
 
 use crate::engine::rng::{component, stream, Rng};
 use crate::time::{Nanos, NEVER};
 use qsim_core::autoscale::{Autoscaler, Observation, Params as AutoscaleParams};
+use qsim_core::route::{Policy, Router, Targets};
 use replica::Replica;
 #[cfg(test)]
 pub(crate) use replica::{reference_batches, RUN_FINISHES};
@@ -54,6 +57,15 @@ impl RouterKind {
             RouterKind::RoundRobin => "round_robin",
             RouterKind::LeastOutstanding => "least_outstanding",
             RouterKind::LeastKv => "least_kv",
+        }
+    }
+
+    /// The core's routing policy this configuration names.
+    pub fn policy(self) -> Policy {
+        match self {
+            RouterKind::RoundRobin => Policy::RoundRobin,
+            RouterKind::LeastOutstanding => Policy::LeastOutstanding,
+            RouterKind::LeastKv => Policy::LeastKv,
         }
     }
 }
@@ -91,12 +103,87 @@ struct Scaling {
     log: Vec<ScaleEvent>,
 }
 
+/// The replicas as the core's router sees them, every one ready; the
+/// request's block hashes and prompt length for prefix matches.
+struct AllReady<'a> {
+    r: &'a [Replica],
+    total: u64,
+    hashes: &'a [u64],
+    prompt: u32,
+}
+
+/// Replica `r`'s cached leading units of a request, and its full units.
+#[inline]
+fn prefix_hit(r: &Replica, hashes: &[u64], prompt: u32) -> (u64, u64) {
+    match &r.prefix {
+        Some(pc) if !hashes.is_empty() => pc.peek(hashes, prompt),
+        _ => (0, 0),
+    }
+}
+
+impl Targets for AllReady<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.r.len()
+    }
+    #[inline]
+    fn outstanding(&self, i: usize) -> u64 {
+        self.r[i].outstanding() as u64
+    }
+    #[inline]
+    fn waiting(&self, i: usize) -> u64 {
+        self.r[i].waiting_len() as u64
+    }
+    #[inline]
+    fn kv(&self, i: usize) -> (u64, u64) {
+        (self.r[i].blocks_in_use() as u64, self.total)
+    }
+    fn prefix_hit(&self, i: usize) -> (u64, u64) {
+        prefix_hit(&self.r[i], self.hashes, self.prompt)
+    }
+}
+
+/// The replicas of an autoscaled cluster: only `Ready` ones take requests.
+struct Serving<'a> {
+    r: &'a [Replica],
+    life: &'a [Life],
+    total: u64,
+    hashes: &'a [u64],
+    prompt: u32,
+}
+
+impl Targets for Serving<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.r.len()
+    }
+    #[inline]
+    fn open(&self, i: usize) -> bool {
+        self.life[i] == Life::Ready
+    }
+    #[inline]
+    fn outstanding(&self, i: usize) -> u64 {
+        self.r[i].outstanding() as u64
+    }
+    #[inline]
+    fn waiting(&self, i: usize) -> u64 {
+        self.r[i].waiting_len() as u64
+    }
+    #[inline]
+    fn kv(&self, i: usize) -> (u64, u64) {
+        (self.r[i].blocks_in_use() as u64, self.total)
+    }
+    fn prefix_hit(&self, i: usize) -> (u64, u64) {
+        prefix_hit(&self.r[i], self.hashes, self.prompt)
+    }
+}
+
 /// N replicas of one profile behind a router.
 pub struct Cluster {
     profile: Arc<ServerProfile>,
     replicas: Vec<Replica>,
-    router: RouterKind,
-    rr: usize,
+    /// The core's router over the replicas; ties are drawn from `rng`.
+    router: Router,
     rng: Rng,
     done: VecDeque<Completion>,
     metrics: ClusterMetrics,
@@ -120,17 +207,29 @@ pub struct Cluster {
     /// [`advance_lazily`](Self::advance_lazily)): `deadlines` then holds
     /// each replica's [`Replica::leave_bound`].
     lazy: bool,
+    /// Tokens per block hash when the replicas cache prefixes.
+    prefix_unit: Option<u32>,
 }
 
 impl Cluster {
     /// `replicas` copies of `profile` (at least one) behind `router`. The
     /// model is deterministic; `seed` only breaks routing ties at random.
     pub fn new(profile: Arc<ServerProfile>, replicas: u32, router: RouterKind, seed: u64) -> Self {
+        Self::with_policy(profile, replicas, router.policy(), seed)
+    }
+
+    /// [`new`](Self::new) with any of the core's routing policies over the
+    /// replicas (the fleet's pools: scorers, spillover).
+    pub fn with_policy(
+        profile: Arc<ServerProfile>,
+        replicas: u32,
+        policy: Policy,
+        seed: u64,
+    ) -> Self {
         let n = replicas.max(1);
         Cluster {
             replicas: (0..n).map(|i| Replica::new(i, profile.clone())).collect(),
-            router,
-            rr: 0,
+            router: Router::new(policy),
             rng: stream(seed, 0, component::ROUTER),
             done: VecDeque::new(),
             metrics: ClusterMetrics {
@@ -156,7 +255,27 @@ impl Cluster {
             next_deadline: NEVER,
             deadlines: vec![NEVER; n as usize],
             lazy: false,
+            prefix_unit: None,
             profile,
+        }
+    }
+
+    /// Every replica (and every replica started later) caches prefixes in
+    /// units of `unit` tokens, a multiple of the profile's block size.
+    pub fn with_prefix_cache(mut self, unit: u32) -> Self {
+        assert!(unit > 0 && unit.is_multiple_of(self.profile.block_size));
+        self.prefix_unit = Some(unit);
+        for r in &mut self.replicas {
+            *r = Replica::new(r.idx, self.profile.clone()).with_prefix_cache(unit);
+        }
+        self
+    }
+
+    fn new_replica(&self, i: u32) -> Replica {
+        let r = Replica::new(i, self.profile.clone());
+        match self.prefix_unit {
+            Some(u) => r.with_prefix_cache(u),
+            None => r,
         }
     }
 
@@ -164,9 +283,7 @@ impl Cluster {
     /// with `p.min` replicas ready, whatever it was built with.
     pub fn with_autoscaler(mut self, p: AutoscaleParams) -> Self {
         let n = p.min.max(1);
-        self.replicas = (0..n)
-            .map(|i| Replica::new(i, self.profile.clone()))
-            .collect();
+        self.replicas = (0..n).map(|i| self.new_replica(i)).collect();
         self.metrics.replicas = (0..n)
             .map(|_| ReplicaMetrics::new(self.profile.total_blocks))
             .collect();
@@ -195,12 +312,12 @@ impl Cluster {
     /// (none is due before its replica's bound) in the same order. For an
     /// open-loop driver only (nothing but submissions in between), and
     /// only without autoscaling and with a router that reads outstanding
-    /// counts alone (not `least_kv`: KV blocks change every step); else
-    /// nothing changes. A replica's other state (metrics, queues, KV) may
+    /// counts alone (`Policy::reads_outstanding_only`; not `least_kv`: KV
+    /// blocks change every step); else nothing changes. A replica's other state (metrics, queues, KV) may
     /// then lag behind: [`settle`](Self::settle) brings every replica to a
     /// time before it is read.
     pub fn advance_lazily(&mut self) {
-        if self.scaling.is_some() || self.router == RouterKind::LeastKv || self.lazy {
+        if self.scaling.is_some() || !self.router.policy().reads_outstanding_only() || self.lazy {
             return;
         }
         self.lazy = true;
@@ -266,12 +383,6 @@ impl Cluster {
         &self.ready
     }
 
-    fn serves(&self, i: usize) -> bool {
-        self.scaling
-            .as_ref()
-            .is_none_or(|s| s.life[i] == Life::Ready)
-    }
-
     /// The autoscaler's work at `now`: replicas whose cold start ended
     /// serve, empty draining replicas go, and at its ticks it samples the
     /// cluster and its decisions are carried out.
@@ -327,17 +438,28 @@ impl Cluster {
                         Some(i) => i,
                         None => {
                             sc.life.push(Life::Gone);
-                            self.replicas.push(Replica::new(
-                                self.replicas.len() as u32,
-                                self.profile.clone(),
-                            ));
+                            let r = match self.prefix_unit {
+                                Some(u) => {
+                                    Replica::new(self.replicas.len() as u32, self.profile.clone())
+                                        .with_prefix_cache(u)
+                                }
+                                None => {
+                                    Replica::new(self.replicas.len() as u32, self.profile.clone())
+                                }
+                            };
+                            self.replicas.push(r);
                             self.metrics
                                 .replicas
                                 .push(ReplicaMetrics::new(self.profile.total_blocks));
                             sc.life.len() - 1
                         }
                     };
-                    self.replicas[i] = Replica::new(i as u32, self.profile.clone());
+                    self.replicas[i] = match self.prefix_unit {
+                        Some(u) => {
+                            Replica::new(i as u32, self.profile.clone()).with_prefix_cache(u)
+                        }
+                        None => Replica::new(i as u32, self.profile.clone()),
+                    };
                     sc.life[i] = Life::Starting(d.ready_at);
                     sc.next_ready = sc.next_ready.min(d.ready_at);
                     sc.log.push(ScaleEvent {
@@ -421,108 +543,46 @@ impl Cluster {
         self.replicas.len() as u32
     }
 
-    fn pick(&mut self) -> usize {
-        let n = self.replicas.len();
-        if n == 1 {
+    /// The replica the core's router picks (ties drawn from the ROUTER
+    /// stream, `gen_range(0..n)`, only when the router asks).
+    fn pick(&mut self, hashes: &[u64], prompt: u32) -> usize {
+        if self.replicas.len() == 1 {
             return 0;
         }
-        // every slot ready (an autoscaler holding its replicas): the plain pick
-        if self
+        // every slot ready (or no autoscaler): no replica is closed
+        let life = self
             .scaling
             .as_ref()
-            .is_some_and(|s| self.ready.value() as usize != s.life.len())
-        {
-            return self.pick_serving();
-        }
-        let key = |r: &Replica| -> (u64, u64) {
-            match self.router {
-                RouterKind::RoundRobin => (0, 0),
-                RouterKind::LeastOutstanding => (r.outstanding() as u64, 0),
-                RouterKind::LeastKv => (r.blocks_in_use() as u64, r.outstanding() as u64),
-            }
-        };
-        if self.router == RouterKind::RoundRobin {
-            let i = self.rr % n;
-            self.rr = (i + 1) % n;
-            return i;
-        }
-        // the minimum key, how many replicas have it, and the first of them
-        let (mut best, mut ties, mut first) = ((u64::MAX, u64::MAX), 0usize, 0);
-        for (i, r) in self.replicas.iter().enumerate() {
-            let x = key(r);
-            if x < best {
-                (best, ties, first) = (x, 1, i);
-            } else if x == best {
-                ties += 1;
-            }
-        }
-        if ties == 1 {
-            return first;
-        }
-        let mut k = if ties > 1 {
+            .filter(|s| self.ready.value() as usize != s.life.len())
+            .map(|s| &s.life[..]);
+        let rng = &mut self.rng;
+        let mut below = |n: u64| {
             use rand::Rng as _;
-            self.rng.gen_range(0..ties)
-        } else {
-            0
+            rng.gen_range(0..n as usize) as u64
         };
-        for (i, r) in self.replicas.iter().enumerate() {
-            if key(r) == best {
-                if k == 0 {
-                    return i;
-                }
-                k -= 1;
-            }
-        }
-        unreachable!("a replica has the minimum key")
-    }
-
-    /// [`pick`](Self::pick) among the replicas that take requests.
-    fn pick_serving(&mut self) -> usize {
-        let n = self.replicas.len();
-        if self.router == RouterKind::RoundRobin {
-            for k in 0..n {
-                let i = (self.rr + k) % n;
-                if self.serves(i) {
-                    self.rr = (i + 1) % n;
-                    return i;
-                }
-            }
-            unreachable!("a ready replica");
-        }
-        let router = self.router;
-        let key = |r: &Replica| -> (u64, u64) {
-            match router {
-                RouterKind::RoundRobin => (0, 0),
-                RouterKind::LeastOutstanding => (r.outstanding() as u64, 0),
-                RouterKind::LeastKv => (r.blocks_in_use() as u64, r.outstanding() as u64),
-            }
+        let total = self.profile.total_blocks as u64;
+        let i = match life {
+            None => self.router.pick(
+                &AllReady {
+                    r: &self.replicas,
+                    total,
+                    hashes,
+                    prompt,
+                },
+                &mut below,
+            ),
+            Some(life) => self.router.pick(
+                &Serving {
+                    r: &self.replicas,
+                    life,
+                    total,
+                    hashes,
+                    prompt,
+                },
+                &mut below,
+            ),
         };
-        let life = &self.scaling.as_ref().expect("scaling").life;
-        let serving = |i: &usize| life[*i] == Life::Ready;
-        let best = (0..n)
-            .filter(serving)
-            .map(|i| key(&self.replicas[i]))
-            .min()
-            .expect("a ready replica");
-        let ties = (0..n)
-            .filter(serving)
-            .filter(|&i| key(&self.replicas[i]) == best)
-            .count();
-        let mut k = if ties > 1 {
-            use rand::Rng as _;
-            self.rng.gen_range(0..ties)
-        } else {
-            0
-        };
-        for i in (0..n).filter(serving) {
-            if key(&self.replicas[i]) == best {
-                if k == 0 {
-                    return i;
-                }
-                k -= 1;
-            }
-        }
-        unreachable!("a replica has the minimum key")
+        i.expect("a ready replica")
     }
 
     /// A request arrives at `now` (a time before the cluster's clock is
@@ -530,8 +590,67 @@ impl Cluster {
     pub fn submit(&mut self, now: Nanos, req: Request) {
         let now = now.max(self.now);
         self.handle_timeout(now);
+        let i = self.pick(&[], req.input_tokens);
+        self.submit_at(now, i, req, &[], 0);
+    }
+
+    /// [`submit`](Self::submit) with the prompt's block `hashes` (prefix
+    /// caches and prefix-aware routing read them) and `precomputed` prompt
+    /// tokens whose KV comes with the request (a disaggregated decode).
+    /// Returns the replica it went to.
+    pub fn submit_hashed(
+        &mut self,
+        now: Nanos,
+        req: Request,
+        hashes: &[u64],
+        precomputed: u32,
+    ) -> u32 {
+        let now = now.max(self.now);
+        self.handle_timeout(now);
+        let i = self.pick(hashes, req.input_tokens);
+        self.submit_at(now, i, req, hashes, precomputed);
+        i as u32
+    }
+
+    /// The replica the router would pick now for a request (its block
+    /// hashes, its prompt length): decode-first routing chooses the decode
+    /// replica before the prefill runs. The router's state moves on (a
+    /// round-robin position, a draw) as if the request were submitted.
+    pub fn choose(&mut self, now: Nanos, hashes: &[u64], prompt: u32) -> u32 {
+        let now = now.max(self.now);
+        self.handle_timeout(now);
+        self.pick(hashes, prompt) as u32
+    }
+
+    /// Submit to replica `i` (chosen by [`choose`](Self::choose); a replica
+    /// no longer taking requests: the router picks again).
+    pub fn submit_on(
+        &mut self,
+        now: Nanos,
+        i: u32,
+        req: Request,
+        hashes: &[u64],
+        precomputed: u32,
+    ) {
+        let now = now.max(self.now);
+        self.handle_timeout(now);
+        let i = i as usize;
+        let ok = i < self.replicas.len()
+            && self
+                .scaling
+                .as_ref()
+                .is_none_or(|s| s.life[i] == Life::Ready);
+        let i = if ok {
+            i
+        } else {
+            self.pick(hashes, req.input_tokens)
+        };
+        self.submit_at(now, i, req, hashes, precomputed);
+    }
+
+    #[inline(always)]
+    fn submit_at(&mut self, now: Nanos, i: usize, req: Request, hashes: &[u64], precomputed: u32) {
         self.arrivals += 1;
-        let i = self.pick();
         let r = &mut self.replicas[i];
         let m = &mut self.metrics.replicas[i];
         if self.lazy && r.deadline() <= now {
@@ -543,7 +662,7 @@ impl Cluster {
             debug_assert_eq!(self.done.len(), done);
         }
         let before = r.outstanding();
-        r.submit(now, req, &mut self.done, m);
+        r.submit_with(now, req, hashes, precomputed, &mut self.done, m);
         self.outstanding = self.outstanding + r.outstanding() - before;
         if self.lazy {
             // the bound may move either way (the replica was advanced)
@@ -719,6 +838,79 @@ impl Cluster {
     /// Sequences in running batches, over all replicas.
     pub fn running(&self) -> usize {
         self.replicas.iter().map(Replica::running_len).sum()
+    }
+
+    /// Replicas taking requests now (all of them without an autoscaler).
+    #[inline]
+    pub fn ready_now(&self) -> u32 {
+        self.ready.value() as u32
+    }
+
+    /// KV blocks in use over the replicas taking requests, and their
+    /// capacity.
+    pub fn kv_usage(&self) -> (u64, u64) {
+        let mut used = 0u64;
+        let mut n = 0u64;
+        for (i, r) in self.replicas.iter().enumerate() {
+            if self
+                .scaling
+                .as_ref()
+                .is_none_or(|s| s.life[i] == Life::Ready)
+            {
+                used += r.blocks_in_use() as u64;
+                n += 1;
+            }
+        }
+        (used, n * self.profile.total_blocks as u64)
+    }
+
+    /// The most leading full units of a request (`hashes`, `prompt`
+    /// tokens) any replica taking requests has cached, and its full units.
+    pub fn best_prefix_hit(&self, hashes: &[u64], prompt: u32) -> (u64, u64) {
+        let mut best = (0, 0);
+        for (i, r) in self.replicas.iter().enumerate() {
+            if self
+                .scaling
+                .as_ref()
+                .is_none_or(|s| s.life[i] == Life::Ready)
+            {
+                let h = prefix_hit(r, hashes, prompt);
+                if h.0 > best.0 || best.1 == 0 {
+                    best = h;
+                }
+            }
+        }
+        best
+    }
+
+    /// The leading full units of a request (`hashes`, `prompt` tokens)
+    /// replica `i` has cached, and its full units.
+    pub fn replica_prefix_hit(&self, i: u32, hashes: &[u64], prompt: u32) -> (u64, u64) {
+        self.replicas
+            .get(i as usize)
+            .map_or((0, 0), |r| prefix_hit(r, hashes, prompt))
+    }
+
+    /// Prefix-cache counters summed over the replicas (zero without).
+    pub fn prefix_stats(&self) -> PrefixStats {
+        let mut t = PrefixStats::default();
+        for r in &self.replicas {
+            if let Some(pc) = &r.prefix {
+                t.units += pc.stats.units;
+                t.hit_units += pc.stats.hit_units;
+                t.saved_tokens += pc.stats.saved_tokens;
+            }
+        }
+        t
+    }
+
+    /// Replica `i`'s prefix cache: units cached (held or evictable) and the
+    /// KV blocks of the evictable ones (in free space); zeros without.
+    pub fn prefix_cached(&self, i: u32) -> (u32, u64) {
+        self.replicas[i as usize]
+            .prefix
+            .as_ref()
+            .map_or((0, 0), |pc| (pc.cached_units(), pc.evictable_blocks()))
     }
 
     /// KV blocks in use on replica `i`.

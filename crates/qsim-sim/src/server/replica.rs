@@ -14,6 +14,7 @@
 //! sequence at a time, as before. The outputs are identical.
 
 use super::metrics::ReplicaMetrics;
+use super::prefix::PrefixCache;
 use super::profile::{IterationModel, ServerProfile};
 use super::request::{Completion, Request};
 use crate::engine::stats::Pending;
@@ -93,6 +94,13 @@ pub(crate) struct Replica {
     lazy_batch: bool,
     /// A lower bound of any iteration's duration ([`min_step`]).
     min_step: Nanos,
+    /// The prefix cache, when the replica caches prefixes.
+    pub(crate) prefix: Option<Box<PrefixCache>>,
+    /// A prefix cache, or a request arrived with precomputed tokens: the
+    /// scheduling functions run their general version (`X = true`); the
+    /// plain one (`X = false`) is the model without either, instruction
+    /// for instruction as before they existed.
+    ext: bool,
 }
 
 /// A lower bound of any iteration's duration under `m`, in ns (≥ 1): the
@@ -170,12 +178,53 @@ impl Replica {
             done: Vec::new(),
             lazy_batch: !reference(),
             min_step: min_step(&profile.iteration),
+            prefix: None,
+            ext: false,
             profile,
+        }
+    }
+
+    /// A replica caching prefixes in units of `unit` tokens (whole KV
+    /// blocks).
+    pub fn with_prefix_cache(mut self, unit: u32) -> Self {
+        self.prefix = Some(Box::new(PrefixCache::new(unit, self.profile.block_size)));
+        self.ext = true;
+        self
+    }
+
+    /// Blocks `s` holds are given back (it leaves, or is preempted): the
+    /// blocks now free, and the prompt tokens it had from the cache.
+    #[inline]
+    fn release<const X: bool>(&mut self, id: u64, blocks: u32, leaving: bool) -> (u32, u32) {
+        match &mut self.prefix {
+            Some(pc) if X => pc.release(id, blocks, leaving),
+            _ => (blocks, 0),
+        }
+    }
+
+    /// [`fit_cache`](Self::fit_cache) after a decode run's steps (they
+    /// only take blocks).
+    #[inline]
+    fn fit_run(&mut self) {
+        if self.ext {
+            self.fit_cache::<true>();
+        }
+    }
+
+    /// The evictable cached units fit in the free blocks again.
+    #[inline]
+    fn fit_cache<const X: bool>(&mut self) {
+        if !X {
+            return;
+        }
+        if let Some(pc) = &mut self.prefix {
+            pc.fit(self.free_blocks);
         }
     }
 
     /// Running sequence `i` (eager, just produced a token at `t`, not done)
     /// decodes lazily from iteration `since`.
+    #[inline(always)]
     fn make_lazy(&mut self, slot: u32, since: u64) {
         let bs = self.profile.block_size;
         let s = self.running.get_mut(slot);
@@ -193,6 +242,7 @@ impl Replica {
 
     /// Make a lazy sequence concrete as of the start of iteration `j`
     /// (`j − since` iterations decoded since), and unregister it.
+    #[inline(always)]
     fn make_concrete(&mut self, slot: u32, j: u64) {
         let (bs, last_end) = (self.profile.block_size, self.last_end);
         let s = self.running.get_mut(slot);
@@ -324,10 +374,28 @@ impl Replica {
     }
 
     /// A request arrives at `now` (the caller has advanced the replica to `now`).
+    #[cfg(test)]
     pub fn submit(
         &mut self,
         now: Nanos,
         r: Request,
+        out: &mut VecDeque<Completion>,
+        m: &mut ReplicaMetrics,
+    ) {
+        self.submit_with(now, r, &[], 0, out, m)
+    }
+
+    /// [`submit`](Self::submit) with the prompt's block `hashes` (for the
+    /// prefix cache) and `precomputed` prompt tokens whose KV arrives with
+    /// the request (a disaggregated decode: their blocks are taken at
+    /// admission, nothing is computed for them).
+    #[inline(always)]
+    pub fn submit_with(
+        &mut self,
+        now: Nanos,
+        r: Request,
+        hashes: &[u64],
+        precomputed: u32,
         out: &mut VecDeque<Completion>,
         m: &mut ReplicaMetrics,
     ) {
@@ -342,8 +410,15 @@ impl Replica {
                 output_tokens: 0,
                 replica: self.idx,
                 rejected: true,
+                cached_tokens: 0,
             });
             return;
+        }
+        if let Some(pc) = &mut self.prefix {
+            pc.enter(r.id, hashes);
+        }
+        if precomputed > 0 {
+            self.ext = true;
         }
         let s = Seq {
             id: r.id,
@@ -353,7 +428,8 @@ impl Replica {
             prompt: r.input_tokens,
             output: r.output_tokens,
             generated: 0,
-            computed: 0,
+            // below the prompt: one prompt token at least is computed here
+            computed: precomputed.min(r.input_tokens - 1),
             blocks: 0,
             chunk: 0,
             scheduled_once: false,
@@ -364,7 +440,7 @@ impl Replica {
         if self.profile.ingress == 0 {
             self.waiting.push_back(s);
             if self.iter_end == NEVER {
-                self.start_iteration(now, m, false);
+                self.start(now, m, false);
             }
         } else {
             self.ingress.push_back((now + self.profile.ingress, s));
@@ -389,7 +465,7 @@ impl Replica {
                     last = self.decode_run(false, now, ing, out, m);
                     continue;
                 }
-                self.finish_iteration(end, out, m);
+                self.finish(end, out, m);
                 self.drain_ingress(end);
                 let ing = self.ingress.front().map_or(NEVER, |x| x.0);
                 if end < ing && self.lazy_alone() {
@@ -397,12 +473,12 @@ impl Replica {
                     last = self.decode_run(true, now, ing, out, m);
                     continue;
                 }
-                self.start_iteration(end, m, true);
+                self.start(end, m, true);
                 last = end;
             } else if ing <= now {
                 self.drain_ingress(ing);
                 if self.iter_end == NEVER {
-                    self.start_iteration(ing, m, false);
+                    self.start(ing, m, false);
                 }
                 last = ing;
             } else {
@@ -488,11 +564,12 @@ impl Replica {
                 skip_finish = false;
             } else if first_done <= self.cur_iter {
                 m.itl.flush(&mut itl);
-                self.finish_iteration(t, out, m);
+                self.fit_run();
+                self.finish(t, out, m);
                 n = self.lazy_n;
                 if n == 0 {
                     sums.add_to(m);
-                    self.start_iteration(t, m, true);
+                    self.start(t, m, true);
                     return t;
                 }
                 cost = self.profile.iteration.decode_cost(n);
@@ -522,7 +599,8 @@ impl Replica {
                 m.itl.flush(&mut itl);
                 self.last_end = t;
                 self.iter_end = NEVER;
-                self.start_iteration(t, m, true);
+                self.fit_run();
+                self.start(t, m, true);
                 return t;
             }
             if gauges {
@@ -533,6 +611,8 @@ impl Replica {
             }
             // one token for each lazy sequence after computed = base + j
             let ctx = (self.lazy_base + (n * (j + 1)) as i64) as u64;
+            // (the prefix cache is fitted to the free blocks before anything
+            // frees blocks or reads the cache: below, and when the run ends)
             self.free_blocks -= need as u32;
             m.kv_blocks.set(t, (total_blocks - self.free_blocks) as u64);
             self.cur_iter = j;
@@ -564,6 +644,7 @@ impl Replica {
         sums.add_to(m);
         m.itl.flush(&mut itl);
         self.last_end = t;
+        self.fit_run();
         t
     }
 
@@ -591,12 +672,34 @@ impl Replica {
         }
     }
 
-    fn preempt_newest(&mut self, run: &mut Vec<Seq>, m: &mut ReplicaMetrics) {
+    /// [`start_iteration`](Self::start_iteration), its general version
+    /// when the replica needs it.
+    #[inline]
+    fn start(&mut self, t: Nanos, m: &mut ReplicaMetrics, follows_step: bool) {
+        if self.ext {
+            self.start_iteration::<true>(t, m, follows_step)
+        } else {
+            self.start_iteration::<false>(t, m, follows_step)
+        }
+    }
+
+    /// [`finish_iteration`](Self::finish_iteration), its general version
+    /// when the replica needs it.
+    #[inline]
+    fn finish(&mut self, t: Nanos, out: &mut VecDeque<Completion>, m: &mut ReplicaMetrics) {
+        if self.ext {
+            self.finish_iteration::<true>(t, out, m)
+        } else {
+            self.finish_iteration::<false>(t, out, m)
+        }
+    }
+
+    fn preempt_newest<const X: bool>(&mut self, run: &mut Vec<Seq>, m: &mut ReplicaMetrics) {
         let mut v = run.pop().expect("running not empty");
         debug_assert!(!v.lazy);
         let k = self.eager.pop();
         debug_assert_eq!(k.map(|x| x.0), Some(v.key));
-        self.free_blocks += v.blocks;
+        self.free_blocks += self.release::<X>(v.id, v.blocks, false).0;
         v.blocks = 0;
         v.computed = 0;
         v.chunk = 0;
@@ -609,7 +712,12 @@ impl Replica {
     /// a step was scheduled when the previous one started (vLLM schedules
     /// step N+1 while step N runs), so it admits only requests the engine
     /// had by then; its CPU part overlapped that step (`IterationModel::duration`).
-    fn start_iteration(&mut self, t: Nanos, m: &mut ReplicaMetrics, follows_step: bool) {
+    fn start_iteration<const X: bool>(
+        &mut self,
+        t: Nanos,
+        m: &mut ReplicaMetrics,
+        follows_step: bool,
+    ) {
         let mut follows_step = follows_step && self.profile.iteration.async_scheduling;
         // requests that reached the engine after this moment wait a step
         let mut cutoff = if follows_step { self.iter_start } else { NEVER };
@@ -675,7 +783,7 @@ impl Replica {
             let mut self_preempted = false;
             while self.free_blocks < need {
                 let last = run.len() - 1;
-                self.preempt_newest(&mut run, m);
+                self.preempt_newest::<X>(&mut run, m);
                 preempted = true;
                 if last == i {
                     self_preempted = true;
@@ -719,7 +827,16 @@ impl Replica {
                     if s.arrival.saturating_add(self.profile.ingress) > cutoff {
                         break;
                     }
-                    let pending = s.pending();
+                    // prompt tokens computed (found in the prefix cache, or
+                    // arriving with the request), the KV blocks of the
+                    // cached units (`have`) and the free blocks holding the
+                    // evictable ones takes (`pin`)
+                    let (hit, pin, computed, have) = if X {
+                        admission_prefix(&self.prefix, s)
+                    } else {
+                        (0, 0, 0, 0)
+                    };
+                    let pending = s.prompt + s.generated - computed;
                     let chunk = if self.profile.chunked_prefill {
                         if budget == 0 {
                             break;
@@ -731,16 +848,23 @@ impl Replica {
                     } else {
                         break;
                     };
-                    let need = chunk.div_ceil(bs);
-                    if need > self.free_blocks {
+                    let need = (computed + chunk).div_ceil(bs) - have;
+                    if need + pin > self.free_blocks {
                         break;
                     }
                     let mut s = self.waiting.pop_front().expect("front exists");
+                    if X {
+                        if let Some(pc) = &mut self.prefix {
+                            pc.admit(s.id, s.prompt, hit);
+                            self.free_blocks -= pin;
+                        }
+                    }
                     s.key = self.next_key;
                     self.next_key += 1;
                     let key = s.key;
                     self.free_blocks -= need;
-                    s.blocks = need;
+                    s.computed = computed;
+                    s.blocks = have + need;
                     s.chunk = chunk;
                     if !s.scheduled_once {
                         s.scheduled_once = true;
@@ -755,8 +879,8 @@ impl Replica {
                     } else {
                         d += 1;
                     }
-                    k += chunk as u64;
-                    a += IterationModel::attn_pairs(0, chunk);
+                    k += (computed + chunk) as u64;
+                    a += IterationModel::attn_pairs(computed, chunk);
                     n += 1;
                     let slot = self.running.insert(s);
                     self.eager.push((key, slot));
@@ -770,6 +894,7 @@ impl Replica {
                 break;
             }
         }
+        self.fit_cache::<X>();
         m.running.set(t, self.running.len() as u64);
         m.waiting
             .set(t, (self.ingress.len() + self.waiting.len()) as u64);
@@ -791,7 +916,7 @@ impl Replica {
         self.iter_gpu = gpu;
     }
 
-    fn finish_iteration(
+    fn finish_iteration<const X: bool>(
         &mut self,
         t: Nanos,
         out: &mut VecDeque<Completion>,
@@ -824,6 +949,11 @@ impl Replica {
                 if s.first_token == NEVER {
                     s.first_token = t;
                     m.ttft.record(t - s.arrival);
+                    if X {
+                        if let Some(pc) = &mut self.prefix {
+                            pc.register(s.id, s.prompt);
+                        }
+                    }
                 } else if s.last_token == start {
                     same_gap += 1;
                 } else {
@@ -863,7 +993,11 @@ impl Replica {
                 if let Ok(e) = self.eager.binary_search(&(key, slot)) {
                     self.eager.remove(e);
                 }
-                freed += s.blocks;
+                let (f, cached) = match &mut self.prefix {
+                    Some(pc) if X => pc.release(s.id, s.blocks, true),
+                    _ => (s.blocks, 0),
+                };
+                freed += f;
                 if self.profile.iteration.finished_cells_held {
                     self.held_kv += s.computed as u64;
                 }
@@ -881,6 +1015,7 @@ impl Replica {
                     output_tokens: s.output,
                     replica: self.idx,
                     rejected: false,
+                    cached_tokens: cached,
                 });
             }
             self.free_blocks += freed;
@@ -889,6 +1024,21 @@ impl Replica {
         self.done = done;
         self.last_end = t;
         self.iter_end = NEVER;
+    }
+}
+
+/// At the admission of `s` with a prefix cache or precomputed tokens:
+/// (cached units, free blocks to pin them, tokens computed, blocks of the
+/// cached units).
+#[inline(never)]
+fn admission_prefix(prefix: &Option<Box<PrefixCache>>, s: &Seq) -> (u32, u32, u32, u32) {
+    let (hit, pin) = match prefix {
+        Some(pc) if s.computed == 0 => pc.lookup(s.id, s.prompt),
+        _ => (0, 0),
+    };
+    match prefix {
+        Some(pc) if hit > 0 => (hit, pin, hit * pc.unit, hit * pc.unit_blocks),
+        _ => (0, 0, s.computed, 0),
     }
 }
 
@@ -1301,5 +1451,174 @@ mod tests {
             run(true, &reqs),
             vec![(us(1.4), us(2.4)), (us(3.8), us(3.8))]
         );
+    }
+
+    /// Requests sharing prefixes: `groups` system prompts of `sys` units,
+    /// then units of the request's own (hash = its id's), `unit` tokens each.
+    fn shared_prefix_requests(
+        seed: u64,
+        n: u64,
+        gap: Nanos,
+        unit: u32,
+        groups: u64,
+    ) -> Vec<(Nanos, Request, Vec<u64>)> {
+        let mut g = rng::stream(seed, 1, 2);
+        (0..n)
+            .map(|id| {
+                let sys = g.gen_range(0..4u32);
+                let own = g.gen_range(0..5u32);
+                let tail = g.gen_range(1..unit);
+                let group = g.gen_range(0..groups);
+                let mut h: Vec<u64> = (0..sys).map(|k| (group << 8) | k as u64).collect();
+                h.extend((0..own).map(|k| (1 << 40) | (id << 8) | k as u64));
+                // the partial last unit's hash too (never cached)
+                h.push((1 << 41) | id);
+                let input = (sys + own) * unit + tail;
+                let req = Request {
+                    id,
+                    input_tokens: input,
+                    output_tokens: g.gen_range(1..200),
+                };
+                (id * gap, req, h)
+            })
+            .collect()
+    }
+
+    fn drive_prefixed(
+        prof: &Arc<ServerProfile>,
+        lazy: bool,
+        unit: u32,
+        reqs: &[(Nanos, Request, Vec<u64>)],
+    ) -> (Vec<Completion>, String, u64) {
+        let mut r = Replica::new(0, prof.clone()).with_prefix_cache(unit);
+        r.lazy_batch = lazy;
+        let mut m = ReplicaMetrics::new(prof.total_blocks);
+        let mut out = VecDeque::new();
+        let mut checks = 0;
+        let check = |r: &Replica| {
+            let pc = r.prefix.as_ref().unwrap();
+            pc.check();
+            assert!(
+                pc.evictable_blocks() <= r.free_blocks as u64,
+                "cache over free space"
+            );
+            assert!(r.free_blocks <= prof.total_blocks);
+        };
+        for (at, req, h) in reqs {
+            r.advance(*at, &mut out, &mut m);
+            check(&r);
+            r.submit_with(*at, *req, h, 0, &mut out, &mut m);
+            checks += 1;
+        }
+        while r.deadline() != NEVER {
+            let d = r.deadline();
+            r.advance(d, &mut out, &mut m);
+            check(&r);
+        }
+        assert_eq!(r.outstanding(), 0);
+        assert_eq!(r.free_blocks, prof.total_blocks, "every held block back");
+        let pc = r.prefix.as_ref().unwrap();
+        let key = format!("{m:?} {:?}", pc.stats);
+        (out.into_iter().collect(), key, checks)
+    }
+
+    /// With prefix caching, the lazy batch still equals the reference,
+    /// with KV short (preemption releases held units) and not; the cache's
+    /// reference counts match the requests holding units after every step,
+    /// the evictable units fit in the free blocks, every block comes back.
+    #[test]
+    fn prefix_cache_lazy_equals_reference_and_keeps_its_books() {
+        let base = crate::server::load_profile(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../models/llama-3.1-8b-h100-vllm.toml"
+        )))
+        .unwrap();
+        let mut preempting = 0;
+        for (blocks, budget, unit, chunked) in [
+            (100_000, 8192, 64, true),
+            (300, 8192, 64, true),
+            (260, 512, 32, true),
+            (400, 2048, 16, false),
+        ] {
+            let mut p = base.clone();
+            p.total_blocks = blocks;
+            p.max_batched_tokens = budget;
+            p.chunked_prefill = chunked;
+            p.max_model_len = 8 * unit + 200;
+            let p = Arc::new(p);
+            for gap in [3_000_000, 20_000_000] {
+                let reqs = shared_prefix_requests(blocks as u64, 1500, gap, unit, 5);
+                let (c1, m1, _) = drive_prefixed(&p, true, unit, &reqs);
+                let (c0, m0, _) = drive_prefixed(&p, false, unit, &reqs);
+                assert_eq!(c1.len(), 1500);
+                assert!(c1 == c0, "{blocks} {gap}: completions differ");
+                assert!(m1 == m0, "{blocks} {gap}: metrics differ");
+                assert!(c1.iter().any(|c| c.cached_tokens > 0));
+                if !m1.contains("preemptions: 0,") {
+                    preempting += 1;
+                }
+            }
+        }
+        assert!(preempting >= 2, "the cases exercise preemption");
+    }
+
+    /// Two requests with the same three leading units, the second long
+    /// after the first: the second finds them (its prefill is three units
+    /// shorter, its TTFT too); a third whose whole prompt is cached
+    /// computes its last unit (one prompt token at least is computed).
+    #[test]
+    fn a_repeated_prefix_is_not_prefilled_again() {
+        let mut p = crate::server::load_profile(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../models/llama-3.1-8b-h100-vllm.toml"
+        )))
+        .unwrap();
+        p.ingress = 0;
+        let p = Arc::new(p);
+        let unit = 512;
+        let s = crate::time::NS_PER_SEC;
+        let reqs = vec![
+            (
+                0,
+                Request {
+                    id: 0,
+                    input_tokens: 3 * 512 + 100,
+                    output_tokens: 5,
+                },
+                vec![1, 2, 3, 10],
+            ),
+            (
+                10 * s,
+                Request {
+                    id: 1,
+                    input_tokens: 3 * 512 + 100,
+                    output_tokens: 5,
+                },
+                vec![1, 2, 3, 11],
+            ),
+            (
+                20 * s,
+                Request {
+                    id: 2,
+                    input_tokens: 3 * 512,
+                    output_tokens: 5,
+                },
+                vec![1, 2, 3],
+            ),
+        ];
+        let (c, key, _) = drive_prefixed(&p, true, unit, &reqs);
+        let by = |id: u64| c.iter().find(|x| x.id == id).unwrap();
+        assert_eq!(by(0).cached_tokens, 0);
+        assert_eq!(by(1).cached_tokens, 3 * 512);
+        assert_eq!(by(2).cached_tokens, 2 * 512, "the last unit is computed");
+        let ttft = |id: u64| by(id).first_token - by(id).arrival;
+        assert!(ttft(1) < ttft(0), "{} {}", ttft(1), ttft(0));
+        // units offered: 3 + 3 + 3 full; found: 0 + 3 + 3; prefill 1636 +
+        // 100 + 512 tokens
+        assert!(
+            key.contains("units: 9, hit_units: 6, saved_tokens: 2560"),
+            "{key}"
+        );
+        assert!(key.contains("prefill_tokens: 2248,"), "{key}");
     }
 }

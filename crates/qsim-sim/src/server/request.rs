@@ -24,4 +24,7 @@ pub struct Completion {
     /// or a prompt over `max_batched_tokens` without chunked prefill); it was
     /// answered at once with no output (`first_token == finished == arrival`).
     pub rejected: bool,
+    /// Prompt tokens served from the replica's prefix cache (not prefilled)
+    /// at its last admission; 0 without prefix caching.
+    pub cached_tokens: u32,
 }
