@@ -152,6 +152,7 @@ fn random_case(seed: u64) -> (FleetSpec, Workload, Nanos) {
         let pf = npools - 1;
         pools[pf].role = Role::Prefill;
         pools[pf].replicas = pools[pf].replicas.max(1);
+        #[allow(clippy::needless_range_loop)] // the prefill pool's index is pf
         for p in 0..pf {
             if unit(&mut rng) < 0.7 {
                 pools[p].role = Role::Decode(PrefillLink {

@@ -340,8 +340,10 @@ pub fn run(s: &Spec) -> Result<Outcome, ConfigError> {
             ))
         }
     };
-    let candidates = if s.gpus.is_empty() && s.profiles.is_empty() && file.is_some() {
-        let f = file.as_ref().expect("file");
+    let candidates = if let Some(f) = file
+        .as_ref()
+        .filter(|_| s.gpus.is_empty() && s.profiles.is_empty())
+    {
         let mut seen = std::collections::BTreeSet::new();
         f.fleet
             .pools

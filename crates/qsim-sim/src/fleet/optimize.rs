@@ -110,7 +110,15 @@ pub struct Eval {
 impl Eval {
     /// What misses the SLO, if anything.
     pub fn misses(&self, slo: &Slo) -> Option<&'static str> {
-        let over = |v: f64, t: Option<Nanos>| t.is_some_and(|t| !(v <= to_secs(t)));
+        let over = |v: f64, t: Option<Nanos>| {
+            t.is_some_and(|t| {
+                // NaN counts as over
+                !matches!(
+                    v.partial_cmp(&to_secs(t)),
+                    Some(std::cmp::Ordering::Less | std::cmp::Ordering::Equal)
+                )
+            })
+        };
         if self.rejected > 0 {
             Some("rejected requests (longer than the profile serves)")
         } else if self.stopped {
@@ -450,6 +458,7 @@ fn size_pool(
     if share > 0.0 {
         // doubling, under the cheapest cost known to meet
         let mut bound = f64::INFINITY;
+        #[allow(clippy::needless_range_loop)] // k indexes the candidates and what was found
         for k in 0..nc {
             let price = q.candidates[k].price;
             let (mut lo, mut hi) = (0u32, 1u32);

@@ -533,7 +533,7 @@ fn answer_json(q: &Query, a: &Answer) -> Value {
                 "candidate": p.choice.map(|(k, _)| q.candidates[k].label.clone()),
                 "at": p.choice.map(|(_, e)| eval_json(&e, q)),
                 "one_fewer": p.below.as_ref().map(|e| eval_json(e, q)),
-                "per_candidate": p.found.iter().map(|f| found_text(f)).collect::<Vec<_>>(),
+                "per_candidate": p.found.iter().map(found_text).collect::<Vec<_>>(),
                 "runs": p.runs.len(),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
@@ -759,7 +759,10 @@ fn routers_tbl(rs: &[RouterRun]) -> Tbl {
 /// The search's P99 TTFT (or E2E, or ITL: the first target given) against
 /// replicas, per pool and candidate: (title, y label, series of (name,
 /// points), the target).
-pub fn search_curves(s: &Search) -> Vec<(String, String, Vec<(String, Vec<(f64, f64)>)>, f64)> {
+/// A search's curve: (title, y label, named series of (x, y), the target).
+pub type Curve = (String, String, Vec<(String, Vec<(f64, f64)>)>, f64);
+
+pub fn search_curves(s: &Search) -> Vec<Curve> {
     let q = &s.query;
     let (label, pick, target): (&str, fn(&Eval) -> f64, f64) = if let Some(t) = q.slo.ttft_p99 {
         ("TTFT p99 (s)", |e| e.ttft_p99, to_secs(t))
