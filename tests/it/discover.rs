@@ -247,3 +247,14 @@ fn a_missing_required_flag_is_one_readable_line() {
         "qsim: the following required arguments were not provided: --listen <LISTEN>; try --help"
     );
 }
+
+/// Issue 37: the README stays short (at most 300 lines); its console
+/// blocks are checked by docs_output, its Python block by python/tests.
+#[test]
+fn the_readme_is_at_most_300_lines() {
+    let text =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    let n = text.lines().count();
+    assert!(n <= 300, "README.md has {n} lines");
+}
