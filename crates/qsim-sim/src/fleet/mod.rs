@@ -210,7 +210,9 @@ pub struct Fleet {
     /// No pool autoscales: pools run their deadlines up to a limit at once
     /// (an autoscaler's ticks look at every replica, one deadline at a time).
     fused: bool,
-    /// Disaggregated requests by id, from their routing to their end.
+    /// Disaggregated requests by id, from their routing to their end
+    /// (insert, get, remove by id only: never iterated, so its order cannot
+    /// reach the output; transfers are ordered by `transfers` below).
     remote: std::collections::HashMap<u64, Remote>,
     /// KV transfers in flight: (done at, sequence, id), earliest first.
     transfers: std::collections::BinaryHeap<std::cmp::Reverse<(Nanos, u64, u64)>>,

@@ -47,6 +47,9 @@ impl Hasher for MixHasher {
     }
 }
 
+/// Lookups by block hash or request id only: never iterated outside the
+/// tests' check (eviction order is the LRU list's), so its order cannot
+/// reach any output; a fixed hasher keeps even its layout deterministic.
 type Map<V> = HashMap<u64, V, BuildHasherDefault<MixHasher>>;
 
 const NIL: u32 = u32::MAX;
